@@ -1,0 +1,235 @@
+#include "launcher/agent.h"
+
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <csignal>
+#include <iostream>
+
+#include "rendezvous/log.h"
+
+namespace ftrun::launcher {
+namespace {
+
+auto& Log() {
+  static auto logger = Logger("launcher");
+  return logger;
+}
+
+int64_t NowSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+}  // namespace
+
+Agent::Agent(boost::asio::io_context& io, AgentOptions options,
+             std::unique_ptr<Coordinator> coordinator)
+    : io_(io),
+      opts_(std::move(options)),
+      config_(*opts_.config),
+      coordinator_(std::move(coordinator)),
+      signals_(io) {}
+
+Agent::~Agent() = default;
+
+const char* Agent::StateName() const {
+  switch (state_) {
+    case State::kWaiting: return "waiting";
+    case State::kRunning: return "running";
+    case State::kStopping: return "stopping";
+    case State::kFinished: return "finished";
+  }
+  return "?";
+}
+
+int Agent::Run() {
+  for (int s : config_.signals) signals_.add(s);
+  WaitForSignal();
+  coordinator_->Start(this);
+  io_.run();
+  return exit_code_;
+}
+
+void Agent::WaitForSignal() {
+  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    OnSignal(sig);
+    if (state_ != State::kFinished) WaitForSignal();
+  });
+}
+
+void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
+  if (state_ == State::kFinished) return;
+  auto attempt = opts_.log_dir.PrepareAttempt(a.restart_count, config_.nproc_per_node);
+  if (!attempt) {
+    Log()->error("{}", attempt.error().message);
+    result_ = JobResult{false, {}, attempt.error().message};
+    Finish(1);
+    return;
+  }
+  Log()->info(
+      "round started round={} restart_count={} group_rank={} group_world_size={} "
+      "world_size={} master_addr={} master_port={} attempt_dir={}",
+      a.round, a.restart_count, a.group_rank, a.group_world_size, a.world_size, a.master_addr,
+      a.master_port, attempt->empty() ? "-" : *attempt);
+  WorkerGroupOptions g;
+  g.config = &config_;
+  g.agent_env = &opts_.agent_env;
+  g.assignment = a;
+  g.attempt_dir = *attempt;
+  group_ = std::make_unique<WorkerGroup>(
+      io_, g, [this](const WorkerGroup::Worker& w) { OnWorkerExit(w); },
+      [this] { OnGroupExited(); });
+  state_ = State::kRunning;
+  after_stop_ = AfterStop::kNothing;
+  local_failures_.clear();
+  ever_started_ = true;
+  if (auto s = group_->Start(); !s) {
+    // The program cannot be started (not found, not executable): no restart would help.
+    Log()->error("{}", s.error().message);
+    result_ = JobResult{false, {}, s.error().message};
+    StopGroup(SIGKILL, AfterStop::kFinish);
+  }
+}
+
+void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
+  const ExitStatus& st = *w.status;
+  const int attempt = group_->assignment().restart_count;
+  if (st.Succeeded()) {
+    Log()->info("worker exited local_rank={} rank={} pid={} attempt={} status={}", w.local_rank,
+                w.rank, w.process->pid(), attempt, st.Describe());
+    if (state_ != State::kRunning || group_->live_count() != 0) return;
+    for (const auto& other : group_->workers()) {
+      if (!other.status || !other.status->Succeeded()) return;
+    }
+    Log()->info("worker group succeeded attempt={}", attempt);
+    coordinator_->WorkersSucceeded();
+    return;
+  }
+  if (state_ != State::kRunning) {
+    Log()->info("worker stopped local_rank={} rank={} pid={} attempt={} status={}", w.local_rank,
+                w.rank, w.process->pid(), attempt, st.Describe());
+    return;
+  }
+  Log()->error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {} rank={} attempt={}",
+               st.TorchExitCode(), w.local_rank, w.process->pid(),
+               BuildWorkerCommand(config_, w.local_rank).program, w.rank, attempt);
+  local_failures_.push_back(DescribeFailure(w.local_rank, w.rank, w.process->pid(), st,
+                                            w.error_file, opts_.host, NowSeconds()));
+  StopGroup(SIGTERM, AfterStop::kReportStopped);
+  coordinator_->WorkersFailed(local_failures_);
+}
+
+void Agent::OnRestartRequested(const std::string& reason) {
+  Log()->info("restart requested reason=\"{}\" state={}", reason, StateName());
+  switch (state_) {
+    case State::kRunning:
+      StopGroup(SIGTERM, AfterStop::kReportStopped);
+      break;
+    case State::kStopping:
+      if (after_stop_ == AfterStop::kNothing) after_stop_ = AfterStop::kReportStopped;
+      break;
+    case State::kWaiting:
+      coordinator_->WorkersStopped();  // already stopped; the coordinator ignores repeats
+      break;
+    case State::kFinished:
+      break;
+  }
+}
+
+void Agent::OnJobFinished(const JobResult& result) {
+  if (state_ == State::kFinished) return;
+  result_ = result;
+  const int code = result.succeeded ? 0 : 1;
+  if (group_ && group_->live_count() > 0) {
+    StopGroup(SIGTERM, AfterStop::kFinish);
+    return;
+  }
+  Finish(code);
+}
+
+void Agent::StopGroup(int sig, AfterStop after) {
+  if (after > after_stop_) after_stop_ = after;
+  if (!group_) {
+    // The group has already exited (and reported it): continue from there.
+    state_ = State::kStopping;
+    boost::asio::post(io_, [this] { OnGroupExited(); });
+    return;
+  }
+  if (state_ != State::kStopping) {
+    Log()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(sig),
+                config_.shutdown_timeout.count(), group_->assignment().restart_count);
+  }
+  state_ = State::kStopping;
+  group_->Stop(sig, config_.shutdown_timeout);
+}
+
+void Agent::OnGroupExited() {
+  if (group_) {
+    // We are inside the group's own callback: destroy it later.
+    boost::asio::post(io_, [g = std::shared_ptr<WorkerGroup>(std::move(group_))] {});
+  }
+  if (state_ == State::kFinished) return;
+  switch (after_stop_) {
+    case AfterStop::kNothing:
+      break;  // all exited 0; the coordinator's verdict follows
+    case AfterStop::kReportStopped:
+      state_ = State::kWaiting;
+      after_stop_ = AfterStop::kNothing;
+      coordinator_->WorkersStopped();
+      break;
+    case AfterStop::kFinish:
+      Finish(stop_signal_ != 0 || !result_ || !result_->succeeded ? 1 : 0);
+      break;
+  }
+}
+
+void Agent::OnSignal(int sig) {
+  if (!ever_started_) {
+    // Before any worker started, torchrun dies of the signal itself; so do we.
+    Log()->warn("received {} before any worker started; exiting", SignalName(sig));
+    std::signal(sig, SIG_DFL);
+    ::raise(sig);
+    return;
+  }
+  if (stop_signal_ != 0 && group_ && group_->live_count() > 0) {
+    Log()->warn("received {} again; killing the workers now", SignalName(sig));
+    group_->Stop(SIGKILL, std::chrono::milliseconds(0));
+    return;
+  }
+  Log()->warn("Received {} death signal ({}), shutting down workers", sig, SignalName(sig));
+  stop_signal_ = sig;
+  coordinator_->Shutdown();
+  result_ = JobResult{false, {}, "stopped by " + SignalName(sig)};
+  StopGroup(sig, AfterStop::kFinish);
+}
+
+void Agent::Finish(int exit_code) {
+  if (state_ == State::kFinished) return;
+  state_ = State::kFinished;
+  exit_code_ = exit_code;
+  boost::system::error_code ec;
+  signals_.cancel(ec);
+  coordinator_->Shutdown();
+  if (result_) ReportOutcome(*result_);
+}
+
+void Agent::ReportOutcome(const JobResult& r) {
+  if (r.succeeded && exit_code_ == 0) {
+    Log()->info("job finished outcome=succeeded exit_code=0");
+    return;
+  }
+  Log()->error("job finished outcome=failed exit_code={} reason=\"{}\"", exit_code_, r.reason);
+  if (r.failures.empty()) return;
+  std::cerr << "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+            << FormatFailureSummary(EntrypointName(config_), r.failures) << std::endl;
+  if (auto path = Lookup(opts_.agent_env, "TORCHELASTIC_ERROR_FILE")) {
+    const WorkerFailure& root = r.failures[RootCauseIndex(r.failures)];
+    if (auto s = WriteAgentErrorFile(*path, root); !s) Log()->warn("{}", s.error().message);
+  }
+}
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,271 @@
+// The one translation unit that includes CLI11.
+#include "launcher/cli/torchrun_args.h"
+
+#include <CLI/CLI.hpp>
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "launcher/version.h"
+
+namespace ftrun::launcher {
+namespace {
+
+constexpr const char* kFooter = R"(Every --a-b option is also accepted as --a_b, and an unambiguous prefix of
+it (--nproc for --nproc-per-node). Options not given on the command line are
+read from PET_<NAME> (PET_NPROC_PER_NODE, PET_MASTER_PORT, ...). Options go
+before the training script; everything after it is passed to it unchanged,
+with ${local_rank} replaced by the worker's local rank.
+
+Exit status: 0 all workers succeeded, 1 workers failed (restarts exhausted) or
+ftrun was stopped by a signal, 2 usage error. See ftrun(1).)";
+
+// Shows "--a-b" (not every alias) and the default in the description, so --help stays readable.
+class HelpFormatter : public CLI::Formatter {
+ public:
+  std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
+    if (is_positional) return opt->get_name(true, false);
+    std::string out;
+    for (const auto& s : opt->get_snames()) out += "-" + s + ", ";
+    if (!opt->get_lnames().empty()) out += "--" + opt->get_lnames().front();
+    return out;
+  }
+  std::string make_option_opts(const CLI::Option* opt) const override {
+    if (opt->get_type_size() == 0) return "";
+    return " " + opt->get_type_name();
+  }
+  std::string make_usage(const CLI::App*, std::string) const override {
+    return "\nusage: ftrun [options] training_script [training_script_args ...]\n";
+  }
+  std::string make_option_desc(const CLI::Option* opt) const override {
+    std::string desc = opt->get_description();
+    if (!opt->get_default_str().empty()) desc += " [default: " + opt->get_default_str() + "]";
+    return desc;
+  }
+};
+
+// "nproc-per-node" -> {"--nproc-per-node", "--nproc_per_node"}, env PET_NPROC_PER_NODE.
+std::string Names(const std::string& dashed, const std::string& short_name = "") {
+  std::string names = short_name.empty() ? "" : "-" + short_name + ",";
+  names += "--" + dashed;
+  std::string underscored = dashed;
+  std::replace(underscored.begin(), underscored.end(), '-', '_');
+  if (underscored != dashed) names += ",--" + underscored;
+  return names;
+}
+
+std::string PetName(const std::string& dashed) {
+  std::string env = "PET_";
+  for (char c : dashed) env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
+  return env;
+}
+
+class Parser {
+ public:
+  explicit Parser(TorchrunArgs& a) : app_("ftrun", "ftrun") {
+    app_.description(
+        "ftrun: a fault-tolerant drop-in for torchrun. Starts --nproc-per-node workers per node,\n"
+        "restarts the group on failure (--max-restarts) and forwards signals.");
+    app_.formatter(std::make_shared<HelpFormatter>());
+    app_.get_formatter()->column_width(34);
+    app_.footer(kFooter);
+    app_.prefix_command();
+    app_.set_help_flag("-h,--help", "Show this help and exit");
+    app_.add_flag("--version", version_, "Print the version and exit");
+
+    std::string g = "Worker group";
+    Opt("nnodes", a.nnodes, "N or MIN:MAX: number of nodes", g, "MIN:MAX");
+    Opt("nproc-per-node", a.nproc_per_node,
+        "Workers per node: a number, cpu, gpu (NVIDIA GPUs) or auto", g, "N|cpu|gpu|auto");
+    Opt("max-restarts", a.max_restarts, "Restarts of the worker group before failing the job", g,
+        "N");
+    Opt("monitor-interval", a.monitor_interval,
+        "Seconds between periodic checks (worker exits are seen at once)", g, "SECONDS");
+    Opt("role", a.role, "Role of the workers (ROLE_NAME, log prefix)", g, "NAME");
+    Opt("shutdown-timeout", a.shutdown_timeout,
+        "Seconds between SIGTERM and SIGKILL when stopping workers [default: "
+        "TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30]",
+        g, "SECONDS");
+    Opt("signals-to-handle", a.signals_to_handle,
+        "Comma-separated signals forwarded to the workers before ftrun stops", g, "SIGNALS");
+    Flag("virtual-local-rank", a.virtual_local_rank,
+         "Give every worker LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES", g);
+
+    g = "Rendezvous";
+    Flag("standalone", a.standalone,
+         "Single-node job: local rendezvous, a fresh run id; ignores the --rdzv-* options", g);
+    Opt("rdzv-backend", a.rdzv_backend, "static, c10d (also spelled ftrun)", g, "NAME");
+    Opt("rdzv-endpoint", a.rdzv_endpoint, "host[:port] of the rendezvous server (c10d)", g,
+        "HOST:PORT");
+    Opt("rdzv-id", a.rdzv_id, "Job id shared by all nodes (TORCHELASTIC_RUN_ID)", g, "ID");
+    Opt("rdzv-conf", a.rdzv_conf, "Rendezvous settings key1=value1,key2=value2,...", g,
+        "K=V,...");
+    Opt("node-rank", a.node_rank, "Rank of this node (static rendezvous)", g, "N");
+    Opt("master-addr", a.master_addr, "Address of node 0 (static rendezvous)", g, "ADDR");
+    Opt("master-port", a.master_port, "Port of node 0's ftrun (static rendezvous)", g, "PORT");
+    Opt("local-addr", a.local_addr, "Address of this node used by the other nodes", g, "ADDR");
+
+    g = "Entry point";
+    Flag("module", a.module, "Run the script as a Python module (python -m)", g, "m");
+    Flag("no-python", a.no_python, "Execute the script directly, not through Python", g);
+    Flag("run-path", a.run_path, "Run the script with runpy.run_path in the worker", g);
+    Opt("start-method", a.start_method, "Accepted for compatibility: spawn, fork, forkserver",
+        g, "METHOD")
+        ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
+
+    g = "Logs";
+    Opt("log-dir", a.log_dir, "Base directory of the workers' log files", g, "DIR");
+    Opt("redirects", a.redirects,
+        "Send worker streams to files: 0 none, 1 stdout, 2 stderr, 3 both, or per rank 0:3,1:1",
+        g, "STD", "r");
+    Opt("tee", a.tee, "Like --redirects, and also copy to the console with a [role<rank>]: prefix",
+        g, "STD", "t");
+    Opt("local-ranks-filter", a.local_ranks_filter,
+        "Comma-separated local ranks whose output reaches the console", g, "RANKS");
+    Opt("log-level", a.log_level,
+        "ftrun's own log level: debug, info, warning, error [default: LOGLEVEL or info]", g,
+        "LEVEL");
+
+    g = "Compatibility";
+    Opt("logs-specs", a.logs_specs, "torchrun LogsSpecs plugin name (not supported; warns)", g,
+        "NAME");
+    Opt("event-log-handler", a.event_log_handler, "torchrun event handler name (accepted)", g,
+        "NAME");
+    Opt("numa-binding", a.numa_binding,
+        "torchrun NUMA binding (accepted, not applied; warns): node, socket, exclusive, "
+        "core-complex",
+        g, "MODE")
+        ->check(CLI::IsMember({"node", "socket", "exclusive", "core-complex"}));
+    Opt("duplicate-stdout-filters", a.duplicate_stdout_filters,
+        "Also copy tee'd stdout lines containing one of these comma-separated strings to "
+        "<attempt dir>/filtered_stdout.log",
+        g, "TEXT,...");
+    Opt("duplicate-stderr-filters", a.duplicate_stderr_filters,
+        "Also copy tee'd stderr lines containing one of these comma-separated strings to "
+        "<attempt dir>/filtered_stderr.log",
+        g, "TEXT,...");
+  }
+
+  ParsedCommandLine Parse(std::vector<std::string> argv, TorchrunArgs& a) {
+    ParsedCommandLine out;
+    try {
+      ExpandPrefixes(argv);
+      std::reverse(argv.begin(), argv.end());  // CLI11 consumes from the back
+      app_.parse(argv);
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app_.help();
+      out.action = ParsedCommandLine::Action::kPrintedHelp;
+      return out;
+    } catch (const CLI::ParseError& e) {
+      out.action = ParsedCommandLine::Action::kUsageError;
+      out.error = e.what();
+      return out;
+    } catch (const std::exception& e) {
+      out.action = ParsedCommandLine::Action::kUsageError;
+      out.error = e.what();
+      return out;
+    }
+    if (version_) {
+      std::cout << "ftrun " << kVersion << "\n";
+      out.action = ParsedCommandLine::Action::kPrintedVersion;
+      return out;
+    }
+    std::vector<std::string> rest = app_.remaining();
+    if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+    if (rest.empty()) {
+      out.action = ParsedCommandLine::Action::kUsageError;
+      out.error = "the training script is missing (usage: ftrun [options] script [args ...])";
+      return out;
+    }
+    if (rest.front().size() > 1 && rest.front()[0] == '-') {
+      out.action = ParsedCommandLine::Action::kUsageError;
+      out.error = "unrecognized option '" + rest.front() + "' (see ftrun --help)";
+      return out;
+    }
+    a.script = rest.front();
+    a.script_args.assign(rest.begin() + 1, rest.end());
+    out.args = a;
+    return out;
+  }
+
+  std::string Help() { return app_.help(); }
+
+ private:
+  template <class T>
+  CLI::Option* Opt(const std::string& dashed, T& var, const std::string& desc,
+                   const std::string& group, const std::string& type,
+                   const std::string& short_name = "") {
+    CLI::Option* opt = app_.add_option(Names(dashed, short_name), var, desc);
+    opt->envname(PetName(dashed))->group(group)->type_name(type);
+    if constexpr (!std::is_same_v<T, std::optional<int>>) opt->capture_default_str();
+    return opt;
+  }
+
+  // torchrun reads PET_<FLAG> for flags as bool(int(value)); CLI11 accepts 0/1 and true/false.
+  void Flag(const std::string& dashed, bool& var, const std::string& desc,
+            const std::string& group, const std::string& short_name = "") {
+    app_.add_flag(Names(dashed, short_name), var, desc)->envname(PetName(dashed))->group(group);
+  }
+
+  // argparse accepts any unambiguous prefix of a long option; CLI11 does not, so expand them
+  // here, up to the training script.
+  void ExpandPrefixes(std::vector<std::string>& argv) {
+    std::map<std::string, const CLI::Option*> by_name;
+    for (const CLI::Option* opt : app_.get_options()) {
+      for (const auto& l : opt->get_lnames()) by_name["--" + l] = opt;
+    }
+    for (size_t i = 0; i < argv.size(); ++i) {
+      std::string& arg = argv[i];
+      if (arg == "--" || arg.rfind("-", 0) != 0) return;  // the script starts here
+      if (arg.rfind("--", 0) != 0) {                       // short option: -r 3, -r3, -m
+        if (arg.size() == 2 && (arg == "-r" || arg == "-t")) ++i;
+        continue;
+      }
+      size_t eq = arg.find('=');
+      std::string name = arg.substr(0, eq);
+      const CLI::Option* opt = nullptr;
+      if (auto it = by_name.find(name); it != by_name.end()) {
+        opt = it->second;
+      } else {
+        std::set<const CLI::Option*> matches;
+        std::string first;
+        for (const auto& [n, o] : by_name) {
+          if (n.rfind(name, 0) == 0) {
+            if (matches.insert(o).second && first.empty()) first = n;
+          }
+        }
+        if (matches.size() > 1) {
+          std::string all;
+          for (const auto* o : matches) all += (all.empty() ? "" : ", ") + o->get_name();
+          throw CLI::ParseError("ambiguous option '" + name + "' could match " + all,
+                                CLI::ExitCodes::ArgumentMismatch);
+        }
+        if (matches.empty()) return;  // unknown: reported by the caller
+        opt = *matches.begin();
+        arg = "--" + opt->get_lnames().front() + (eq == std::string::npos ? "" : arg.substr(eq));
+      }
+      if (eq == std::string::npos && opt->get_type_size() != 0) ++i;  // skip its value
+    }
+  }
+
+  CLI::App app_;
+  bool version_ = false;
+};
+
+}  // namespace
+
+ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv) {
+  TorchrunArgs args;
+  Parser parser(args);
+  return parser.Parse(argv, args);
+}
+
+std::string TorchrunHelp() {
+  TorchrunArgs args;
+  return Parser(args).Help();
+}
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,73 @@
+// The torchrun command line as ftrun accepts it, parsed but not yet interpreted.
+//
+// ParseTorchrunArgs is the only place that knows CLI11 (it is slow to compile, so it lives in
+// one translation unit). It accepts both --a-b and --a_b spellings, PET_<NAME> environment
+// fallbacks, unambiguous prefixes (argparse's allow_abbrev) and stops at the training script:
+// everything after it is passed through verbatim. Meaning and validation of the values are in
+// launch_config.h.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace ftrun::launcher {
+
+struct TorchrunArgs {
+  // Worker group.
+  std::string nnodes = "1:1";
+  std::string nproc_per_node = "1";
+  int max_restarts = 0;
+  double monitor_interval = 0.1;
+  std::string role = "default";
+  std::optional<int> shutdown_timeout;  // seconds; else TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
+  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
+  bool virtual_local_rank = false;
+  // Rendezvous.
+  bool standalone = false;
+  std::string rdzv_backend = "static";
+  std::string rdzv_endpoint;
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string local_addr;
+  // Entry point.
+  bool module = false;
+  bool no_python = false;
+  bool run_path = false;
+  std::string start_method = "spawn";
+  // Logs.
+  std::string log_dir;
+  std::string redirects = "0";
+  std::string tee = "0";
+  std::string local_ranks_filter;
+  std::string log_level;  // empty: LOGLEVEL, else info
+  // Accepted for compatibility; see the man page for what ftrun does with them.
+  std::string logs_specs;
+  std::string event_log_handler = "null";
+  std::string numa_binding;
+  std::string duplicate_stdout_filters;  // comma-separated, ",," escapes a comma
+  std::string duplicate_stderr_filters;
+  // The training script (or module, or binary with --no-python) and its arguments.
+  std::string script;
+  std::vector<std::string> script_args;
+};
+
+// What the command line asked for.
+struct ParsedCommandLine {
+  enum class Action { kRun, kPrintedHelp, kPrintedVersion, kUsageError };
+  Action action = Action::kRun;
+  TorchrunArgs args;
+  std::string error;  // for kUsageError: one sentence naming the option
+};
+
+// Parses argv (without argv[0]). Help and version text go to stdout. Reads PET_* variables
+// from the process environment. Never throws.
+ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv);
+
+// The --help text (tests compare it with the man page).
+std::string TorchrunHelp();
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,93 @@
+#include "launcher/cli/torchrun_main.h"
+
+#include <csignal>
+#include <future>
+#include <iostream>
+
+#include "launcher/agent.h"
+#include "launcher/cli/torchrun_args.h"
+#include "launcher/host.h"
+#include "launcher/launch_config.h"
+#include "launcher/local_coordinator.h"
+#include "launcher/worker_env.h"
+#include "rendezvous/log.h"
+
+namespace ftrun::launcher {
+namespace {
+
+int UsageError(const std::string& message) {
+  std::cerr << "ftrun: error: " << message << std::endl;
+  return 2;
+}
+
+}  // namespace
+
+int RunTorchrun(const std::vector<std::string>& argv) {
+  ParsedCommandLine cmd = ParseTorchrunArgs(argv);
+  switch (cmd.action) {
+    case ParsedCommandLine::Action::kPrintedHelp:
+    case ParsedCommandLine::Action::kPrintedVersion:
+      return 0;
+    case ParsedCommandLine::Action::kUsageError:
+      return UsageError(cmd.error);
+    case ParsedCommandLine::Action::kRun:
+      break;
+  }
+  EnvMap env = CurrentEnvironment();
+  auto built = BuildLaunchConfig(cmd.args, env);
+  if (!built) return UsageError(built.error().message);
+  LaunchConfig& config = *built;
+  InitLogging(config.log_level);
+  auto log = Logger("launcher");
+  for (const auto& w : config.warnings) log->warn("{}", w);
+
+  // DNS can be slow; only failure reports and dynamic rendezvous need the name.
+  std::shared_future<std::string> host =
+      std::async(std::launch::async, FullyQualifiedHostname).share();
+
+  if (auto s = ResolveNprocPerNode(config, DetectHostFacts(env)); !s) {
+    log->error("{}", s.error().message);
+    return 1;
+  }
+  if (ApplyOmpNumThreadsRule(env, config.nproc_per_node)) log->warn("{}", kOmpBanner);
+
+  auto log_dir = RunLogDir::Create(config.log_dir, config.run_id, env);
+  if (!log_dir) {
+    log->error("{}", log_dir.error().message);
+    return 1;
+  }
+  log->info(
+      "starting nnodes={}:{} nproc_per_node={} max_restarts={} run_id={} rdzv_backend={} "
+      "entrypoint={} log_dir={}",
+      config.min_nodes, config.max_nodes, config.nproc_per_node, config.max_restarts,
+      config.run_id, config.backend == RendezvousBackend::kStatic ? "static" : "c10d",
+      config.script, log_dir->disabled() ? "/dev/null" : log_dir->run_dir());
+
+  if (config.max_nodes > 1) {
+    log->error("--nnodes {}:{}: multi-node jobs are not supported yet", config.min_nodes,
+               config.max_nodes);
+    return 1;
+  }
+  // Sockets and console pipes report EPIPE instead of killing the agent; workers get the
+  // default disposition back.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  boost::asio::io_context io;
+  LocalCoordinatorOptions local;
+  local.nproc_per_node = config.nproc_per_node;
+  local.max_restarts = config.max_restarts;
+  local.role = config.role;
+  local.master_addr = config.backend == RendezvousBackend::kStatic
+                          ? config.master_addr
+                          : (config.local_addr.empty() ? host.get() : config.local_addr);
+  AgentOptions opts;
+  opts.config = &config;
+  opts.agent_env = std::move(env);
+  opts.log_dir = std::move(*log_dir);
+  Agent agent(io, std::move(opts), std::make_unique<LocalCoordinator>(io, local));
+  int code = agent.Run();
+  (void)host;
+  return code;
+}
+
+}  // namespace ftrun::launcher

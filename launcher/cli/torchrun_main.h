@@ -1,0 +1,13 @@
+// The torchrun personality end to end: parse, validate, set up logging and logs, pick the
+// coordinator for the job's shape, run the agent. Returns the process exit code:
+// 0 success, 1 job failure / forwarded signal / start-up failure, 2 usage error.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ftrun::launcher {
+
+int RunTorchrun(const std::vector<std::string>& argv);
+
+}  // namespace ftrun::launcher

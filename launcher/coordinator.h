@@ -1,0 +1,50 @@
+// Coordinator: the agent's view of the job. It forms rounds (rendezvous), decides whether a
+// failure restarts the job or ends it, and tells the agent. The single-node implementation
+// decides locally; the multi-node ones ask the rendezvous server. Either way the agent only
+// reacts to these events, so the same agent code runs everywhere.
+//
+// Thread: loop only; every Listener call happens on the loop, never from inside a
+// Coordinator call (they are posted).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/failure_report.h"
+#include "rendezvous/assignment.h"
+
+namespace ftrun::launcher {
+
+struct JobResult {
+  bool succeeded = false;
+  std::vector<WorkerFailure> failures;  // the job's failures, for the root-cause summary
+  std::string reason;                   // one line, e.g. "restarts exhausted (3/3)"
+};
+
+class Coordinator {
+ public:
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    // A round formed: start this node's workers for it.
+    virtual void OnRoundStarted(const rendezvous::NodeAssignment& assignment) = 0;
+    // Stop this node's workers, then call WorkersStopped().
+    virtual void OnRestartRequested(const std::string& reason) = 0;
+    // The job is over; stop any workers and exit with the job's outcome.
+    virtual void OnJobFinished(const JobResult& result) = 0;
+  };
+
+  virtual ~Coordinator() = default;
+  // Joins the job; the first OnRoundStarted follows when the round forms.
+  virtual void Start(Listener* listener) = 0;
+  // This node's workers failed (the agent is already stopping the others).
+  virtual void WorkersFailed(const std::vector<WorkerFailure>& failures) = 0;
+  // Every worker of this node exited 0.
+  virtual void WorkersSucceeded() = 0;
+  // This node's workers have all exited after OnRestartRequested or a failure.
+  virtual void WorkersStopped() = 0;
+  // The agent is going away (a signal): leave the job, cancel every pending operation.
+  virtual void Shutdown() = 0;
+};
+
+}  // namespace ftrun::launcher

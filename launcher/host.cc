@@ -1,0 +1,69 @@
+#include "launcher/host.h"
+
+#include <netdb.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <vector>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
+
+namespace ftrun::launcher {
+
+std::string FullyQualifiedHostname() {
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) != 0) return "localhost";
+  std::string hostname = name;
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(hostname.c_str(), nullptr, &hints, &res) != 0 || res == nullptr) {
+    return hostname;
+  }
+  hostent he{};
+  hostent* result = nullptr;
+  std::vector<char> buf(16384);
+  int herr = 0;
+  const void* addr = nullptr;
+  socklen_t len = 0;
+  if (res->ai_family == AF_INET) {
+    addr = &reinterpret_cast<sockaddr_in*>(res->ai_addr)->sin_addr;
+    len = sizeof(in_addr);
+  } else {
+    addr = &reinterpret_cast<sockaddr_in6*>(res->ai_addr)->sin6_addr;
+    len = sizeof(in6_addr);
+  }
+  int family = res->ai_family;
+  int rc = ::gethostbyaddr_r(addr, len, family, &he, buf.data(), buf.size(), &result, &herr);
+  ::freeaddrinfo(res);
+  if (rc != 0 || result == nullptr || result->h_name == nullptr) return hostname;
+  std::vector<std::string> names = {result->h_name};
+  for (char** a = result->h_aliases; a != nullptr && *a != nullptr; ++a) names.push_back(*a);
+  for (const auto& n : names) {
+    if (n.find('.') != std::string::npos) return n;
+  }
+  return result->h_name;
+}
+
+Result<int> PickFreePort() {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io);
+  boost::system::error_code ec;
+  // Dual stack where possible, so the port is free for IPv4 and IPv6 alike.
+  acceptor.open(boost::asio::ip::tcp::v6(), ec);
+  if (!ec) acceptor.set_option(boost::asio::ip::v6_only(false), ec);
+  if (!ec) acceptor.bind({boost::asio::ip::tcp::v6(), 0}, ec);
+  if (ec) {
+    acceptor.close();
+    ec.clear();
+    acceptor.open(boost::asio::ip::tcp::v4(), ec);
+    if (!ec) acceptor.bind({boost::asio::ip::tcp::v4(), 0}, ec);
+  }
+  if (ec) return Error{"cannot find a free port: " + ec.message()};
+  return acceptor.local_endpoint().port();
+}
+
+}  // namespace ftrun::launcher

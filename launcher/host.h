@@ -1,0 +1,18 @@
+// Facts about this host needed for ranks and reports.
+#pragma once
+
+#include <string>
+
+#include "rendezvous/result.h"
+
+namespace ftrun::launcher {
+
+// Python's socket.getfqdn(): the first dotted name among the canonical name and aliases of
+// this host's address, else the canonical name, else gethostname(). Blocking (DNS): call at
+// start-up only.
+std::string FullyQualifiedHostname();
+
+// A TCP port that is free on every local address right now (bound to port 0, then closed).
+Result<int> PickFreePort();
+
+}  // namespace ftrun::launcher

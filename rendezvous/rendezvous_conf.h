@@ -1,0 +1,44 @@
+// --rdzv-conf: "key1=value1,key2=value2" with torchrun's keys, meanings and defaults, plus
+// ftrun's own keys. Pure parsing; no I/O.
+#pragma once
+
+#include <chrono>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "rendezvous/result.h"
+
+namespace ftrun::rendezvous {
+
+using Seconds = std::chrono::duration<double>;
+
+struct RendezvousConf {
+  Seconds timeout{900};              // static: how long agents wait for node 0
+  Seconds join_timeout{600};         // dynamic: a round must form within this
+  Seconds last_call_timeout{30};     // dynamic: extra wait once MIN nodes joined
+  Seconds close_timeout{30};
+  Seconds heartbeat_timeout{5};
+  Seconds keep_alive_interval{5};    // liveness: a node is lost after interval * max_attempt
+  int keep_alive_max_attempt = 3;
+  Seconds read_timeout{60};
+  std::optional<bool> is_host;       // unset: decided from the endpoint
+  std::optional<int> rank;           // static: set from --node-rank
+  std::string local_addr;
+  std::string token;                 // ftrun: shared secret every call must carry
+  std::vector<std::string> warnings;  // e.g. unknown keys, ignored but worth a log line
+};
+
+// torchrun's split: ',' between pairs, the first '=' inside one; blanks trimmed. An empty key
+// or value is an error. The result keeps the order of appearance (last one wins on repeat).
+Result<std::map<std::string, std::string>> SplitRendezvousConf(std::string_view text);
+
+// Parses and validates every known key. Error messages name the key and the bad value.
+Result<RendezvousConf> ParseRendezvousConf(std::string_view text);
+
+// torchrun's boolean spelling: 1/true/t/yes/y and 0/false/f/no/n, any case.
+std::optional<bool> ParseBool(std::string_view text);
+
+}  // namespace ftrun::rendezvous

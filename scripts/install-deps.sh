@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs every build, test and demo dependency of ftrun from Debian 12 packages.
+# Idempotent and quiet: does nothing (not even `apt-get update`) when all are present.
+set -euo pipefail
+
+packages=(
+  # build
+  cmake ninja-build g++ pkg-config
+  libcli11-dev libboost1.81-dev libboost-filesystem1.81-dev libgrpc++-dev protobuf-compiler-grpc
+  libprotobuf-dev protobuf-compiler libspdlog-dev libgtest-dev libgmock-dev
+  # tests, demo and benchmarks: Debian's torch (gloo) runs under /usr/bin/python3
+  python3 python3-torch iproute2 procps
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  status=$(dpkg-query -W -f='${db:Status-Status}' "$p" 2>/dev/null || true)
+  [ "$status" = installed ] || missing+=("$p")
+done
+[ ${#missing[@]} -eq 0 ] && exit 0
+
+sudo=()
+[ "$(id -u)" -eq 0 ] || sudo=(sudo)
+export DEBIAN_FRONTEND=noninteractive
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+if ! { "${sudo[@]}" apt-get update -q && \
+       "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+  cat "$log" >&2
+  echo "install-deps: failed to install: ${missing[*]}" >&2
+  exit 1
+fi

@@ -1,0 +1,217 @@
+// What workers see and where their output goes: environment, inherited fds, ${local_rank},
+// the log directory layout, redirects, tee prefixes, rank filters and duplicate filters.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "tests/support/test_support.h"
+
+namespace ftrun::testing {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+class WorkerIo : public ::testing::Test {
+ protected:
+  std::vector<std::string> Cmd(std::vector<std::string> options,
+                               const std::vector<std::string>& actions) {
+    std::vector<std::string> argv = {"--log-dir", logs()};
+    argv.insert(argv.end(), options.begin(), options.end());
+    argv.push_back("--no-python");
+    argv.push_back(FakeWorkerBinary());
+    argv.insert(argv.end(), actions.begin(), actions.end());
+    return argv;
+  }
+  std::string logs() const { return dir_ / "logs"; }
+  // The single run directory ftrun created under the log dir.
+  std::string RunDir() {
+    for (const auto& e : fs::directory_iterator(logs())) return e.path().string();
+    return "";
+  }
+  TempDir dir_;
+};
+
+TEST_F(WorkerIo, EnvironmentOfEveryRank) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "3", "--max-restarts", "2", "--rdzv-id", "job7",
+                         "--role", "trainer"},
+                        {"env", dir_ / "env"}),
+                    {{"SOME_USER_VAR", "kept"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string master_port;
+  for (int rank = 0; rank < 3; ++rank) {
+    auto env = ParseEnvFile(dir_ / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["RANK"], std::to_string(rank));
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank));
+    EXPECT_EQ(env["ROLE_RANK"], std::to_string(rank));
+    EXPECT_EQ(env["GROUP_RANK"], "0");
+    EXPECT_EQ(env["WORLD_SIZE"], "3");
+    EXPECT_EQ(env["LOCAL_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["ROLE_WORLD_SIZE"], "3");
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "1");
+    EXPECT_EQ(env["ROLE_NAME"], "trainer");
+    EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.1");
+    EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
+    EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "2");
+    EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job7");
+    EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");
+    EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
+    EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
+    EXPECT_EQ(env["SOME_USER_VAR"], "kept");
+    EXPECT_TRUE(std::regex_match(
+        env["TORCHELASTIC_ERROR_FILE"],
+        std::regex(logs() + "/job7_[a-z0-9_]{8}/attempt_0/" + std::to_string(rank) +
+                   "/error.json")))
+        << env["TORCHELASTIC_ERROR_FILE"];
+    // A port the agent picked for this round: the same for all ranks, not --master-port.
+    if (rank == 0) master_port = env["MASTER_PORT"];
+    EXPECT_EQ(env["MASTER_PORT"], master_port);
+  }
+  EXPECT_NE(master_port, "29500");
+  EXPECT_GT(std::stoi(master_port), 0);
+}
+
+TEST_F(WorkerIo, OmpBannerOnlyWhenUnsetAndSeveralWorkers) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "2"}, {"env", dir_ / "env"}));
+  EXPECT_NE(r.err.find("Setting OMP_NUM_THREADS environment variable"), std::string::npos);
+  auto kept = RunFtrun(Cmd({"--nproc-per-node", "2"}, {"env", dir_ / "kept"}),
+                       {{"OMP_NUM_THREADS", "4"}});
+  EXPECT_EQ(kept.err.find("Setting OMP_NUM_THREADS"), std::string::npos);
+  EXPECT_EQ(ParseEnvFile(dir_ / "kept.0")["OMP_NUM_THREADS"], "4");
+  auto one = RunFtrun(Cmd({}, {"env", dir_ / "one"}));
+  EXPECT_EQ(one.err.find("Setting OMP_NUM_THREADS"), std::string::npos);
+}
+
+TEST_F(WorkerIo, OnlyStandardFdsAreInherited) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--tee", "3"}, {"fds", dir_ / "fds"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ReadFile(dir_ / "fds.0"), "");
+  EXPECT_EQ(ReadFile(dir_ / "fds.1"), "");
+}
+
+TEST_F(WorkerIo, LocalRankSubstitutionInArguments) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "2"}, {"print", "rank-${local_rank}-$$x"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("rank-0-$x\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("rank-1-$x\n"), std::string::npos) << r.out;
+}
+
+TEST_F(WorkerIo, LogDirectoryLayout) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--max-restarts", "1"},
+                        {"if-attempt", "0", "exit", "1"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string run = RunDir();
+  EXPECT_TRUE(std::regex_match(fs::path(run).filename().string(),
+                               std::regex("none_[a-z0-9_]{8}")))
+      << run;
+  for (const char* d : {"attempt_0/0", "attempt_0/1", "attempt_1/0", "attempt_1/1"}) {
+    EXPECT_TRUE(fs::is_directory(run + "/" + d)) << d;
+  }
+  EXPECT_FALSE(FileExists(run + "/attempt_0/0/stdout.log"));  // nothing redirected
+}
+
+TEST_F(WorkerIo, DefaultLogDirIsATorchelasticTempDir) {
+  std::vector<std::string> argv = {"--no-python", FakeWorkerBinary(), "exit", "0"};
+  auto r = RunFtrun(argv, {{"TMPDIR", dir_.path()}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  int found = 0;
+  for (const auto& e : fs::directory_iterator(dir_.path())) {
+    std::string name = e.path().filename().string();
+    found += std::regex_match(name, std::regex("torchelastic_[a-z0-9_]{8}"));
+  }
+  EXPECT_EQ(found, 1);
+}
+
+TEST_F(WorkerIo, RedirectSendsStreamsToFilesOnly) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--redirects", "0:1,1:3"},
+                        {"print", "out-${local_rank}", "eprint", "err-${local_rank}"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  std::string run = RunDir();
+  EXPECT_EQ(ReadFile(run + "/attempt_0/0/stdout.log"), "out-0\n");
+  EXPECT_FALSE(FileExists(run + "/attempt_0/0/stderr.log"));
+  EXPECT_EQ(ReadFile(run + "/attempt_0/1/stdout.log"), "out-1\n");
+  EXPECT_EQ(ReadFile(run + "/attempt_0/1/stderr.log"), "err-1\n");
+  EXPECT_EQ(r.out.find("out-"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("err-0"), std::string::npos);  // rank 0's stderr was not redirected
+  EXPECT_EQ(r.err.find("err-1"), std::string::npos);
+}
+
+TEST_F(WorkerIo, TeeWritesFilesAndPrefixedConsoleLines) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--tee", "3", "--role", "trainer"},
+                        {"print", "hello ${local_rank}", "eprint", "oops ${local_rank}"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[trainer0]:hello 0\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.out.find("[trainer1]:hello 1\n"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("[trainer1]:oops 1\n"), std::string::npos) << r.err;
+  std::string run = RunDir();
+  EXPECT_EQ(ReadFile(run + "/attempt_0/1/stdout.log"), "hello 1\n");
+  EXPECT_EQ(ReadFile(run + "/attempt_0/0/stderr.log"), "oops 0\n");
+}
+
+TEST_F(WorkerIo, TeeKeepsEverythingWhenTheWorkerDiesRightAway) {
+  std::vector<std::string> actions;
+  for (int i = 0; i < 2000; ++i) actions.insert(actions.end(), {"print", "line" + std::to_string(i)});
+  actions.insert(actions.end(), {"kill-self", "9"});
+  auto r = RunFtrun(Cmd({"--tee", "1"}, actions));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.out.find("[default0]:line1999\n"), std::string::npos);
+  EXPECT_EQ(Lines(ReadFile(RunDir() + "/attempt_0/0/stdout.log")).size(), 2000u);
+}
+
+TEST_F(WorkerIo, LinePrefixTemplate) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--tee", "1"}, {"print", "x"}),
+                    {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "<${role_name}:${rank}> "}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("<default:1> x\n"), std::string::npos) << r.out;
+}
+
+TEST_F(WorkerIo, LocalRanksFilter) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "3", "--tee", "1", "--local-ranks-filter", "1"},
+                        {"print", "hi ${local_rank}"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("[default1]:hi 1"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("hi 0"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("hi 2"), std::string::npos) << r.out;
+  EXPECT_EQ(ReadFile(RunDir() + "/attempt_0/2/stdout.log"), "hi 2\n");  // files are complete
+  // Without tee, the filtered-out ranks' streams go to /dev/null.
+  auto plain = RunFtrun(Cmd({"--nproc-per-node", "2", "--local-ranks-filter", "0"},
+                            {"print", "plain ${local_rank}"}));
+  EXPECT_NE(plain.out.find("plain 0"), std::string::npos);
+  EXPECT_EQ(plain.out.find("plain 1"), std::string::npos);
+}
+
+TEST_F(WorkerIo, DuplicateStdoutFilters) {
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--tee", "1", "--duplicate-stdout-filters",
+                         "loss,acc"},
+                        {"print", "step 1", "print", "loss=0.5", "print", "acc=0.9"}));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto lines = Lines(ReadFile(RunDir() + "/attempt_0/filtered_stdout.log"));
+  EXPECT_EQ(lines.size(), 4u);
+  for (const auto& l : lines) EXPECT_EQ(l.find("step"), std::string::npos) << l;
+}
+
+TEST_F(WorkerIo, DevNullLogDirDisablesFiles) {
+  std::vector<std::string> argv = {"--log-dir", "/dev/null", "--redirects", "1", "--no-python",
+                                   FakeWorkerBinary(), "env", dir_ / "env", "print", "gone"};
+  auto r = RunFtrun(argv);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(ParseEnvFile(dir_ / "env.0")["TORCHELASTIC_ERROR_FILE"], "");
+  EXPECT_EQ(r.out.find("gone"), std::string::npos);
+}
+
+TEST_F(WorkerIo, PythonExecIsTheInterpreter) {
+  std::string script = dir_ / "w.sh";
+  {
+    std::ofstream(script) << "echo \"args=$* rank=$RANK\"\n";
+  }
+  auto r = RunFtrun({"--log-dir", logs(), script, "a", "${local_rank}"},
+                    {{"PYTHON_EXEC", "/bin/sh"}});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.out.find("args=a 0 rank=0"), std::string::npos) << r.out;
+}
+
+}  // namespace
+}  // namespace ftrun::testing

@@ -1,0 +1,84 @@
+// Helpers for tests that run real processes: a temporary directory, polling with a deadline
+// (never a fixed sleep before an assertion), process inspection through /proc, and running
+// the ftrun binary with captured output and a hard timeout.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ftrun::testing {
+
+// Paths of the binaries under test (set by CMake).
+std::string FtrunBinary();
+std::string FakeWorkerBinary();
+std::string SourceDir();
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+  std::string operator/(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+// Polls `cond` every few milliseconds until it holds or `timeout` passes.
+bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout);
+
+std::string ReadFile(const std::string& path);
+bool FileExists(const std::string& path);
+std::vector<std::string> Lines(const std::string& text);
+// KEY=VALUE lines into a map.
+std::map<std::string, std::string> ParseEnvFile(const std::string& path);
+
+// True while pid exists and is not a zombie.
+bool ProcessAlive(pid_t pid);
+// The process state letter from /proc/<pid>/stat ('Z' for a zombie), or 0 if gone.
+char ProcessState(pid_t pid);
+// The pids of the children of `pid`, from /proc.
+std::vector<pid_t> ChildrenOf(pid_t pid);
+// Reads a pid written by fake_worker's pidfile/grandchild actions.
+pid_t ReadPid(const std::string& path);
+
+struct RunResult {
+  int exit_code = -1;  // shell style: 128 + signal for a signal death
+  int signal = 0;
+  bool timed_out = false;
+  std::string out;
+  std::string err;
+};
+
+// Runs ftrun (or any program) in the background with stdout/stderr captured to files.
+class ChildRun {
+ public:
+  ChildRun(const std::string& program, const std::vector<std::string>& args,
+           const std::map<std::string, std::string>& extra_env = {},
+           const std::vector<std::string>& unset_env = {});
+  ~ChildRun();
+  pid_t pid() const;
+  void Signal(int sig);
+  // Waits for the exit; after `timeout` kills the process group and reports timed_out.
+  RunResult Wait(std::chrono::milliseconds timeout = std::chrono::seconds(60));
+  // The output so far.
+  std::string Err() const;
+  std::string Out() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Runs ftrun with `args` to completion.
+RunResult RunFtrun(const std::vector<std::string>& args,
+                   const std::map<std::string, std::string>& extra_env = {},
+                   std::chrono::milliseconds timeout = std::chrono::seconds(60));
+
+}  // namespace ftrun::testing
