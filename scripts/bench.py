@@ -1,0 +1,248 @@
+#!/usr/bin/python3
+"""Benchmark ftrun against Debian's torchrun (torch 1.13) on the same work.
+
+Runs every measurement several times per launcher and prints medians, minimums and the
+ratio ftrun/torchrun. Not a test: a missed target is only reported. Exits non-zero only if
+a launcher run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
+"""
+import argparse
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from typing import Callable, Optional
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = "/usr/bin/python3"
+
+# torch 1.13 on Python 3.11: IntFlag iteration skips NONE (0) and ALL (3), so
+# Std.from_str("0") returns None and torchrun dies at start-up. Parse the values directly.
+TORCHRUN_PATCH = """
+import re, sys
+from torch.distributed.elastic.multiprocessing import api
+def from_str(cls, text):
+    if re.fullmatch(r"[0-3]", text):
+        return cls(int(text))
+    if re.fullmatch(r"(\\d+:[0-3],)*\\d+:[0-3]", text):
+        return {int(k): cls(int(v)) for k, v in (p.split(":") for p in text.split(","))}
+    raise ValueError(f"bad std value {text!r}")
+api.Std.from_str = classmethod(from_str)
+import torch.distributed.run
+sys.exit(torch.distributed.run.main())
+"""
+
+
+class LauncherFailed(Exception):
+    pass
+
+
+@dataclass
+class RunResult:
+    wall: float      # seconds from spawn to exit of the launcher
+    sampled: object  # what on_start returned
+    dir: str         # the run's private dir (logs, TMPDIR, stamp files)
+
+
+class Bench:
+    def __init__(self, ftrun: str, fake_worker: str, runs: int):
+        self.ftrun = ftrun
+        self.worker = fake_worker
+        self.runs = runs
+        self.root = tempfile.mkdtemp(prefix="ftrun-bench-")
+        self._cache: dict = {}
+
+    def torchrun(self, monitor_interval: float) -> list:
+        return [PYTHON, "-c", TORCHRUN_PATCH, "--monitor_interval", str(monitor_interval)]
+
+    def ftrun_cmd(self) -> list:
+        return [self.ftrun, "--log-level", "warning"]
+
+    def run(self, launcher: list, nproc: int, worker_args: list, worker: str = "",
+            on_start: Optional[Callable] = None, **launcher_opts) -> RunResult:
+        """Runs launcher with nproc workers (default: the fake worker); it must exit 0.
+
+        "{dir}" in worker_args becomes the run's private dir. on_start(popen) runs while
+        the launcher is alive (e.g. to sample it) and must return once it has exited.
+        """
+        run_dir = tempfile.mkdtemp(dir=self.root)
+        opts = {"nproc_per_node": nproc, "log_dir": os.path.join(run_dir, "logs"),
+                "master_port": free_port(), **launcher_opts}
+        cmd = list(launcher)
+        for key, value in opts.items():
+            cmd += [f"--{key}", str(value)]
+        cmd += ["--no_python", worker or self.worker, *[a.replace("{dir}", run_dir) for a in worker_args]]
+        env = dict(os.environ, TMPDIR=run_dir)
+        with open(os.path.join(run_dir, "console"), "w+") as out:
+            start = time.perf_counter()
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+            extra = on_start(proc) if on_start else None
+            try:
+                rc = proc.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                rc = proc.wait()
+            wall = time.perf_counter() - start
+            if rc != 0:
+                out.seek(0)
+                shown = cmd[3:] if cmd[0] == PYTHON else cmd  # skip the inline patch
+                raise LauncherFailed(f"exit {rc}: {' '.join(shown)}\n{out.read()[-3000:]}")
+        return RunResult(wall, extra, run_dir)
+
+    def samples(self, measure: Callable, launcher: list) -> list:
+        """N values of measure(bench, launcher); cached so rows can share a launcher's samples."""
+        key = (measure.__name__, tuple(launcher))
+        if key not in self._cache:
+            name = "ftrun" if launcher[0] == self.ftrun else "torchrun " + " ".join(launcher[3:])
+            values = []
+            for i in range(self.runs):
+                print(f"  {measure.__name__} [{name}] run {i + 1}/{self.runs}", file=sys.stderr, flush=True)
+                values.append(measure(self, launcher))
+            self._cache[key] = values
+        return self._cache[key]
+
+    def close(self):
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- measurements: f(bench, launcher argv prefix) -> one value ----
+
+def whole_run(bench: Bench, launcher: list) -> float:
+    """Seconds from spawn to exit of the launcher, 4 workers of /bin/true."""
+    return bench.run(launcher, 4, [], worker="/bin/true").wall
+
+
+def restart_latency(bench: Bench, launcher: list) -> float:
+    """Ms from rank 1's failure in attempt 0 to the last rank's start in attempt 1."""
+    args = ["stamp", "{dir}/start",
+            "if-attempt", "0", "if-rank", "1", "stamp", "{dir}/exit",
+            "if-attempt", "0", "if-rank", "1", "exit", "1",
+            "if-attempt", "0", "sleep", "30",
+            "exit", "0"]
+    run_dir = bench.run(launcher, 4, args, max_restarts=1).dir
+    (exit_ns,) = [int(l.split()[2]) for l in read_lines(f"{run_dir}/exit")]
+    starts = [l.split() for l in read_lines(f"{run_dir}/start")]
+    restarted = [int(ns) for rank, attempt, ns in starts if attempt == "1"]
+    if len(restarted) != 4:
+        raise LauncherFailed(f"expected 4 starts in attempt 1, got {len(restarted)}")
+    return (max(restarted) - exit_ns) / 1e6
+
+
+def peak_rss(bench: Bench, launcher: list) -> float:
+    """MB: the launcher's own VmHWM, last value read while 4 workers sleep 1.5 s."""
+    def sample(proc):
+        peak_kb = 0
+        while proc.poll() is None:
+            try:
+                with open(f"/proc/{proc.pid}/status") as f:
+                    for line in f:
+                        if line.startswith("VmHWM:"):
+                            peak_kb = int(line.split()[1])
+            except OSError:
+                pass
+            time.sleep(0.005)
+        return peak_kb
+    return bench.run(launcher, 4, ["sleep", "1.5"], on_start=sample).sampled / 1024
+
+
+def read_lines(path: str) -> list:
+    with open(path) as f:
+        return [l for l in f.read().splitlines() if l.strip()]
+
+
+# ---- the table ----
+
+@dataclass
+class Row:
+    label: str
+    measure: Callable
+    monitor_interval: float          # torchrun's; ftrun always runs at its defaults
+    unit: str                        # "s", "ms" or "MB"
+    target: str = "-"
+    met: Optional[Callable] = None   # met(torchrun median, ftrun median) -> bool
+
+
+ROWS = [
+    Row("whole run 4x /bin/true (mi=0.1)", whole_run, 0.1, "s", "<= 1/20", lambda t, f: f / t <= 1 / 20),
+    Row("whole run 4x /bin/true (mi=5)", whole_run, 5, "s"),
+    Row("restart latency 4 ranks (mi=0.1)", restart_latency, 0.1, "ms", "< 50 ms", lambda t, f: f < 50),
+    Row("restart latency 4 ranks (mi=5)", restart_latency, 5, "ms"),
+    Row("launcher peak RSS, 4 workers", peak_rss, 0.1, "MB", "< 20 MB", lambda t, f: f < 20),
+]
+
+
+def fmt(value: float, unit: str) -> str:
+    return {"s": f"{value:.3f} s", "ms": f"{value:.1f} ms", "MB": f"{value:.1f} MB"}[unit]
+
+
+def ratio(torchrun: float, ftrun: float) -> str:
+    r = ftrun / torchrun
+    return f"1/{round(1 / r)}" if r < 0.5 else f"{r:.2f}"
+
+
+def header(bench: Bench):
+    torch_version = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
+                                   capture_output=True, text=True).stdout.strip() or "not importable"
+    ftrun_version = subprocess.run([bench.ftrun, "--version"], capture_output=True, text=True).stdout.strip()
+    cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
+    u = os.uname()
+    print(f"machine: {os.cpu_count()} CPUs ({cpu}), {u.sysname} {u.release} {u.machine}")
+    print(f"torch {torch_version} (torchrun via {PYTHON} + Std.from_str patch), {ftrun_version}")
+    print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--ftrun", default=os.path.join(REPO, "build/launcher/ftrun"))
+    p.add_argument("--fake-worker", default=os.path.join(REPO, "build/tests/fake_worker"))
+    n = p.add_mutually_exclusive_group()
+    n.add_argument("--runs", type=int, default=7, help="runs per launcher and row (default 7)")
+    n.add_argument("--quick", action="store_const", const=3, dest="runs", help="3 runs")
+    opts = p.parse_args()
+    for path in (opts.ftrun, opts.fake_worker):
+        if not os.access(path, os.X_OK):
+            p.error(f"{path} is not an executable (build first: scripts/bench.sh)")
+
+    bench = Bench(os.path.abspath(opts.ftrun), os.path.abspath(opts.fake_worker), opts.runs)
+    results = []
+    try:
+        header(bench)  # also warms the page cache for torch
+        for row in ROWS:
+            t = bench.samples(row.measure, bench.torchrun(row.monitor_interval))
+            f = bench.samples(row.measure, bench.ftrun_cmd())
+            results.append((row, t, f))
+    except LauncherFailed as e:
+        print(f"launcher run failed: {e}", file=sys.stderr)
+        return 1
+    finally:
+        bench.close()
+
+    widths = (34, 22, 22, 7, 9)
+    cols = ("metric", "torchrun", "ftrun", "ratio", "target")
+    print()
+    print("".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))))
+    for row, t, f in results:
+        tm, fm = statistics.median(t), statistics.median(f)
+        cells = (row.label,
+                 f"{fmt(tm, row.unit)} ({fmt(min(t), row.unit).split()[0]})",
+                 f"{fmt(fm, row.unit)} ({fmt(min(f), row.unit).split()[0]})",
+                 ratio(tm, fm), row.target)
+        line = "".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+        if row.met:
+            line += "  ok" if row.met(tm, fm) else "  MISSED"
+        print(line)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
