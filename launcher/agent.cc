@@ -48,9 +48,26 @@ const char* Agent::StateName() const {
 int Agent::Run() {
   for (int s : config_.signals) signals_.add(s);
   WaitForSignal();
+  if (!opts_.watchdog_fifo.empty()) {
+    watchdog_ = std::make_unique<FileTimerServer>(io_, opts_.watchdog_fifo,
+                                                  [this](pid_t p) { return IsWorkerProcess(p); });
+    if (auto s = watchdog_->Start(); !s) {
+      Log()->error("TORCHELASTIC_ENABLE_FILE_TIMER=1: {}", s.error().message);
+      return 1;
+    }
+  }
   coordinator_->Start(this);
   io_.run();
   return exit_code_;
+}
+
+bool Agent::IsWorkerProcess(pid_t pid) const {
+  if (!group_) return false;
+  const pid_t pgid = ::getpgid(pid);
+  for (const auto& w : group_->workers()) {
+    if (w.process && !w.process->exited() && pgid == w.process->pid()) return true;
+  }
+  return false;
 }
 
 void Agent::WaitForSignal() {
@@ -118,7 +135,7 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
                st.TorchExitCode(), w.local_rank, w.process->pid(),
                BuildWorkerCommand(config_, w.local_rank).program, w.rank, attempt);
   local_failures_.push_back(DescribeFailure(w.local_rank, w.rank, w.process->pid(), st,
-                                            w.error_file, opts_.host, NowSeconds()));
+                                            w.error_file, opts_.host.get(), NowSeconds()));
   StopGroup(SIGTERM, AfterStop::kReportStopped);
   coordinator_->WorkersFailed(local_failures_);
 }
@@ -213,6 +230,7 @@ void Agent::Finish(int exit_code) {
   exit_code_ = exit_code;
   boost::system::error_code ec;
   signals_.cancel(ec);
+  if (watchdog_) watchdog_->Stop();
   coordinator_->Shutdown();
   if (result_) ReportOutcome(*result_);
 }

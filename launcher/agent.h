@@ -12,12 +12,14 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "launcher/coordinator.h"
 #include "launcher/environment.h"
+#include "launcher/file_timer_server.h"
 #include "launcher/launch_config.h"
 #include "launcher/log_dir.h"
 #include "launcher/worker_group.h"
@@ -27,8 +29,9 @@ namespace ftrun::launcher {
 struct AgentOptions {
   const LaunchConfig* config = nullptr;
   EnvMap agent_env;  // ftrun's environment, OMP_NUM_THREADS rule applied
-  std::string host;  // for failure reports
+  std::shared_future<std::string> host;  // this host's name, for failure reports
   RunLogDir log_dir;
+  std::string watchdog_fifo;  // serve torch's FileTimerClient requests here ("" = off)
 };
 
 class Agent : public Coordinator::Listener {
@@ -60,12 +63,14 @@ class Agent : public Coordinator::Listener {
   void Finish(int exit_code);
   void ReportOutcome(const JobResult& result);
   const char* StateName() const;
+  bool IsWorkerProcess(pid_t pid) const;
 
   boost::asio::io_context& io_;
   AgentOptions opts_;
   const LaunchConfig& config_;
   std::unique_ptr<Coordinator> coordinator_;
   boost::asio::signal_set signals_;
+  std::unique_ptr<FileTimerServer> watchdog_;
 
   // State below is touched only on the loop.
   State state_ = State::kWaiting;

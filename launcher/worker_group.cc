@@ -215,18 +215,22 @@ size_t WorkerGroup::live_count() const {
 
 void WorkerGroup::Stop(int sig, std::chrono::milliseconds grace) {
   const bool first = !stopping_;
+  if (!first && sig == stop_signal_) return;  // already on its way
   stopping_ = true;
+  stop_signal_ = sig;
+  if (sig != SIGKILL) {
+    for (auto& w : workers_) {
+      if (!w.process) continue;
+      if (!w.process->exited()) {
+        Logger("launcher")->info("sending {} to worker local_rank={} pid={}", SignalName(sig),
+                                 w.local_rank, w.process->pid());
+      }
+      w.process->SignalGroup(sig);  // an exited worker's group may still hold grandchildren
+    }
+  }
   if (sig == SIGKILL || grace.count() == 0) {
     KillRemaining();
     return;
-  }
-  for (auto& w : workers_) {
-    if (!w.process) continue;
-    if (!w.process->exited()) {
-      Logger("launcher")->info("sending {} to worker local_rank={} pid={}", SignalName(sig),
-                               w.local_rank, w.process->pid());
-    }
-    w.process->SignalGroup(sig);  // an exited worker's group may still hold grandchildren
   }
   if (!first || live_count() == 0) return;
   grace_timer_.expires_after(grace);

@@ -63,8 +63,9 @@ class WorkerGroup {
   // still follows) and the error names the rank and the program.
   Status Start();
 
-  // Sends `sig` to every live worker's process group; after `grace`, SIGKILL to the ones
-  // still alive. A second call with SIGKILL, or a zero grace, kills at once.
+  // Sends `sig` to every worker's process group; after `grace`, SIGKILL to the ones still
+  // alive. A zero grace sends `sig` and SIGKILL at once; SIGKILL kills at once. Repeating
+  // the same signal does nothing.
   void Stop(int sig, std::chrono::milliseconds grace);
 
   size_t live_count() const;
@@ -89,6 +90,7 @@ class WorkerGroup {
   std::vector<Worker> workers_;
   boost::asio::steady_timer grace_timer_;
   bool stopping_ = false;
+  int stop_signal_ = 0;
   bool all_exited_reported_ = false;
   size_t started_ = 0;
 };

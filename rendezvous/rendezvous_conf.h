@@ -32,7 +32,7 @@ struct RendezvousConf {
 };
 
 // torchrun's split: ',' between pairs, the first '=' inside one; blanks trimmed. An empty key
-// or value is an error. The result keeps the order of appearance (last one wins on repeat).
+// or value is an error. A repeated key keeps its last value.
 Result<std::map<std::string, std::string>> SplitRendezvousConf(std::string_view text);
 
 // Parses and validates every known key. Error messages name the key and the bad value.

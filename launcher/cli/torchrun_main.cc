@@ -50,7 +50,20 @@ int RunTorchrun(const std::vector<std::string>& argv) {
     return 1;
   }
   if (ApplyOmpNumThreadsRule(env, config.nproc_per_node)) log->warn("{}", kOmpBanner);
+  // torchrun's watchdog: with TORCHELASTIC_ENABLE_FILE_TIMER=1 the agent serves a FIFO whose
+  // path the workers find in TORCHELASTIC_TIMER_FILE.
+  std::string watchdog_fifo;
+  if (Lookup(env, "TORCHELASTIC_ENABLE_FILE_TIMER") == "1") {
+    watchdog_fifo =
+        Lookup(env, "TORCHELASTIC_TIMER_FILE").value_or("/tmp/watchdog_timer_" + RandomUuid4());
+    env["TORCHELASTIC_TIMER_FILE"] = watchdog_fifo;
+  }
 
+  if (config.max_nodes > 1) {
+    log->error("--nnodes {}:{}: multi-node jobs are not supported yet", config.min_nodes,
+               config.max_nodes);
+    return 1;
+  }
   auto log_dir = RunLogDir::Create(config.log_dir, config.run_id, env);
   if (!log_dir) {
     log->error("{}", log_dir.error().message);
@@ -63,11 +76,6 @@ int RunTorchrun(const std::vector<std::string>& argv) {
       config.run_id, config.backend == RendezvousBackend::kStatic ? "static" : "c10d",
       config.script, log_dir->disabled() ? "/dev/null" : log_dir->run_dir());
 
-  if (config.max_nodes > 1) {
-    log->error("--nnodes {}:{}: multi-node jobs are not supported yet", config.min_nodes,
-               config.max_nodes);
-    return 1;
-  }
   // Sockets and console pipes report EPIPE instead of killing the agent; workers get the
   // default disposition back.
   std::signal(SIGPIPE, SIG_IGN);
@@ -84,10 +92,10 @@ int RunTorchrun(const std::vector<std::string>& argv) {
   opts.config = &config;
   opts.agent_env = std::move(env);
   opts.log_dir = std::move(*log_dir);
+  opts.host = host;
+  opts.watchdog_fifo = watchdog_fifo;
   Agent agent(io, std::move(opts), std::make_unique<LocalCoordinator>(io, local));
-  int code = agent.Run();
-  (void)host;
-  return code;
+  return agent.Run();
 }
 
 }  // namespace ftrun::launcher

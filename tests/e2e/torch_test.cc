@@ -153,5 +153,20 @@ TEST_F(TorchE2E, ModuleAndRunPathEntryPoints) {
   EXPECT_EQ(Str(ReadJson(dir_ / "rp/env.1.json"), "RANK"), "1");
 }
 
+TEST_F(TorchE2E, FileTimerWatchdogKillsAnOverrunningWorker) {
+  auto r = RunFtrun({"--nproc-per-node", "2", "--log-dir", dir_ / "logs",
+                     SourceDir() + "/tests/e2e/workers/watchdog.py"},
+                    {{"PYTHON_EXEC", kPython}, {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"},
+                     {"TORCHELASTIC_TIMER_FILE", dir_ / "watchdog.fifo"}},
+                    120s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.out.find("rank 0 finished its step"), std::string::npos) << r.out;
+  EXPECT_EQ(r.out.find("rank 1 finished"), std::string::npos) << r.out;
+  EXPECT_NE(r.err.find("watchdog: timer scope=step expired"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("  rank      : 1 (local_rank: 1)"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("Signal 9 (SIGKILL)"), std::string::npos) << r.err;
+  EXPECT_FALSE(FileExists(dir_ / "watchdog.fifo"));
+}
+
 }  // namespace
 }  // namespace ftrun::testing

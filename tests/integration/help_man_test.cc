@@ -1,0 +1,58 @@
+// `ftrun --help` and man/ftrun.1 must list the same options.
+#include <gtest/gtest.h>
+
+#include <regex>
+#include <set>
+
+#include "tests/support/test_support.h"
+
+namespace ftrun::testing {
+namespace {
+
+std::set<std::string> HelpOptions() {
+  auto r = RunFtrun({"--help"});
+  EXPECT_EQ(r.exit_code, 0);
+  std::set<std::string> out;
+  static const std::regex option("^\\s+(?:-[a-z], )?(--[a-z][a-z0-9-]*)");
+  for (const auto& line : Lines(r.out)) {
+    std::smatch m;
+    if (std::regex_search(line, m, option)) out.insert(m[1]);
+  }
+  return out;
+}
+
+// Long options named on the tag line of every .TP paragraph of the man page.
+std::set<std::string> ManOptions() {
+  std::set<std::string> out;
+  auto lines = Lines(ReadFile(SourceDir() + "/man/ftrun.1"));
+  static const std::regex option(R"(\\-\\-([a-z0-9]+(?:\\-[a-z0-9]+)*))");
+  for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    if (lines[i] != ".TP" || lines[i + 1].rfind("\\fB", 0) != 0) continue;
+    const std::string& tag = lines[i + 1];
+    for (std::sregex_iterator it(tag.begin(), tag.end(), option), end; it != end; ++it) {
+      std::string name = (*it)[1];
+      name = std::regex_replace(name, std::regex("\\\\-"), "-");
+      out.insert("--" + name);
+    }
+  }
+  return out;
+}
+
+TEST(HelpAndManPage, ListTheSameOptions) {
+  auto help = HelpOptions();
+  auto man = ManOptions();
+  ASSERT_GT(help.size(), 25u) << "could not read the --help options";
+  for (const auto& o : help) EXPECT_TRUE(man.count(o)) << o << " is in --help but not in man";
+  for (const auto& o : man) EXPECT_TRUE(help.count(o)) << o << " is in the man page, not --help";
+}
+
+TEST(HelpAndManPage, ManPageDocumentsExitCodesAndDifferences) {
+  std::string man = ReadFile(SourceDir() + "/man/ftrun.1");
+  for (const char* section : {".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH DIFFERENCES FROM TORCHRUN",
+                              ".SH FILES", ".SH SIGNALS"}) {
+    EXPECT_NE(man.find(section), std::string::npos) << section;
+  }
+}
+
+}  // namespace
+}  // namespace ftrun::testing
