@@ -10,20 +10,11 @@
 #include <vector>
 
 #include "launcher/worker_process.h"
+#include "rendezvous/job_state.h"
 
 namespace ftrun::launcher {
 
-struct WorkerFailure {
-  int local_rank = 0;
-  int rank = 0;            // global rank
-  pid_t pid = 0;
-  int exitcode = 0;        // torchrun's: exit code, or -signal
-  std::string error_file;  // the path, or "<N/A>" when the worker wrote none
-  std::string error_json;  // the file's content when it parsed, for the parent error file
-  std::string message;     // traceback (py_callstack), message, or torchrun's made-up text
-  int64_t timestamp = 0;   // seconds since the epoch (error file's, else observation time)
-  std::string host;
-};
+using rendezvous::WorkerFailure;
 
 // Builds the failure record of a worker that exited with `status`, reading `error_file` when
 // it exists. An unreadable or malformed error file is reported in the message, never fatal.

@@ -1,10 +1,12 @@
 #include "launcher/host.h"
 
+#include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <set>
 #include <vector>
 
 #include <boost/asio/io_context.hpp>
@@ -46,6 +48,48 @@ std::string FullyQualifiedHostname() {
     if (n.find('.') != std::string::npos) return n;
   }
   return result->h_name;
+}
+
+namespace {
+
+// Numeric form of an address, comparable across sources.
+std::string Numeric(const sockaddr* sa) {
+  char buf[NI_MAXHOST] = {};
+  socklen_t len = sa->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6);
+  if (::getnameinfo(sa, len, buf, sizeof buf, nullptr, 0, NI_NUMERICHOST) != 0) return "";
+  std::string s = buf;
+  if (auto pct = s.find('%'); pct != std::string::npos) s.erase(pct);  // fe80::1%eth0
+  return s;
+}
+
+}  // namespace
+
+bool IsThisHost(const std::string& host, const std::string& fqdn) {
+  if (host == "localhost" || host == fqdn) return true;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0 && host == name) return true;
+  std::set<std::string> local;
+  ifaddrs* ifs = nullptr;
+  if (::getifaddrs(&ifs) == 0) {
+    for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
+      if (i->ifa_addr && (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6)) {
+        local.insert(Numeric(i->ifa_addr));
+      }
+    }
+    ::freeifaddrs(ifs);
+  }
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
+  bool ours = false;
+  for (addrinfo* r = res; r != nullptr && !ours; r = r->ai_next) {
+    std::string a = Numeric(r->ai_addr);
+    ours = local.count(a) != 0 || a.rfind("127.", 0) == 0 || a == "::1";
+  }
+  ::freeaddrinfo(res);
+  return ours;
 }
 
 Result<int> PickFreePort() {

@@ -12,6 +12,11 @@ namespace ftrun::launcher {
 // start-up only.
 std::string FullyQualifiedHostname();
 
+// Whether `host` names this machine: localhost, a loopback address, this host's name or
+// FQDN, or a name or address that resolves to one of this host's interface addresses.
+// Blocking (DNS): start-up only.
+bool IsThisHost(const std::string& host, const std::string& fqdn);
+
 // A TCP port that is free on every local address right now (bound to port 0, then closed).
 Result<int> PickFreePort();
 

@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <random>
 #include <regex>
+#include <tuple>
 
 #include "rendezvous/endpoint.h"
 #include "rendezvous/log.h"
@@ -37,28 +38,6 @@ std::optional<int> ToInt(std::string_view s) {
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
   return v;
-}
-
-Status ParseNnodes(const std::string& text, LaunchConfig& c) {
-  auto bad = [&](const std::string& why) {
-    return Error{"--nnodes: '" + text + "' " + why + " (expected N or MIN:MAX with 0 < MIN <= MAX)"};
-  };
-  size_t colon = text.find(':');
-  if (colon == std::string::npos) {
-    auto n = ToInt(text);
-    if (!n) return bad("is not a number");
-    c.min_nodes = c.max_nodes = *n;
-  } else {
-    if (text.find(':', colon + 1) != std::string::npos) return bad("has more than one ':'");
-    auto lo = ToInt(text.substr(0, colon));
-    auto hi = ToInt(text.substr(colon + 1));
-    if (!lo || !hi) return bad("is not of the form MIN:MAX");
-    c.min_nodes = *lo;
-    c.max_nodes = *hi;
-  }
-  if (c.min_nodes <= 0) return bad("needs at least one node");
-  if (c.min_nodes > c.max_nodes) return bad("has MIN > MAX");
-  return {};
 }
 
 Status ParseEntryPoint(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
@@ -212,6 +191,29 @@ Status ParseLogs(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
 
 }  // namespace
 
+Result<std::pair<int, int>> ParseNnodes(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return Error{"--nnodes: '" + text + "' " + why + " (expected N or MIN:MAX with 0 < MIN <= MAX)"};
+  };
+  int lo = 0, hi = 0;
+  size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    auto n = ToInt(text);
+    if (!n) return bad("is not a number");
+    lo = hi = *n;
+  } else {
+    if (text.find(':', colon + 1) != std::string::npos) return bad("has more than one ':'");
+    auto l = ToInt(text.substr(0, colon));
+    auto h = ToInt(text.substr(colon + 1));
+    if (!l || !h) return bad("is not of the form MIN:MAX");
+    lo = *l;
+    hi = *h;
+  }
+  if (lo <= 0) return bad("needs at least one node");
+  if (lo > hi) return bad("has MIN > MAX");
+  return std::pair{lo, hi};
+}
+
 std::vector<std::string> SplitCommaList(const std::string& text) {
   std::vector<std::string> out;
   std::string cur;
@@ -297,7 +299,9 @@ std::string RandomUuid4() {
 
 Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env) {
   LaunchConfig c;
-  if (auto s = ParseNnodes(a.nnodes, c); !s) return s.error();
+  auto nodes = ParseNnodes(a.nnodes);
+  if (!nodes) return nodes.error();
+  std::tie(c.min_nodes, c.max_nodes) = *nodes;
   c.nproc_spec = a.nproc_per_node;
   if (auto n = ToInt(a.nproc_per_node)) {
     if (*n <= 0) return Error{"--nproc-per-node: must be at least 1, got " + a.nproc_per_node};

@@ -101,6 +101,9 @@ Result<std::vector<int>> ParseSignalList(const std::string& text);
 // The name of a signal, e.g. "SIGTERM" (SIG<n> when unknown).
 std::string SignalName(int sig);
 
+// "N" or "MIN:MAX" with 0 < MIN <= MAX; errors name --nnodes.
+Result<std::pair<int, int>> ParseNnodes(const std::string& text);
+
 // "a,b,,c" -> {"a", "b,c"}: torchrun's comma_separated_list.
 std::vector<std::string> SplitCommaList(const std::string& text);
 

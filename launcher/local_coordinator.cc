@@ -8,78 +8,57 @@
 namespace ftrun::launcher {
 
 LocalCoordinator::LocalCoordinator(boost::asio::io_context& io, LocalCoordinatorOptions options)
-    : io_(io), opts_(std::move(options)) {}
+    : io_(io), opts_(std::move(options)) {
+  // One node that cannot get lost: no liveness, no deadlines that matter.
+  opts_.job.liveness_timeout = std::chrono::hours(24 * 365);
+  opts_.job.join_timeout = std::chrono::hours(24 * 365);
+}
 
-template <class F>
-void LocalCoordinator::Post(F f) {
-  std::weak_ptr<bool> alive = alive_;
-  boost::asio::post(io_, [alive, f = std::move(f)]() mutable {
-    if (auto a = alive.lock(); a && *a) f();
-  });
+uint64_t LocalCoordinator::Round() const {
+  return follower_->started_round().value_or(state_->round());
 }
 
 void LocalCoordinator::Start(Listener* listener) {
-  listener_ = listener;
-  StartRound();
+  follower_.emplace(
+      listener,
+      [this](uint64_t round) {
+        auto port = PickFreePort();
+        state_->ReportStopped(opts_.node.node_id, round, port ? *port : 0, Now());
+        Publish();
+      },
+      opts_.role);
+  state_.emplace(opts_.job, Now());
+  if (auto port = PickFreePort()) opts_.node.free_port = *port;
+  if (auto refusal = state_->Join(opts_.node, Now())) {
+    Logger("launcher")->error("{}", refusal->message);  // cannot happen with one node
+  }
+  Publish();
 }
 
-void LocalCoordinator::StartRound() {
-  rendezvous::NodeAssignment a;
-  a.round = round_++;
-  a.restart_count = restart_count_;
-  a.group_rank = 0;
-  a.group_world_size = 1;
-  a.base_rank = 0;
-  a.world_size = opts_.nproc_per_node;
-  a.master_addr = opts_.master_addr;
-  auto port = PickFreePort();
-  if (!port) {
-    finished_ = true;
-    JobResult r{false, {}, port.error().message};
-    Post([this, r] { listener_->OnJobFinished(r); });
-    return;
-  }
-  a.master_port = *port;
-  Post([this, a] { listener_->OnRoundStarted(a); });
+void LocalCoordinator::Publish() {
+  std::weak_ptr<bool> alive = alive_;
+  boost::asio::post(io_, [this, alive, v = state_->View(opts_.node.node_id)] {
+    if (auto a = alive.lock(); a && *a) follower_->Apply(v);
+  });
 }
 
 void LocalCoordinator::WorkersFailed(const std::vector<WorkerFailure>& failures) {
-  if (finished_ || restart_pending_) return;
-  failures_ = failures;
-  if (restart_count_ < opts_.max_restarts) {
-    int left = opts_.max_restarts - restart_count_;
-    Logger("launcher")->warn(
-        "[{}] Worker group FAILED. {}/{} attempts left; will restart worker group", opts_.role,
-        left, opts_.max_restarts);
-    restart_pending_ = true;
-    Post([this] { listener_->OnRestartRequested("worker failed"); });
-    return;
-  }
-  finished_ = true;
-  JobResult r{false, failures_,
-              opts_.max_restarts == 0
-                  ? "a worker failed and --max-restarts is 0"
-                  : "restarts exhausted (" + std::to_string(opts_.max_restarts) + "/" +
-                        std::to_string(opts_.max_restarts) + ")"};
-  Post([this, r] { listener_->OnJobFinished(r); });
+  state_->ReportFailed(opts_.node.node_id, Round(), failures, Now());
+  Publish();
 }
 
 void LocalCoordinator::WorkersSucceeded() {
-  if (finished_) return;
-  finished_ = true;
-  Post([this] { listener_->OnJobFinished(JobResult{true, {}, "all workers succeeded"}); });
+  state_->ReportSucceeded(opts_.node.node_id, Round(), Now());
+  Publish();
 }
 
 void LocalCoordinator::WorkersStopped() {
-  if (!restart_pending_ || finished_) return;
-  restart_pending_ = false;
-  ++restart_count_;
-  StartRound();
+  std::weak_ptr<bool> alive = alive_;
+  boost::asio::post(io_, [this, alive] {
+    if (auto a = alive.lock(); a && *a) follower_->WorkersStopped();
+  });
 }
 
-void LocalCoordinator::Shutdown() {
-  finished_ = true;
-  *alive_ = false;
-}
+void LocalCoordinator::Shutdown() { *alive_ = false; }
 
 }  // namespace ftrun::launcher

@@ -1,22 +1,25 @@
-// LocalCoordinator: the job of a single node (--nnodes 1, --standalone). Rounds form at once;
-// a failure restarts the group while restarts remain (TORCHELASTIC_RESTART_COUNT + 1), else
-// the job fails. Workers' MASTER_PORT is a port that is free when each round starts.
+// LocalCoordinator: a single-node job (--nnodes 1, --standalone). The rendezvous state
+// machine runs in-process (the same semantics as a multi-node job, no server, no sockets):
+// the round forms at once, a failure spends a restart or ends the job, and each round's
+// MASTER_PORT is a port that is free when the round starts.
 //
 // Thread: loop only. Listener calls are posted.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "launcher/coordinator.h"
+#include "launcher/view_follower.h"
+#include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::launcher {
 
 struct LocalCoordinatorOptions {
-  int nproc_per_node = 1;
-  int max_restarts = 0;
-  std::string master_addr;  // what workers get as MASTER_ADDR
+  rendezvous::JobSpec job;  // min = max = 1
+  rendezvous::NodeInfo node;
   std::string role = "default";
 };
 
@@ -31,18 +34,14 @@ class LocalCoordinator : public Coordinator {
   void Shutdown() override;
 
  private:
-  void StartRound();
-  template <class F>
-  void Post(F f);
+  void Publish();
+  rendezvous::TimePoint Now() const { return rendezvous::Clock::now(); }
+  uint64_t Round() const;
 
   boost::asio::io_context& io_;
   LocalCoordinatorOptions opts_;
-  Listener* listener_ = nullptr;
-  uint64_t round_ = 0;
-  int restart_count_ = 0;
-  bool restart_pending_ = false;
-  bool finished_ = false;
-  std::vector<WorkerFailure> failures_;
+  std::optional<rendezvous::RendezvousState> state_;
+  std::optional<ViewFollower> follower_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -35,7 +35,7 @@ EnvMap BuildWorkerEnv(const WorkerEnvInputs& in) {
   set("MASTER_ADDR", a.master_addr);
   set("MASTER_PORT", std::to_string(a.master_port));
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(a.restart_count));
-  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(c.max_restarts));
+  set("TORCHELASTIC_MAX_RESTARTS", std::to_string(a.max_restarts));
   set("TORCHELASTIC_RUN_ID", c.run_id);
   // Worker rank 0 hosts torch's TCPStore on MASTER_PORT (the agent runs no c10d store).
   set("TORCHELASTIC_USE_AGENT_STORE", "False");

@@ -8,7 +8,7 @@
 #include "launcher/cli/torchrun_args.h"
 #include "launcher/host.h"
 #include "launcher/launch_config.h"
-#include "launcher/local_coordinator.h"
+#include "launcher/job_setup.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/log.h"
 
@@ -59,11 +59,6 @@ int RunTorchrun(const std::vector<std::string>& argv) {
     env["TORCHELASTIC_TIMER_FILE"] = watchdog_fifo;
   }
 
-  if (config.max_nodes > 1) {
-    log->error("--nnodes {}:{}: multi-node jobs are not supported yet", config.min_nodes,
-               config.max_nodes);
-    return 1;
-  }
   auto log_dir = RunLogDir::Create(config.log_dir, config.run_id, env);
   if (!log_dir) {
     log->error("{}", log_dir.error().message);
@@ -81,20 +76,18 @@ int RunTorchrun(const std::vector<std::string>& argv) {
   std::signal(SIGPIPE, SIG_IGN);
 
   boost::asio::io_context io;
-  LocalCoordinatorOptions local;
-  local.nproc_per_node = config.nproc_per_node;
-  local.max_restarts = config.max_restarts;
-  local.role = config.role;
-  local.master_addr = config.backend == RendezvousBackend::kStatic
-                          ? config.master_addr
-                          : (config.local_addr.empty() ? host.get() : config.local_addr);
+  auto coordinator = MakeCoordinator(io, config, env, host.get());
+  if (!coordinator) {
+    log->error("{}", coordinator.error().message);
+    return 1;
+  }
   AgentOptions opts;
   opts.config = &config;
   opts.agent_env = std::move(env);
   opts.log_dir = std::move(*log_dir);
   opts.host = host;
   opts.watchdog_fifo = watchdog_fifo;
-  Agent agent(io, std::move(opts), std::make_unique<LocalCoordinator>(io, local));
+  Agent agent(io, std::move(opts), std::move(*coordinator));
   return agent.Run();
 }
 

@@ -12,6 +12,7 @@
 //   print TEXT             TEXT and a newline to stdout
 //   eprint TEXT            TEXT and a newline to stderr
 //   stamp FILE             append "<RANK> <attempt> <CLOCK_REALTIME ns>" to FILE
+//   record FILE            append "rank=R local=L group=G world=W attempt=A master=H:P role=X"
 //   error-json TEXT        write a torch @record-style error file with message TEXT
 //   if-rank R ACTION...    run the next action only on global rank R
 //   if-attempt K ACTION..  run the next action only when TORCHELASTIC_RESTART_COUNT == K
@@ -126,6 +127,12 @@ int main(int argc, char** argv) {
       std::cerr << arg() << std::endl;
     } else if (op == "stamp") {
       std::ofstream(arg(), std::ios::app) << rank << " " << attempt << " " << NowNs() << "\n";
+    } else if (op == "record") {
+      std::ofstream(arg(), std::ios::app)
+          << "rank=" << rank << " local=" << Env("LOCAL_RANK") << " group=" << Env("GROUP_RANK")
+          << " world=" << Env("WORLD_SIZE") << " attempt=" << attempt
+          << " master=" << Env("MASTER_ADDR") << ":" << Env("MASTER_PORT")
+          << " role=" << Env("ROLE_NAME") << "\n";
     } else if (op == "error-json") {
       std::string text = arg();
       std::ofstream(Env("TORCHELASTIC_ERROR_FILE"))

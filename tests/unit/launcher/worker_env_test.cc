@@ -23,6 +23,7 @@ rendezvous::NodeAssignment TwoNodesSecond() {
   rendezvous::NodeAssignment a;
   a.round = 3;
   a.restart_count = 2;
+  a.max_restarts = 5;
   a.group_rank = 1;
   a.group_world_size = 2;
   a.base_rank = 2;

@@ -1,4 +1,5 @@
 // The one translation unit that includes CLI11.
+#include "launcher/cli/master_args.h"
 #include "launcher/cli/torchrun_args.h"
 
 #include <CLI/CLI.hpp>
@@ -26,6 +27,7 @@ ftrun was stopped by a signal, 2 usage error. See ftrun(1).)";
 // Shows "--a-b" (not every alias) and the default in the description, so --help stays readable.
 class HelpFormatter : public CLI::Formatter {
  public:
+  explicit HelpFormatter(std::string usage) : usage_(std::move(usage)) {}
   std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
     if (is_positional) return opt->get_name(true, false);
     std::string out;
@@ -38,13 +40,16 @@ class HelpFormatter : public CLI::Formatter {
     return " " + opt->get_type_name();
   }
   std::string make_usage(const CLI::App*, std::string) const override {
-    return "\nusage: ftrun [options] training_script [training_script_args ...]\n";
+    return "\nusage: " + usage_ + "\n";
   }
   std::string make_option_desc(const CLI::Option* opt) const override {
     std::string desc = opt->get_description();
     if (!opt->get_default_str().empty()) desc += " [default: " + opt->get_default_str() + "]";
     return desc;
   }
+
+ private:
+  std::string usage_;
 };
 
 // "nproc-per-node" -> {"--nproc-per-node", "--nproc_per_node"}, env PET_NPROC_PER_NODE.
@@ -69,7 +74,8 @@ class Parser {
     app_.description(
         "ftrun: a fault-tolerant drop-in for torchrun. Starts --nproc-per-node workers per node,\n"
         "restarts the group on failure (--max-restarts) and forwards signals.");
-    app_.formatter(std::make_shared<HelpFormatter>());
+    app_.formatter(std::make_shared<HelpFormatter>(
+        "ftrun [options] training_script [training_script_args ...]"));
     app_.get_formatter()->column_width(34);
     app_.footer(kFooter);
     app_.prefix_command();
@@ -199,7 +205,9 @@ class Parser {
                    const std::string& group, const std::string& type,
                    const std::string& short_name = "") {
     CLI::Option* opt = app_.add_option(Names(dashed, short_name), var, desc);
-    opt->envname(PetName(dashed))->group(group)->type_name(type);
+    // argparse lets an option repeat, the last value winning; scripts rely on it.
+    opt->envname(PetName(dashed))->group(group)->type_name(type)->multi_option_policy(
+        CLI::MultiOptionPolicy::TakeLast);
     if constexpr (!std::is_same_v<T, std::optional<int>>) opt->capture_default_str();
     return opt;
   }
@@ -255,7 +263,73 @@ class Parser {
   bool version_ = false;
 };
 
+// `ftrun master`.
+class MasterParser {
+ public:
+  explicit MasterParser(MasterArgs& a) : app_("ftrun master", "ftrun master") {
+    app_.description(
+        "ftrun master: the rendezvous server of one job, alone (e.g. behind a Kubernetes\n"
+        "Service). Agents join it with --rdzv-backend c10d --rdzv-endpoint HOST:PORT.\n"
+        "Exits 0 when the job succeeded, 1 when it failed.");
+    app_.formatter(std::make_shared<HelpFormatter>("ftrun master [options]"));
+    app_.get_formatter()->column_width(34);
+    app_.set_help_flag("-h,--help", "Show this help and exit");
+    auto add = [&](const std::string& dashed, auto& var, const std::string& desc,
+                   const std::string& type) {
+      app_.add_option(Names(dashed), var, desc)
+          ->type_name(type)
+          ->capture_default_str()
+          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    };
+    add("host", a.host, "Address to listen on (default: every address)", "ADDR");
+    add("port", a.port, "Port to listen on", "PORT");
+    add("nnodes", a.nnodes, "N or MIN:MAX: number of nodes of the job", "MIN:MAX");
+    add("rdzv-id", a.rdzv_id, "Job id the agents must use (--rdzv-id)", "ID");
+    add("rdzv-conf", a.rdzv_conf,
+        "join_timeout, last_call_timeout, keep_alive_interval, keep_alive_max_attempt, token",
+        "K=V,...");
+    add("max-restarts", a.max_restarts, "Job-wide restarts before the job fails", "N");
+    add("nproc-per-node", a.nproc_per_node,
+        "Workers every agent must run (0: what the first agent says)", "N");
+    add("log-level", a.log_level, "debug, info, warning, error [default: LOGLEVEL or info]",
+        "LEVEL");
+  }
+
+  ParsedMaster Parse(std::vector<std::string> argv, MasterArgs& a) {
+    ParsedMaster out;
+    try {
+      std::reverse(argv.begin(), argv.end());
+      app_.parse(argv);
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app_.help();
+      out.action = ParsedMaster::Action::kPrintedHelp;
+      return out;
+    } catch (const CLI::ParseError& e) {
+      out.action = ParsedMaster::Action::kUsageError;
+      out.error = e.what();
+      return out;
+    }
+    out.args = a;
+    return out;
+  }
+  std::string Help() { return app_.help(); }
+
+ private:
+  CLI::App app_;
+};
+
 }  // namespace
+
+ParsedMaster ParseMasterArgs(const std::vector<std::string>& argv) {
+  MasterArgs args;
+  MasterParser parser(args);
+  return parser.Parse(argv, args);
+}
+
+std::string MasterHelp() {
+  MasterArgs args;
+  return MasterParser(args).Help();
+}
 
 ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv) {
   TorchrunArgs args;

@@ -1,0 +1,36 @@
+// `ftrun master`: the rendezvous server alone (e.g. a Kubernetes Deployment + Service), for
+// agents started with --rdzv-backend c10d --rdzv-endpoint <service>:<port>.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ftrun::launcher {
+
+struct MasterArgs {
+  std::string host;            // listen address; "" : every address
+  int port = 29400;
+  std::string nnodes = "1:1";
+  std::string rdzv_id = "none";
+  std::string rdzv_conf;
+  int max_restarts = 0;
+  int nproc_per_node = 0;      // 0 : whatever the first agent says
+  std::string log_level;       // "" : LOGLEVEL, else info
+};
+
+struct ParsedMaster {
+  enum class Action { kRun, kPrintedHelp, kUsageError };
+  Action action = Action::kRun;
+  MasterArgs args;
+  std::string error;
+};
+
+// Parses `ftrun master` arguments (after the word "master"). Never throws.
+ParsedMaster ParseMasterArgs(const std::vector<std::string>& argv);
+std::string MasterHelp();
+
+// Runs `ftrun master`; returns 0 when the job succeeded, 1 when it failed or on start-up
+// errors, 2 on usage errors.
+int RunMaster(const std::vector<std::string>& argv);
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,80 @@
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/signal_set.hpp>
+#include <csignal>
+#include <iostream>
+
+#include "launcher/cli/master_args.h"
+#include "launcher/environment.h"
+#include "launcher/launch_config.h"
+#include "rendezvous/log.h"
+#include "rendezvous/rendezvous_conf.h"
+#include "rendezvous/rendezvous_server.h"
+
+namespace ftrun::launcher {
+namespace {
+
+int UsageError(const std::string& message) {
+  std::cerr << "ftrun master: error: " << message << std::endl;
+  return 2;
+}
+
+}  // namespace
+
+int RunMaster(const std::vector<std::string>& argv) {
+  ParsedMaster cmd = ParseMasterArgs(argv);
+  if (cmd.action == ParsedMaster::Action::kPrintedHelp) return 0;
+  if (cmd.action == ParsedMaster::Action::kUsageError) return UsageError(cmd.error);
+  const MasterArgs& a = cmd.args;
+  EnvMap env = CurrentEnvironment();
+  auto nodes = ParseNnodes(a.nnodes);
+  if (!nodes) return UsageError(nodes.error().message);
+  auto conf = rendezvous::ParseRendezvousConf(a.rdzv_conf);
+  if (!conf) return UsageError(conf.error().message);
+  if (a.port < 0 || a.port > 65535) return UsageError("--port: not a port number (0-65535)");
+  if (a.max_restarts < 0) return UsageError("--max-restarts: must be >= 0");
+  if (a.nproc_per_node < 0) return UsageError("--nproc-per-node: must be >= 0");
+  if (a.rdzv_id.empty()) return UsageError("--rdzv-id: must not be empty");
+  auto level = ParseLogLevel(a.log_level.empty() ? Lookup(env, "LOGLEVEL").value_or("info")
+                                                 : a.log_level);
+  if (!level) return UsageError(level.error().message);
+  InitLogging(*level);
+  auto log = Logger("rendezvous");
+  for (const auto& w : conf->warnings) log->warn("{}", w);
+
+  rendezvous::ServerOptions so;
+  so.listen_host = a.host;
+  so.port = a.port;
+  so.token = conf->token.empty() ? Lookup(env, "FTRUN_RDZV_TOKEN").value_or("") : conf->token;
+  so.job.run_id = a.rdzv_id;
+  std::tie(so.job.min_nodes, so.job.max_nodes) = *nodes;
+  so.job.nproc_per_node = a.nproc_per_node;
+  so.job.max_restarts = a.max_restarts;
+  so.job.last_call_timeout = conf->last_call_timeout;
+  so.job.join_timeout = conf->join_timeout;
+  so.job.liveness_timeout = conf->keep_alive_interval * conf->keep_alive_max_attempt;
+
+  std::signal(SIGPIPE, SIG_IGN);
+  boost::asio::io_context io;
+  rendezvous::RendezvousServer server(io, so);
+  auto port = server.Start();
+  if (!port) {
+    log->error("{}", port.error().message);
+    return 1;
+  }
+  int exit_code = 1;
+  boost::asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
+  server.OnJobFinished([&](const rendezvous::NodeView& v) {
+    exit_code = v.phase == rendezvous::Phase::kSucceeded ? 0 : 1;
+    server.FinishAndShutdown("", std::chrono::seconds(10), [&] { signals.cancel(); });
+  });
+  signals.async_wait([&](const boost::system::error_code& ec, int sig) {
+    if (ec) return;
+    log->warn("received signal {}; failing the job and stopping", sig);
+    server.FinishAndShutdown("ftrun master stopped by signal " + std::to_string(sig),
+                             std::chrono::seconds(2));
+  });
+  io.run();
+  return exit_code;
+}
+
+}  // namespace ftrun::launcher

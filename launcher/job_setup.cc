@@ -1,0 +1,102 @@
+#include "launcher/job_setup.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "launcher/host.h"
+#include "launcher/local_coordinator.h"
+#include "launcher/remote_coordinator.h"
+#include "rendezvous/endpoint.h"
+#include "rendezvous/log.h"
+#include "rendezvous/rendezvous_server.h"
+
+namespace ftrun::launcher {
+namespace {
+
+using rendezvous::Duration;
+
+rendezvous::JobSpec Spec(const LaunchConfig& c) {
+  rendezvous::JobSpec job;
+  job.run_id = c.run_id;
+  job.min_nodes = c.min_nodes;
+  job.max_nodes = c.max_nodes;
+  job.nproc_per_node = c.nproc_per_node;
+  job.max_restarts = c.max_restarts;
+  job.static_ranks = c.backend == RendezvousBackend::kStatic;
+  if (job.static_ranks) job.master_addr = c.master_addr;
+  job.last_call_timeout = c.rdzv.last_call_timeout;
+  job.join_timeout = job.static_ranks ? c.rdzv.timeout : c.rdzv.join_timeout;
+  job.liveness_timeout = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
+  return job;
+}
+
+rendezvous::NodeInfo Node(const LaunchConfig& c, const std::string& fqdn) {
+  rendezvous::NodeInfo n;
+  n.node_id = MakeNodeId(fqdn);
+  n.addr = c.local_addr.empty() ? fqdn : c.local_addr;
+  n.host = fqdn;
+  n.node_rank = c.backend == RendezvousBackend::kStatic ? c.node_rank : -1;
+  n.nproc_per_node = c.nproc_per_node;
+  return n;
+}
+
+}  // namespace
+
+std::string MakeNodeId(const std::string& fqdn) {
+  std::random_device rd;
+  return fmt::format("{}:{}:{:08x}", fqdn, ::getpid(), rd());
+}
+
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
+                                                     const LaunchConfig& c, const EnvMap& env,
+                                                     const std::string& fqdn) {
+  if (c.max_nodes == 1) {
+    LocalCoordinatorOptions local{Spec(c), Node(c, fqdn), c.role};
+    local.node.node_rank = local.job.static_ranks ? 0 : -1;
+    return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
+  }
+  auto log = Logger("launcher");
+  RemoteCoordinatorOptions opts;
+  opts.role = c.role;
+  opts.node = Node(c, fqdn);
+  opts.connect_timeout = c.rdzv.timeout;
+  opts.lost_after = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
+  opts.watch_wait = c.rdzv.keep_alive_interval;
+  rendezvous::ClientOptions& client = opts.client;
+  client.target = rendezvous::Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
+  client.run_id = c.run_id;
+  client.token = c.rdzv.token.empty() ? Lookup(env, "FTRUN_RDZV_TOKEN").value_or("") : c.rdzv.token;
+  client.node_id = opts.node.node_id;
+  client.min_nodes = c.min_nodes;
+  client.max_nodes = c.max_nodes;
+  client.call_timeout = std::min<Duration>(c.rdzv.read_timeout, Duration(10));
+
+  const bool is_static = c.backend == RendezvousBackend::kStatic;
+  const bool explicit_host = c.rdzv.is_host.has_value();
+  const bool host = is_static ? c.node_rank == 0
+                              : c.rdzv.is_host.value_or(IsThisHost(c.endpoint_host, fqdn));
+  if (host) {
+    rendezvous::ServerOptions so;
+    so.port = c.endpoint_port;
+    so.job = Spec(c);
+    so.token = client.token;
+    so.max_watch_wait = Duration(10);
+    auto server = std::make_unique<rendezvous::RendezvousServer>(io, so);
+    auto port = server->Start();
+    if (port) {
+      client.target = "127.0.0.1:" + std::to_string(*port);
+      opts.server = std::move(server);
+    } else if (is_static || explicit_host) {
+      return Error{port.error().message + (is_static ? " (--master-port, node rank 0)"
+                                                      : " (--rdzv-endpoint, is_host=1)")};
+    } else {
+      // Several agents on one host: the first one hosts, the others join it.
+      log->info("{}; another agent on this host serves the rendezvous, joining it", 
+                port.error().message);
+    }
+  }
+  return std::unique_ptr<Coordinator>(std::make_unique<RemoteCoordinator>(io, std::move(opts)));
+}
+
+}  // namespace ftrun::launcher

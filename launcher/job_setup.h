@@ -1,0 +1,27 @@
+// Chooses and builds the coordinator that fits the job's shape:
+//   --nnodes 1 (and --standalone): LocalCoordinator, the rendezvous state machine in-process;
+//   several nodes: RemoteCoordinator, hosting the rendezvous server when this node owns the
+//   rendezvous address (static: --node-rank 0 on --master-port; c10d: --rdzv-endpoint names
+//   this host, or is_host=1), else joining it.
+// Blocking (DNS, binding) at start-up only. Errors name the culprit (e.g. the port in use).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <string>
+
+#include "launcher/coordinator.h"
+#include "launcher/environment.h"
+#include "launcher/launch_config.h"
+#include "rendezvous/result.h"
+
+namespace ftrun::launcher {
+
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
+                                                     const LaunchConfig& config,
+                                                     const EnvMap& env, const std::string& fqdn);
+
+// A node id unique to this agent process: <fqdn>:<pid>:<random>.
+std::string MakeNodeId(const std::string& fqdn);
+
+}  // namespace ftrun::launcher

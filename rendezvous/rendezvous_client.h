@@ -1,0 +1,78 @@
+// RendezvousClient: the agent side of the rendezvous service. Thin: one async gRPC call per
+// method, completions posted to the loop; retry policy belongs to the caller.
+//
+// Thread: loop only (gRPC threads only post completions). Every call in flight holds the
+// loop's work, so run() cannot return before its completion has been delivered; CancelAll()
+// makes them complete at once (with CANCELLED). Callbacks never run after the client is
+// destroyed (they check a liveness token).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "rendezvous/job_state.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace ftrun::rendezvous {
+
+struct ClientOptions {
+  std::string target;  // host:port of the server
+  std::string run_id;
+  std::string token;
+  std::string node_id;
+  int min_nodes = 0;   // sent with Join so that the server can refuse a mismatch
+  int max_nodes = 0;
+  Duration call_timeout{10};
+};
+
+// The outcome of one call.
+struct RpcOutcome {
+  int code = 0;         // grpc::StatusCode; 0 is OK
+  std::string message;
+  NodeView view;        // valid when ok()
+  bool ok() const { return code == 0; }
+  // The server is unreachable or slow: worth retrying.
+  bool transient() const;
+  bool unknown_node() const;      // NOT_FOUND: join again
+  bool rank_held() const;         // ALREADY_EXISTS: join again later
+  bool cancelled() const;
+};
+
+enum class ReportKind { kFailed, kSucceeded, kStopped };
+
+class RendezvousClient {
+ public:
+  using Done = std::function<void(const RpcOutcome&)>;
+
+  RendezvousClient(boost::asio::io_context& io, ClientOptions options);
+  ~RendezvousClient();
+  RendezvousClient(const RendezvousClient&) = delete;
+  RendezvousClient& operator=(const RendezvousClient&) = delete;
+
+  const ClientOptions& options() const { return opts_; }
+
+  void Join(const NodeInfo& node, Done done);
+  // Long poll: answered once the view's version exceeds known_version, or after `wait`.
+  void Watch(uint64_t known_version, Duration wait, Done done);
+  void Report(ReportKind kind, uint64_t round, const std::vector<WorkerFailure>& failures,
+              int free_port, Done done);
+  void Leave(Duration timeout, Done done);
+  // Cancels every call in flight; their callbacks still run, with a cancelled outcome.
+  void CancelAll();
+
+  struct Calls;  // the calls in flight (shared with gRPC's completion threads)
+
+ private:
+  boost::asio::io_context& io_;
+  ClientOptions opts_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::shared_ptr<Calls> calls_;
+};
+
+}  // namespace ftrun::rendezvous

@@ -1,0 +1,108 @@
+// RendezvousServer: the gRPC adapter around RendezvousState. Hosted by the agent that owns
+// the rendezvous address, or alone by `ftrun master`.
+//
+// Thread: gRPC threads only copy requests and post them to the loop (the io_context passed
+// in); every state change, answer and timer runs on the loop. Pending Watch calls (long
+// polls) are answered when the node's view changes, or after their wait. A Watch cancelled
+// by the transport (the agent died) makes the node "disconnected" (lost after a grace).
+//
+// Lifetime: Start() binds; Shutdown() answers what is pending and stops gRPC on a helper
+// thread while the loop keeps running; the loop's run() returns only once that is done.
+// The object must outlive the loop's run(). Errors: Start() names the address; bad requests
+// get a gRPC status naming the problem and a log line; nothing a peer sends crashes it.
+#pragma once
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "rendezvous/rendezvous_state.h"
+#include "rendezvous/result.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace ftrun::rendezvous {
+
+struct ServerOptions {
+  std::string listen_host;  // "" : every address ([::] and 0.0.0.0)
+  int port = 0;             // 0 : any free port
+  JobSpec job;
+  std::string token;        // "" : no token required
+  Duration max_watch_wait{10};
+};
+
+class RendezvousServer {
+ public:
+  RendezvousServer(boost::asio::io_context& io, ServerOptions options);
+  ~RendezvousServer();
+  RendezvousServer(const RendezvousServer&) = delete;
+  RendezvousServer& operator=(const RendezvousServer&) = delete;
+
+  // Binds and starts serving; returns the port. "address in use" and the like name it.
+  Result<int> Start();
+  // Idempotent. `done` (optional) runs on the loop once gRPC has stopped.
+  void Shutdown(std::function<void()> done = {});
+  // Fails the job if it is still going (the hosting agent is leaving), then keeps serving
+  // until every node has seen the job's end or `linger` passes, then shuts down.
+  void FinishAndShutdown(const std::string& abort_reason, Duration linger,
+                         std::function<void()> done = {});
+
+  // Loop only.
+  const RendezvousState& state() const { return state_; }
+  // Runs once, on the loop, when the job succeeds or fails.
+  void OnJobFinished(std::function<void(const NodeView&)> callback) {
+    on_finished_ = std::move(callback);
+  }
+
+  // Posted by the gRPC service (defined in the .cc); public for that only.
+  struct Call;
+  void Handle(std::shared_ptr<Call> call);
+  void OnWatchCancelled(uint64_t watch_id);
+
+ private:
+  class Service;
+  struct PendingWatch;
+
+  void Process(const std::shared_ptr<Call>& call);
+  void Answer(Call& call);
+  void AfterEvent();
+  void NotifyWatchers();
+  void ArmTimer();
+  void OnTimer();
+  void LogTransitions();
+  bool AllInformed() const;
+  void MarkInformed(const std::string& node_id);
+
+  boost::asio::io_context& io_;
+  ServerOptions opts_;
+  RendezvousState state_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
+  std::thread shutdown_thread_;
+  bool shutting_down_ = false;
+
+  // State below is touched only on the loop.
+  boost::asio::steady_timer timer_;
+  boost::asio::steady_timer linger_timer_;
+  uint64_t next_watch_id_ = 1;
+  std::map<uint64_t, std::unique_ptr<PendingWatch>> watches_;
+  std::multimap<TimePoint, uint64_t> watch_deadlines_;
+  uint64_t notified_version_ = 0;
+  std::set<std::string> informed_;  // nodes that were sent the job's final view
+  std::function<void()> on_all_informed_;
+  std::function<void(const NodeView&)> on_finished_;
+  Phase logged_phase_ = Phase::kForming;
+  uint64_t logged_round_ = 0;
+};
+
+}  // namespace ftrun::rendezvous

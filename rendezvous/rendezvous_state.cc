@@ -1,0 +1,357 @@
+#include "rendezvous/rendezvous_state.h"
+
+#include <algorithm>
+
+namespace ftrun::rendezvous {
+namespace {
+
+// How often liveness is checked; small against every timeout it serves.
+constexpr Duration kSweepInterval{0.2};
+
+TimePoint After(TimePoint t, Duration d) {
+  return t + std::chrono::duration_cast<Clock::duration>(d);
+}
+
+std::string Seconds(Duration d) {
+  std::string s = std::to_string(d.count());
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s + "s";
+}
+
+std::string NodesSpec(const JobSpec& s) {
+  return s.min_nodes == s.max_nodes ? std::to_string(s.max_nodes)
+                                    : std::to_string(s.min_nodes) + ":" + std::to_string(s.max_nodes);
+}
+
+}  // namespace
+
+const char* PhaseName(Phase p) {
+  switch (p) {
+    case Phase::kForming: return "forming";
+    case Phase::kRunning: return "running";
+    case Phase::kStopping: return "stopping";
+    case Phase::kSucceeded: return "succeeded";
+    case Phase::kFailed: return "failed";
+  }
+  return "?";
+}
+
+RendezvousState::RendezvousState(JobSpec spec, TimePoint now) : spec_(std::move(spec)) {
+  if (spec_.static_ranks) spec_.min_nodes = spec_.max_nodes;
+  next_sweep_ = After(now, kSweepInterval);
+  StartForming(now, /*reformation=*/false);
+}
+
+std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint now) {
+  using Kind = JoinRefusal::Kind;
+  if (info.nproc_per_node <= 0) {
+    return JoinRefusal{Kind::kMismatch, "node " + info.host + " asks for " +
+                                            std::to_string(info.nproc_per_node) +
+                                            " workers per node"};
+  }
+  if (spec_.nproc_per_node != 0 && info.nproc_per_node != spec_.nproc_per_node) {
+    return JoinRefusal{Kind::kMismatch,
+                       "--nproc-per-node " + std::to_string(info.nproc_per_node) + " on " +
+                           info.host + " differs from the job's " +
+                           std::to_string(spec_.nproc_per_node)};
+  }
+  if (spec_.static_ranks) {
+    if (info.node_rank < 0 || info.node_rank >= spec_.max_nodes) {
+      return JoinRefusal{Kind::kMismatch, "--node-rank " + std::to_string(info.node_rank) +
+                                              " on " + info.host + " is not below --nnodes " +
+                                              std::to_string(spec_.max_nodes)};
+    }
+    for (const auto& [id, n] : nodes_) {
+      if (id != info.node_id && n.info.node_rank == info.node_rank) {
+        return JoinRefusal{Kind::kRetry, "node rank " + std::to_string(info.node_rank) +
+                                             " is held by " + n.info.host + " (" + id + ")"};
+      }
+    }
+  }
+  if (spec_.nproc_per_node == 0) spec_.nproc_per_node = info.nproc_per_node;
+  auto it = nodes_.find(info.node_id);
+  if (it != nodes_.end()) {  // a repeated join: refresh
+    it->second.info = info;
+    Seen(info.node_id, now);
+    return std::nullopt;
+  }
+  nodes_[info.node_id] = Node{info, now, std::nullopt, next_join_seq_++};
+  switch (phase_) {
+    case Phase::kForming:
+      TryCompleteRound(now);
+      break;
+    case Phase::kRunning:
+      if (!spec_.static_ranks && static_cast<int>(members_.size()) < spec_.max_nodes) {
+        StopRound("node " + info.host + " joined; scaling up");
+      }
+      break;
+    default:
+      break;  // it joins the next round (or sees the job's end)
+  }
+  return std::nullopt;
+}
+
+void RendezvousState::Seen(const std::string& node_id, TimePoint now) {
+  auto it = nodes_.find(node_id);
+  if (it == nodes_.end()) return;
+  it->second.last_seen = now;
+  it->second.disconnected_at.reset();
+}
+
+void RendezvousState::Disconnected(const std::string& node_id, TimePoint now) {
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end()) it->second.disconnected_at = now;
+}
+
+void RendezvousState::Leave(const std::string& node_id, TimePoint now) {
+  if (nodes_.count(node_id)) RemoveNode(node_id, "left", now);
+}
+
+bool RendezvousState::InRound(const std::string& node_id) const {
+  return (phase_ != Phase::kForming) && rank_of_.count(node_id) != 0;
+}
+
+void RendezvousState::RemoveNode(const std::string& node_id, const std::string& why,
+                                 TimePoint now) {
+  const std::string host = nodes_.at(node_id).info.host;
+  const bool member = InRound(node_id);
+  nodes_.erase(node_id);
+  if (member) --alive_members_;
+  if (finished()) return;
+  if (phase_ == Phase::kForming) {
+    TryCompleteRound(now);
+  } else if (member && phase_ == Phase::kRunning) {
+    StopRound("node " + host + " " + why);
+  } else if (member && phase_ == Phase::kStopping) {
+    MaybeFinishStopping(now);  // the lost node owes no report
+  }
+}
+
+void RendezvousState::ReportFailed(const std::string& node_id, uint64_t round,
+                                   const std::vector<WorkerFailure>& failures, TimePoint now) {
+  Seen(node_id, now);
+  if (round != round_ || !InRound(node_id) || failures.empty()) return;
+  if (phase_ == Phase::kStopping) {
+    // A failure racing the stop (often caused by it): listed, never a second restart.
+    failures_.insert(failures_.end(), failures.begin(), failures.end());
+    Changed();
+    return;
+  }
+  if (phase_ != Phase::kRunning) return;
+  const WorkerFailure& f = failures.front();
+  std::string what = "worker rank " + std::to_string(f.rank) + " on " + f.host +
+                     " failed (exitcode " + std::to_string(f.exitcode) + ")";
+  if (restart_count_ < spec_.max_restarts) {
+    ++restart_count_;
+    StopRound(what + "; restart " + std::to_string(restart_count_) + "/" +
+              std::to_string(spec_.max_restarts));
+    failures_ = failures;
+  } else {
+    Fail(what + (spec_.max_restarts == 0
+                     ? " and --max-restarts is 0"
+                     : "; restarts exhausted (" + std::to_string(spec_.max_restarts) + "/" +
+                           std::to_string(spec_.max_restarts) + ")"),
+         failures);
+  }
+}
+
+void RendezvousState::ReportSucceeded(const std::string& node_id, uint64_t round,
+                                      TimePoint now) {
+  Seen(node_id, now);
+  if (phase_ != Phase::kRunning || round != round_ || !InRound(node_id)) return;
+  succeeded_.insert(node_id);
+  if (succeeded_.size() == members_.size()) {
+    phase_ = Phase::kSucceeded;
+    reason_ = "all " + std::to_string(world_size_) + " workers succeeded";
+    Changed();
+  }
+}
+
+void RendezvousState::ReportStopped(const std::string& node_id, uint64_t round, int free_port,
+                                    TimePoint now) {
+  Seen(node_id, now);
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end() && free_port > 0) it->second.info.free_port = free_port;
+  if (phase_ != Phase::kStopping || round != round_ || !InRound(node_id)) return;
+  stopped_.insert(node_id);
+  MaybeFinishStopping(now);
+}
+
+void RendezvousState::MaybeFinishStopping(TimePoint now) {
+  if (static_cast<int>(stopped_.size()) < alive_members_) return;
+  for (const auto& m : members_) {
+    if (nodes_.count(m) && !stopped_.count(m)) return;  // still waiting for a live member
+  }
+  StartForming(now, /*reformation=*/true);
+}
+
+void RendezvousState::StopRound(const std::string& reason) {
+  phase_ = Phase::kStopping;
+  reason_ = reason;
+  failures_.clear();
+  stopped_.clear();
+  Changed();
+}
+
+void RendezvousState::Fail(const std::string& reason, std::vector<WorkerFailure> failures) {
+  phase_ = Phase::kFailed;
+  reason_ = reason;
+  failures_ = std::move(failures);
+  Changed();
+}
+
+void RendezvousState::StartForming(TimePoint now, bool reformation) {
+  if (reformation) ++round_;
+  phase_ = Phase::kForming;
+  reformation_ = reformation;
+  forming_since_ = now;
+  last_call_deadline_.reset();
+  stopped_.clear();
+  succeeded_.clear();
+  Changed();
+  TryCompleteRound(now);
+}
+
+void RendezvousState::TryCompleteRound(TimePoint now) {
+  if (phase_ != Phase::kForming) return;
+  const int n = std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);
+  if (n >= spec_.max_nodes) {
+    CompleteRound();
+  } else if (n >= spec_.min_nodes) {
+    if (reformation_) {
+      CompleteRound();  // its members are all here already: no last call
+    } else if (!last_call_deadline_) {
+      last_call_deadline_ = After(now, spec_.last_call_timeout);
+    } else if (now >= *last_call_deadline_) {
+      CompleteRound();
+    }
+  } else {
+    last_call_deadline_.reset();  // fell below min again
+  }
+}
+
+std::vector<std::string> RendezvousState::FormingCandidates() const {
+  std::vector<std::string> out;
+  if (spec_.static_ranks) {
+    for (const auto& [id, n] : nodes_) out.push_back(id);
+    std::sort(out.begin(), out.end(), [&](const auto& a, const auto& b) {
+      return nodes_.at(a).info.node_rank < nodes_.at(b).info.node_rank;
+    });
+    return out;
+  }
+  std::set<std::string> taken;
+  for (const auto& m : members_) {  // survivors keep their order
+    if (nodes_.count(m)) {
+      out.push_back(m);
+      taken.insert(m);
+    }
+  }
+  std::vector<const std::pair<const std::string, Node>*> rest;
+  for (const auto& entry : nodes_) {
+    if (!taken.count(entry.first)) rest.push_back(&entry);
+  }
+  std::sort(rest.begin(), rest.end(),
+            [](auto* a, auto* b) { return a->second.join_seq < b->second.join_seq; });
+  for (auto* e : rest) out.push_back(e->first);
+  if (static_cast<int>(out.size()) > spec_.max_nodes) out.resize(spec_.max_nodes);
+  return out;
+}
+
+void RendezvousState::CompleteRound() {
+  members_ = FormingCandidates();
+  alive_members_ = static_cast<int>(members_.size());
+  rank_of_.clear();
+  base_rank_.clear();
+  world_size_ = 0;
+  for (size_t i = 0; i < members_.size(); ++i) {
+    rank_of_[members_[i]] = static_cast<int>(i);
+    base_rank_.push_back(world_size_);
+    world_size_ += nodes_.at(members_[i]).info.nproc_per_node;
+  }
+  const NodeInfo& leader = nodes_.at(members_.front()).info;
+  master_addr_ = spec_.static_ranks && !spec_.master_addr.empty() ? spec_.master_addr : leader.addr;
+  master_port_ = leader.free_port;
+  phase_ = Phase::kRunning;
+  reason_.clear();
+  failures_.clear();
+  Changed();
+}
+
+void RendezvousState::Abort(const std::string& reason) {
+  if (!finished()) Fail(reason);
+}
+
+std::vector<std::string> RendezvousState::NodeIds() const {
+  std::vector<std::string> out;
+  for (const auto& [id, n] : nodes_) out.push_back(id);
+  return out;
+}
+
+void RendezvousState::Tick(TimePoint now) {
+  if (finished()) return;
+  if (now >= next_sweep_) {
+    next_sweep_ = After(now, kSweepInterval);
+    std::vector<std::pair<std::string, std::string>> lost;
+    for (const auto& [id, n] : nodes_) {
+      if (n.disconnected_at && now - *n.disconnected_at >= spec_.disconnect_grace) {
+        lost.emplace_back(id, "disconnected");
+      } else if (now - n.last_seen >= spec_.liveness_timeout) {
+        lost.emplace_back(id, "silent for " + Seconds(spec_.liveness_timeout));
+      }
+    }
+    for (const auto& [id, why] : lost) {
+      if (nodes_.count(id)) RemoveNode(id, "lost (" + why + ")", now);
+    }
+  }
+  if (phase_ == Phase::kForming) {
+    TryCompleteRound(now);
+    if (phase_ == Phase::kForming && now - forming_since_ >= spec_.join_timeout) {
+      Fail("the rendezvous did not complete within join_timeout=" + Seconds(spec_.join_timeout) +
+           ": " + std::to_string(nodes_.size()) + " node(s) joined, --nnodes is " +
+           NodesSpec(spec_));
+    }
+  }
+}
+
+std::optional<TimePoint> RendezvousState::NextDeadline() const {
+  if (finished()) return std::nullopt;
+  TimePoint d = next_sweep_;
+  if (phase_ == Phase::kForming) {
+    d = std::min(d, After(forming_since_, spec_.join_timeout));
+    if (last_call_deadline_) d = std::min(d, *last_call_deadline_);
+  }
+  return d;
+}
+
+NodeView RendezvousState::View(const std::string& node_id) const {
+  NodeView v;
+  v.version = version_;
+  v.phase = phase_;
+  v.round = round_;
+  v.restart_count = restart_count_;
+  v.max_restarts = spec_.max_restarts;
+  v.reason = reason_;
+  if (phase_ == Phase::kStopping || phase_ == Phase::kFailed) v.failures = failures_;
+  const bool running = phase_ != Phase::kForming;
+  v.nodes_joined = running ? static_cast<int>(members_.size())
+                           : std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);
+  v.nodes_waiting = static_cast<int>(nodes_.size()) - (running ? alive_members_ : v.nodes_joined);
+  auto it = rank_of_.find(node_id);
+  if (running && it != rank_of_.end()) {
+    v.member = true;
+    NodeAssignment& a = v.assignment;
+    a.round = round_;
+    a.restart_count = restart_count_;
+    a.max_restarts = spec_.max_restarts;
+    a.group_rank = it->second;
+    a.group_world_size = static_cast<int>(members_.size());
+    a.base_rank = base_rank_[it->second];
+    a.world_size = world_size_;
+    a.master_addr = master_addr_;
+    a.master_port = master_port_;
+  }
+  return v;
+}
+
+}  // namespace ftrun::rendezvous

@@ -1,0 +1,142 @@
+// RendezvousState: the one implementation of the job's rendezvous and restart semantics.
+// Pure: no I/O, no threads, no clock; every call takes `now` and the caller reads the
+// resulting views. The gRPC server, the in-process single-node coordinator and the tests
+// all drive this class.
+//
+// Semantics (torchrun's, with the improvements of ftrun(1)):
+// * A round forms from the joined nodes: at max_nodes at once; at >= min_nodes after
+//   last_call_timeout (first round) or at once (a re-formation after a stop, whose members
+//   are already there). Static rendezvous: exactly the node ranks 0..max-1, rank = node rank.
+//   A round that cannot form within join_timeout fails the job.
+// * Group ranks are stable: survivors of a round keep their order, newcomers follow.
+// * A worker failure stops the round everywhere and spends one job-wide restart; with none
+//   left the job fails. A node joining a running round below max_nodes, or a member lost,
+//   stops the round without spending a restart; at max_nodes a newcomer waits as a spare.
+// * A node is lost when silent for liveness_timeout, or disconnect_grace after its transport
+//   reported it gone; lost nodes are forgotten (they may join again).
+// * The job succeeds when every member of the running round reported success.
+//
+// Thread: not thread-safe; one owner (the server's loop). Errors: Join returns a message that
+// names both values of a mismatch; other calls ignore stale or unknown input.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "rendezvous/job_state.h"
+#include "rendezvous/result.h"
+
+namespace ftrun::rendezvous {
+
+struct JobSpec {
+  std::string run_id = "none";
+  int min_nodes = 1;
+  int max_nodes = 1;
+  int nproc_per_node = 0;  // 0: whatever the first node says
+  int max_restarts = 0;
+  bool static_ranks = false;   // static rendezvous: group rank = --node-rank
+  std::string master_addr;     // static: every round's MASTER_ADDR
+  Duration last_call_timeout{30};
+  Duration join_timeout{600};
+  Duration liveness_timeout{15};
+  Duration disconnect_grace{1};
+};
+
+// Why a Join was refused. kRetry: the node may try again later (its node rank is held by a
+// node that is still alive).
+struct JoinRefusal {
+  enum class Kind { kMismatch, kRetry } kind = Kind::kMismatch;
+  std::string message;
+};
+
+class RendezvousState {
+ public:
+  RendezvousState(JobSpec spec, TimePoint now);
+
+  const JobSpec& spec() const { return spec_; }
+  // Increases whenever a view may change in substance (phase, round, assignment, restart,
+  // reason, failures); not for progress counters, so watchers are not woken by every join.
+  uint64_t version() const { return version_; }
+  Phase phase() const { return phase_; }
+  uint64_t round() const { return round_; }
+  bool finished() const { return phase_ == Phase::kSucceeded || phase_ == Phase::kFailed; }
+  size_t node_count() const { return nodes_.size(); }
+
+  // Registers (or refreshes) a node. Idempotent for the same node_id.
+  std::optional<JoinRefusal> Join(const NodeInfo& info, TimePoint now);
+  // Any call from the node proves it alive.
+  void Seen(const std::string& node_id, TimePoint now);
+  // The node's transport went away; it is lost unless it calls within disconnect_grace.
+  void Disconnected(const std::string& node_id, TimePoint now);
+  void Leave(const std::string& node_id, TimePoint now);
+
+  // Reports for `round`; stale rounds and unknown nodes are ignored.
+  void ReportFailed(const std::string& node_id, uint64_t round,
+                    const std::vector<WorkerFailure>& failures, TimePoint now);
+  void ReportSucceeded(const std::string& node_id, uint64_t round, TimePoint now);
+  // The node's workers of `round` have stopped; free_port is fresh for the next round.
+  void ReportStopped(const std::string& node_id, uint64_t round, int free_port, TimePoint now);
+
+  // Ends the job as failed (e.g. the hosting agent is going away), so that every node learns
+  // it at once.
+  void Abort(const std::string& reason);
+  std::vector<std::string> NodeIds() const;
+
+  // Applies deadlines (last call, join timeout, liveness).
+  void Tick(TimePoint now);
+  // When Tick should run next (there is always one while the job is not finished).
+  std::optional<TimePoint> NextDeadline() const;
+
+  NodeView View(const std::string& node_id) const;
+  bool IsNode(const std::string& node_id) const { return nodes_.count(node_id) != 0; }
+
+ private:
+  struct Node {
+    NodeInfo info;
+    TimePoint last_seen;
+    std::optional<TimePoint> disconnected_at;
+    uint64_t join_seq = 0;
+  };
+
+  void Changed() { ++version_; }
+  void StartForming(TimePoint now, bool reformation);
+  void TryCompleteRound(TimePoint now);
+  void CompleteRound();
+  void StopRound(const std::string& reason);
+  void MaybeFinishStopping(TimePoint now);
+  void Fail(const std::string& reason, std::vector<WorkerFailure> failures = {});
+  void RemoveNode(const std::string& node_id, const std::string& why, TimePoint now);
+  bool InRound(const std::string& node_id) const;
+  std::vector<std::string> FormingCandidates() const;
+
+  JobSpec spec_;
+  uint64_t version_ = 1;
+  Phase phase_ = Phase::kForming;
+  uint64_t round_ = 0;
+  int restart_count_ = 0;
+  std::string reason_;
+  std::vector<WorkerFailure> failures_;
+
+  std::map<std::string, Node> nodes_;
+  uint64_t next_join_seq_ = 0;
+  std::vector<std::string> members_;       // the round, in group-rank order
+  std::map<std::string, int> rank_of_;     // member -> group rank
+  int alive_members_ = 0;                  // members not lost since the round formed
+  std::vector<int> base_rank_;             // per group rank
+  int world_size_ = 0;
+  std::string master_addr_;
+  int master_port_ = 0;
+  std::set<std::string> succeeded_;
+  std::set<std::string> stopped_;
+
+  // Forming.
+  bool reformation_ = false;
+  TimePoint forming_since_;
+  std::optional<TimePoint> last_call_deadline_;
+  TimePoint next_sweep_;
+};
+
+}  // namespace ftrun::rendezvous

@@ -1,0 +1,153 @@
+#include "rendezvous/wire.h"
+
+namespace ftrun::rendezvous {
+namespace {
+
+std::string Clip(const std::string& s) { return s.size() <= kMaxText ? s : s.substr(0, kMaxText); }
+
+}  // namespace
+
+v1::Phase ToWire(Phase p) {
+  switch (p) {
+    case Phase::kForming: return v1::PHASE_FORMING;
+    case Phase::kRunning: return v1::PHASE_RUNNING;
+    case Phase::kStopping: return v1::PHASE_STOPPING;
+    case Phase::kSucceeded: return v1::PHASE_SUCCEEDED;
+    case Phase::kFailed: return v1::PHASE_FAILED;
+  }
+  return v1::PHASE_UNSPECIFIED;
+}
+
+Phase FromWire(v1::Phase p) {
+  switch (p) {
+    case v1::PHASE_RUNNING: return Phase::kRunning;
+    case v1::PHASE_STOPPING: return Phase::kStopping;
+    case v1::PHASE_SUCCEEDED: return Phase::kSucceeded;
+    case v1::PHASE_FAILED: return Phase::kFailed;
+    default: return Phase::kForming;
+  }
+}
+
+void ToWire(const NodeInfo& in, v1::NodeInfo* out) {
+  out->set_addr(in.addr);
+  out->set_host(in.host);
+  out->set_node_rank(in.node_rank);
+  out->set_nproc_per_node(in.nproc_per_node);
+  out->set_free_port(in.free_port);
+}
+
+NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
+  NodeInfo n;
+  n.node_id = node_id;
+  n.addr = in.addr();
+  n.host = in.host();
+  n.node_rank = in.node_rank();
+  n.nproc_per_node = in.nproc_per_node();
+  n.free_port = in.free_port();
+  return n;
+}
+
+void ToWire(const WorkerFailure& in, v1::WorkerFailure* out) {
+  out->set_local_rank(in.local_rank);
+  out->set_rank(in.rank);
+  out->set_pid(in.pid);
+  out->set_exitcode(in.exitcode);
+  out->set_error_file(Clip(in.error_file));
+  out->set_error_json(Clip(in.error_json));
+  out->set_message(Clip(in.message));
+  out->set_timestamp(in.timestamp);
+  out->set_host(Clip(in.host));
+}
+
+WorkerFailure FromWire(const v1::WorkerFailure& in) {
+  WorkerFailure f;
+  f.local_rank = in.local_rank();
+  f.rank = in.rank();
+  f.pid = in.pid();
+  f.exitcode = in.exitcode();
+  f.error_file = in.error_file();
+  f.error_json = in.error_json();
+  f.message = in.message();
+  f.timestamp = in.timestamp();
+  f.host = in.host();
+  return f;
+}
+
+void ToWire(const NodeView& in, v1::NodeView* out) {
+  out->set_version(in.version);
+  out->set_phase(ToWire(in.phase));
+  out->set_round(in.round);
+  out->set_restart_count(in.restart_count);
+  out->set_max_restarts(in.max_restarts);
+  out->set_member(in.member);
+  auto* a = out->mutable_assignment();
+  a->set_round(in.assignment.round);
+  a->set_restart_count(in.assignment.restart_count);
+  a->set_max_restarts(in.assignment.max_restarts);
+  a->set_group_rank(in.assignment.group_rank);
+  a->set_group_world_size(in.assignment.group_world_size);
+  a->set_base_rank(in.assignment.base_rank);
+  a->set_world_size(in.assignment.world_size);
+  a->set_master_addr(in.assignment.master_addr);
+  a->set_master_port(in.assignment.master_port);
+  out->set_nodes_joined(in.nodes_joined);
+  out->set_nodes_waiting(in.nodes_waiting);
+  out->set_reason(Clip(in.reason));
+  for (size_t i = 0; i < in.failures.size() && i < kMaxFailures; ++i) {
+    ToWire(in.failures[i], out->add_failures());
+  }
+}
+
+NodeView FromWire(const v1::NodeView& in) {
+  NodeView v;
+  v.version = in.version();
+  v.phase = FromWire(in.phase());
+  v.round = in.round();
+  v.restart_count = in.restart_count();
+  v.max_restarts = in.max_restarts();
+  v.member = in.member();
+  const auto& a = in.assignment();
+  v.assignment.round = a.round();
+  v.assignment.restart_count = a.restart_count();
+  v.assignment.max_restarts = a.max_restarts();
+  v.assignment.group_rank = a.group_rank();
+  v.assignment.group_world_size = a.group_world_size();
+  v.assignment.base_rank = a.base_rank();
+  v.assignment.world_size = a.world_size();
+  v.assignment.master_addr = a.master_addr();
+  v.assignment.master_port = a.master_port();
+  v.nodes_joined = in.nodes_joined();
+  v.nodes_waiting = in.nodes_waiting();
+  v.reason = in.reason();
+  for (const auto& f : in.failures()) v.failures.push_back(FromWire(f));
+  return v;
+}
+
+Status CheckLimits(const v1::ReportRequest& req) {
+  if (static_cast<size_t>(req.failures_size()) > kMaxFailures) {
+    return Error{"report carries " + std::to_string(req.failures_size()) + " failures (limit " +
+                 std::to_string(kMaxFailures) + ")"};
+  }
+  for (const auto& f : req.failures()) {
+    if (f.message().size() > kMaxText || f.error_json().size() > kMaxText ||
+        f.host().size() > kMaxText || f.error_file().size() > kMaxText) {
+      return Error{"report carries a text field over 64 KiB"};
+    }
+  }
+  return {};
+}
+
+Status CheckLimits(const v1::NodeInfo& node) {
+  if (node.addr().size() > 1024 || node.host().size() > 1024) {
+    return Error{"node address or host name over 1 KiB"};
+  }
+  if (node.nproc_per_node() <= 0 || node.nproc_per_node() > 65536) {
+    return Error{"nproc_per_node " + std::to_string(node.nproc_per_node()) + " out of range"};
+  }
+  if (node.free_port() < 0 || node.free_port() > 65535) {
+    return Error{"free_port " + std::to_string(node.free_port()) + " out of range"};
+  }
+  return {};
+}
+
+}  // namespace ftrun::rendezvous

@@ -1,0 +1,32 @@
+// Conversions between the generated protobuf messages (the wire) and the plain domain types
+// of job_state.h. The only place outside the adapters that sees generated types. Size limits
+// of proto/README.md are applied here when encoding and checked when decoding.
+#pragma once
+
+#include "ftrun/v1/rendezvous.pb.h"
+#include "rendezvous/job_state.h"
+#include "rendezvous/result.h"
+
+namespace ftrun::rendezvous {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr size_t kMaxFailures = 64;
+inline constexpr size_t kMaxText = 64 * 1024;
+
+void ToWire(const NodeInfo& in, v1::NodeInfo* out);
+NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id);
+
+void ToWire(const NodeView& in, v1::NodeView* out);
+NodeView FromWire(const v1::NodeView& in);
+
+void ToWire(const WorkerFailure& in, v1::WorkerFailure* out);
+WorkerFailure FromWire(const v1::WorkerFailure& in);
+
+v1::Phase ToWire(Phase p);
+Phase FromWire(v1::Phase p);
+
+// Checks the size limits of a request's repeated and text fields.
+Status CheckLimits(const v1::ReportRequest& req);
+Status CheckLimits(const v1::NodeInfo& node);
+
+}  // namespace ftrun::rendezvous
