@@ -50,10 +50,11 @@ class RunResult:
 
 class Bench:
     def __init__(self, ftrun: str, fake_worker: str, runs: int):
-        self.ftrun = ftrun
-        self.worker = fake_worker
         self.runs = runs
         self.root = tempfile.mkdtemp(prefix="ftrun-bench-")
+        # Private copies: a rebuild of the tree during the benchmark must not swap binaries.
+        self.ftrun = shutil.copy2(ftrun, os.path.join(self.root, "ftrun"))
+        self.worker = shutil.copy2(fake_worker, os.path.join(self.root, "fake_worker"))
         self._cache: dict = {}
 
     def torchrun(self, monitor_interval: float) -> list:
@@ -190,14 +191,16 @@ def ratio(torchrun: float, ftrun: float) -> str:
     return f"1/{round(1 / r)}" if r < 0.5 else f"{r:.2f}"
 
 
-def header(bench: Bench):
+def header(bench: Bench, ftrun_path: str):
     torch_version = subprocess.run([PYTHON, "-c", "import torch; print(torch.__version__)"],
                                    capture_output=True, text=True).stdout.strip() or "not importable"
     ftrun_version = subprocess.run([bench.ftrun, "--version"], capture_output=True, text=True).stdout.strip()
     cpu = next((l.split(":", 1)[1].strip() for l in open("/proc/cpuinfo") if l.startswith("model name")), "?")
     u = os.uname()
     print(f"machine: {os.cpu_count()} CPUs ({cpu}), {u.sysname} {u.release} {u.machine}")
-    print(f"torch {torch_version} (torchrun via {PYTHON} + Std.from_str patch), {ftrun_version}")
+    built = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(ftrun_path).st_mtime))
+    print(f"torch {torch_version} (torchrun via {PYTHON} + Std.from_str patch)")
+    print(f"{ftrun_version}: {os.path.abspath(ftrun_path)} (built {built})")
     print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
 
 
@@ -213,10 +216,10 @@ def main() -> int:
         if not os.access(path, os.X_OK):
             p.error(f"{path} is not an executable (build first: scripts/bench.sh)")
 
-    bench = Bench(os.path.abspath(opts.ftrun), os.path.abspath(opts.fake_worker), opts.runs)
+    bench = Bench(opts.ftrun, opts.fake_worker, opts.runs)
     results = []
     try:
-        header(bench)  # also warms the page cache for torch
+        header(bench, opts.ftrun)  # also warms the page cache for torch
         for row in ROWS:
             t = bench.samples(row.measure, bench.torchrun(row.monitor_interval))
             f = bench.samples(row.measure, bench.ftrun_cmd())

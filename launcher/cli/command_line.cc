@@ -21,6 +21,7 @@ read from PET_<NAME> (PET_NPROC_PER_NODE, PET_MASTER_PORT, ...). Options go
 before the training script; everything after it is passed to it unchanged,
 with ${local_rank} replaced by the worker's local rank.
 
+`ftrun master --help`: the rendezvous server alone (e.g. a Kubernetes Service).
 Exit status: 0 all workers succeeded, 1 workers failed (restarts exhausted) or
 ftrun was stopped by a signal, 2 usage error. See ftrun(1).)";
 

@@ -1,3 +1,5 @@
+#include <sys/resource.h>
+
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <csignal>
@@ -54,6 +56,12 @@ int RunMaster(const std::vector<std::string>& argv) {
   so.job.liveness_timeout = conf->keep_alive_interval * conf->keep_alive_max_attempt;
 
   std::signal(SIGPIPE, SIG_IGN);
+  // One connection per agent: thousands of agents need thousands of descriptors.
+  rlimit rl{};
+  if (::getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    ::setrlimit(RLIMIT_NOFILE, &rl);
+  }
   boost::asio::io_context io;
   rendezvous::RendezvousServer server(io, so);
   auto port = server.Start();

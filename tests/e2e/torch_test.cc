@@ -9,6 +9,7 @@
 #include <set>
 #include <regex>
 
+#include "launcher/host.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
@@ -151,6 +152,38 @@ TEST_F(TorchE2E, ModuleAndRunPathEntryPoints) {
                     Env(), 120s);
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(Str(ReadJson(dir_ / "rp/env.1.json"), "RANK"), "1");
+}
+
+// Two agents of two ranks each: gloo all_reduce over WORLD_SIZE 4 (dump_env.py asserts the
+// sum), with the static and the dynamic rendezvous.
+TEST_F(TorchE2E, TwoAgentsTimesTwoRanksAllReduce) {
+  std::string port = std::to_string(launcher::PickFreePort().value());
+  const std::vector<std::vector<std::string>> shapes = {
+      {"--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port},
+      {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port,
+       "--rdzv-id", "e2e"},
+  };
+  for (size_t shape = 0; shape < shapes.size(); ++shape) {
+    std::string out = dir_ / ("shape" + std::to_string(shape));
+    std::filesystem::create_directories(out);
+    std::vector<std::unique_ptr<ChildRun>> agents;
+    for (int node = 0; node < 2; ++node) {
+      std::vector<std::string> argv = shapes[shape];
+      if (shape == 0) argv.insert(argv.end(), {"--node-rank", std::to_string(node)});
+      argv.insert(argv.end(), {"--nproc-per-node", "2", "--log-dir", dir_ / "logs",
+                               SourceDir() + "/tests/e2e/workers/dump_env.py", out});
+      agents.push_back(std::make_unique<ChildRun>(FtrunBinary(), argv, Env()));
+    }
+    for (auto& a : agents) {
+      auto r = a->Wait(120s);
+      EXPECT_EQ(r.exit_code, 0) << "shape " << shape << ": " << r.err;
+    }
+    for (int rank = 0; rank < 4; ++rank) {
+      auto env = ReadJson(out + "/env." + std::to_string(rank) + ".json");
+      EXPECT_EQ(Str(env, "WORLD_SIZE"), "4");
+      EXPECT_EQ(Str(env, "GROUP_WORLD_SIZE"), "2");
+    }
+  }
 }
 
 TEST_F(TorchE2E, FileTimerWatchdogKillsAnOverrunningWorker) {

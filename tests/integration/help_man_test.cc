@@ -9,8 +9,8 @@
 namespace ftrun::testing {
 namespace {
 
-std::set<std::string> HelpOptions() {
-  auto r = RunFtrun({"--help"});
+std::set<std::string> HelpOptions(const std::vector<std::string>& argv) {
+  auto r = RunFtrun(argv);
   EXPECT_EQ(r.exit_code, 0);
   std::set<std::string> out;
   static const std::regex option("^\\s+(?:-[a-z], )?(--[a-z][a-z0-9-]*)");
@@ -21,12 +21,15 @@ std::set<std::string> HelpOptions() {
   return out;
 }
 
-// Long options named on the tag line of every .TP paragraph of the man page.
-std::set<std::string> ManOptions() {
+// Long options named on the tag line of every .TP paragraph in one .SH section of the man page.
+std::set<std::string> ManOptions(const std::string& section) {
   std::set<std::string> out;
   auto lines = Lines(ReadFile(SourceDir() + "/man/ftrun.1"));
   static const std::regex option(R"(\\-\\-([a-z0-9]+(?:\\-[a-z0-9]+)*))");
+  std::string current;
   for (size_t i = 0; i + 1 < lines.size(); ++i) {
+    if (lines[i].rfind(".SH ", 0) == 0) current = lines[i].substr(4);
+    if (current != section) continue;
     if (lines[i] != ".TP" || lines[i + 1].rfind("\\fB", 0) != 0) continue;
     const std::string& tag = lines[i + 1];
     for (std::sregex_iterator it(tag.begin(), tag.end(), option), end; it != end; ++it) {
@@ -38,18 +41,29 @@ std::set<std::string> ManOptions() {
   return out;
 }
 
+void ExpectSame(const std::set<std::string>& help, const std::set<std::string>& man,
+                const std::string& what) {
+  for (const auto& o : help) EXPECT_TRUE(man.count(o)) << what << ": " << o << " not in the man page";
+  for (const auto& o : man) EXPECT_TRUE(help.count(o)) << what << ": " << o << " not in --help";
+}
+
 TEST(HelpAndManPage, ListTheSameOptions) {
-  auto help = HelpOptions();
-  auto man = ManOptions();
+  auto help = HelpOptions({"--help"});
   ASSERT_GT(help.size(), 25u) << "could not read the --help options";
-  for (const auto& o : help) EXPECT_TRUE(man.count(o)) << o << " is in --help but not in man";
-  for (const auto& o : man) EXPECT_TRUE(help.count(o)) << o << " is in the man page, not --help";
+  ExpectSame(help, ManOptions("OPTIONS"), "ftrun");
+}
+
+TEST(HelpAndManPage, MasterListsTheSameOptions) {
+  auto help = HelpOptions({"master", "--help"});
+  ASSERT_GT(help.size(), 6u) << "could not read ftrun master --help";
+  ExpectSame(help, ManOptions("FTRUN MASTER"), "ftrun master");
 }
 
 TEST(HelpAndManPage, ManPageDocumentsExitCodesAndDifferences) {
   std::string man = ReadFile(SourceDir() + "/man/ftrun.1");
   for (const char* section : {".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH DIFFERENCES FROM TORCHRUN",
-                              ".SH FILES", ".SH SIGNALS"}) {
+                              ".SH FILES", ".SH SIGNALS", ".SH MULTI\\-NODE JOBS",
+                              ".SH FTRUN MASTER"}) {
     EXPECT_NE(man.find(section), std::string::npos) << section;
   }
 }

@@ -164,6 +164,43 @@ TEST_F(MultiNode, ScaleDownWhenAnAgentIsKilled) {
   EXPECT_NE(ra.err.find("lost (disconnected)"), std::string::npos) << ra.err;
 }
 
+TEST_F(MultiNode, BelowMinTheJobWaitsForJoinTimeoutThenFailsSayingSo) {
+  std::vector<std::string> conf = {"--rdzv-conf",
+                                   std::string(kFastConf) + ",join_timeout=1.5"};
+  std::vector<std::string> w = {"record", dir_ / "records", "sleep", "60"};
+  ChildRun a(FtrunBinary(), Cmd(Dynamic("2", conf), w));  // a hosts: it starts first
+  ASSERT_TRUE(WaitFor([&] { return a.Err().find("joined the job") != std::string::npos; }, 20s));
+  ChildRun b(FtrunBinary(), Cmd(Dynamic("2", conf), w));
+  ASSERT_TRUE(WaitFor([&] { return Count("world=4") == 4; }, 20s)) << a.Err();
+  b.Signal(SIGKILL);
+  b.Wait(10s);
+  auto ra = a.Wait(30s);
+  EXPECT_EQ(ra.exit_code, 1) << ra.err;
+  EXPECT_NE(ra.err.find("did not complete within join_timeout=1.5s: 1 node(s) joined, --nnodes "
+                        "is 2"),
+            std::string::npos)
+      << ra.err;
+}
+
+TEST_F(MultiNode, SpareWaitsAtMaxAndFillsTheGap) {
+  std::vector<std::string> w = {"record", dir_ / "records", "wait-file", dir_ / "done"};
+  ChildRun a(FtrunBinary(), Cmd(Dynamic("1:2"), w));  // a hosts the rendezvous: it starts first
+  ASSERT_TRUE(WaitFor([&] { return a.Err().find("joined the job") != std::string::npos; }, 20s));
+  ChildRun b(FtrunBinary(), Cmd(Dynamic("1:2"), w));
+  ASSERT_TRUE(WaitFor([&] { return Count("world=4") == 4; }, 20s)) << a.Err() << b.Err();
+  ChildRun spare(FtrunBinary(), Cmd(Dynamic("1:2", {"--role", "spare"}), w));
+  ASSERT_TRUE(WaitFor([&] { return spare.Err().find("joined the job") != std::string::npos; }, 20s));
+  EXPECT_EQ(Count("role=spare"), 0) << "a spare does not disturb a full round";
+  b.Signal(SIGKILL);
+  b.Wait(10s);
+  ASSERT_TRUE(WaitFor([&] { return Count("world=4 attempt=0") == 8; }, 20s))
+      << a.Err() << spare.Err();
+  EXPECT_EQ(Count("role=spare"), 2);
+  std::ofstream(dir_ / "done") << "";
+  EXPECT_EQ(a.Wait(30s).exit_code, 0);
+  EXPECT_EQ(spare.Wait(30s).exit_code, 0);
+}
+
 TEST_F(MultiNode, TokenMismatchIsRejected) {
   ChildRun a(FtrunBinary(), Cmd(Static(0, {"--rdzv-conf", "token=right"}), {"sleep", "30"}));
   auto rb = RunFtrun(Cmd(Static(1, {"--rdzv-conf", "token=wrong"}), {"exit", "0"}), {}, 30s);
