@@ -20,21 +20,8 @@ from typing import Callable, Optional
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 PYTHON = "/usr/bin/python3"
 
-# torch 1.13 on Python 3.11: IntFlag iteration skips NONE (0) and ALL (3), so
-# Std.from_str("0") returns None and torchrun dies at start-up. Parse the values directly.
-TORCHRUN_PATCH = """
-import re, sys
-from torch.distributed.elastic.multiprocessing import api
-def from_str(cls, text):
-    if re.fullmatch(r"[0-3]", text):
-        return cls(int(text))
-    if re.fullmatch(r"(\\d+:[0-3],)*\\d+:[0-3]", text):
-        return {int(k): cls(int(v)) for k, v in (p.split(":") for p in text.split(","))}
-    raise ValueError(f"bad std value {text!r}")
-api.Std.from_str = classmethod(from_str)
-import torch.distributed.run
-sys.exit(torch.distributed.run.main())
-"""
+# Debian's torchrun (torch 1.13) needs a one-function patch on Python 3.11.
+TORCHRUN = os.path.join(REPO, "scripts", "torchrun_compat.py")
 
 
 class LauncherFailed(Exception):
@@ -58,47 +45,66 @@ class Bench:
         self._cache: dict = {}
 
     def torchrun(self, monitor_interval: float) -> list:
-        return [PYTHON, "-c", TORCHRUN_PATCH, "--monitor_interval", str(monitor_interval)]
+        return [PYTHON, TORCHRUN, "--monitor_interval", str(monitor_interval)]
 
     def ftrun_cmd(self) -> list:
         return [self.ftrun, "--log-level", "warning"]
 
-    def run(self, launcher: list, nproc: int, worker_args: list, worker: str = "",
-            on_start: Optional[Callable] = None, **launcher_opts) -> RunResult:
-        """Runs launcher with nproc workers (default: the fake worker); it must exit 0.
-
-        "{dir}" in worker_args becomes the run's private dir. on_start(popen) runs while
-        the launcher is alive (e.g. to sample it) and must return once it has exited.
-        """
-        run_dir = tempfile.mkdtemp(dir=self.root)
-        opts = {"nproc_per_node": nproc, "log_dir": os.path.join(run_dir, "logs"),
-                "master_port": free_port(), **launcher_opts}
+    def command(self, launcher: list, opts: dict, worker: str, worker_args: list,
+                run_dir: str) -> list:
         cmd = list(launcher)
         for key, value in opts.items():
             cmd += [f"--{key}", str(value)]
-        cmd += ["--no_python", worker or self.worker, *[a.replace("{dir}", run_dir) for a in worker_args]]
+        return cmd + ["--no_python", worker or self.worker,
+                      *[a.replace("{dir}", run_dir) for a in worker_args]]
+
+    def run(self, launcher: list, nproc: int, worker_args: list, worker: str = "",
+            on_start: Optional[Callable] = None, nodes: int = 1, **launcher_opts) -> RunResult:
+        """Runs `nodes` launchers of one job (c10d on loopback when nodes > 1), each with
+        nproc workers (default: the fake worker); every one must exit 0.
+
+        "{dir}" in worker_args becomes the run's private dir. on_start(popen) runs while
+        the (first) launcher is alive (e.g. to sample it) and must return once it has exited.
+        """
+        run_dir = tempfile.mkdtemp(dir=self.root)
+        opts = {"nproc_per_node": nproc, "log_dir": os.path.join(run_dir, "logs")}
+        if nodes == 1:
+            opts["master_port"] = free_port()
+        else:
+            opts.update(nnodes=nodes, rdzv_backend="c10d", rdzv_id="bench",
+                        rdzv_endpoint=f"127.0.0.1:{free_port()}")
+        opts.update(launcher_opts)
         env = dict(os.environ, TMPDIR=run_dir)
-        with open(os.path.join(run_dir, "console"), "w+") as out:
-            start = time.perf_counter()
-            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
-            extra = on_start(proc) if on_start else None
+        start = time.perf_counter()
+        running = []
+        for node in range(nodes):
+            cmd = self.command(launcher, opts, worker, worker_args, run_dir)
+            out = open(os.path.join(run_dir, f"console.{node}"), "w+")
+            running.append((subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env),
+                            out, cmd))
+        extra = on_start(running[0][0]) if on_start else None
+        failure = None
+        for proc, out, cmd in running:
             try:
                 rc = proc.wait(timeout=120)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 rc = proc.wait()
-            wall = time.perf_counter() - start
-            if rc != 0:
+            if rc != 0 and failure is None:
                 out.seek(0)
-                shown = cmd[3:] if cmd[0] == PYTHON else cmd  # skip the inline patch
-                raise LauncherFailed(f"exit {rc}: {' '.join(shown)}\n{out.read()[-3000:]}")
+                shown = cmd[1:] if cmd[0] == PYTHON else cmd
+                failure = f"exit {rc}: {' '.join(shown)}\n{out.read()[-3000:]}"
+            out.close()
+        wall = time.perf_counter() - start
+        if failure:
+            raise LauncherFailed(failure)
         return RunResult(wall, extra, run_dir)
 
     def samples(self, measure: Callable, launcher: list) -> list:
         """N values of measure(bench, launcher); cached so rows can share a launcher's samples."""
         key = (measure.__name__, tuple(launcher))
         if key not in self._cache:
-            name = "ftrun" if launcher[0] == self.ftrun else "torchrun " + " ".join(launcher[3:])
+            name = "ftrun" if launcher[0] == self.ftrun else "torchrun " + " ".join(launcher[2:])
             values = []
             for i in range(self.runs):
                 print(f"  {measure.__name__} [{name}] run {i + 1}/{self.runs}", file=sys.stderr, flush=True)
@@ -156,6 +162,34 @@ def peak_rss(bench: Bench, launcher: list) -> float:
     return bench.run(launcher, 4, ["sleep", "1.5"], on_start=sample).sampled / 1024
 
 
+def two_node_run(bench: Bench, launcher: list) -> float:
+    """Seconds until both launchers of a 2-node x 2-rank c10d job of /bin/true have exited."""
+    return bench.run(launcher, 2, [], worker="/bin/true", nodes=2,
+                     rdzv_conf="last_call_timeout=1").wall
+
+
+def two_node_restart(bench: Bench, launcher: list) -> float:
+    """Ms from rank 2's failure (node 1) to the last of the 4 ranks running again.
+
+    The failing rank marks the failure with a file rather than an attempt number: torchrun
+    counts restarts per node, so node 0's next workers still say attempt 0 there."""
+    args = ["stamp", "{dir}/start",
+            "if-rank", "2", "if-missing", "{dir}/failed", "sleep", "0.3",  # all have started
+            "if-rank", "2", "if-missing", "{dir}/failed", "stamp", "{dir}/exit",
+            "if-rank", "2", "exit-once", "{dir}/failed",
+            "if-missing", "{dir}/failed", "sleep", "30"]
+    run_dir = bench.run(launcher, 2, args, nodes=2, max_restarts=1,
+                        rdzv_conf="last_call_timeout=1").dir
+    (exit_ns,) = [int(l.split()[2]) for l in read_lines(f"{run_dir}/exit")]
+    last_start = {}
+    for rank, _, ns in (l.split() for l in read_lines(f"{run_dir}/start")):
+        if int(ns) > exit_ns:
+            last_start[rank] = max(last_start.get(rank, 0), int(ns))
+    if len(last_start) != 4:
+        raise LauncherFailed(f"expected 4 ranks to start after the failure, got {last_start}")
+    return (max(last_start.values()) - exit_ns) / 1e6
+
+
 def read_lines(path: str) -> list:
     with open(path) as f:
         return [l for l in f.read().splitlines() if l.strip()]
@@ -179,7 +213,34 @@ ROWS = [
     Row("restart latency 4 ranks (mi=0.1)", restart_latency, 0.1, "ms", "< 50 ms", lambda t, f: f < 50),
     Row("restart latency 4 ranks (mi=5)", restart_latency, 5, "ms"),
     Row("launcher peak RSS, 4 workers", peak_rss, 0.1, "MB", "< 20 MB", lambda t, f: f < 20),
+    Row("2 nodes x 2 ranks whole run (c10d)", two_node_run, 0.1, "s", "<= 1/10",
+        lambda t, f: f / t <= 1 / 10),
+    Row("2 nodes: crash on node 1 -> 4 running", two_node_restart, 0.1, "ms", "< 200 ms",
+        lambda t, f: f < 200),
 ]
+
+
+def rendezvous_scale(bench: Bench, loadgen: str, sizes: list) -> list:
+    """[(N, seconds to a complete round, server peak RSS MB)]: `ftrun master` against the
+    load generator, which simulates N agents joining one round (over up to 256 connections)."""
+    rows = []
+    for n in sizes:
+        port = free_port()
+        master = subprocess.Popen([bench.ftrun, "master", "--port", str(port), "--nnodes", str(n),
+                                   "--rdzv-id", "bench", "--log-level", "warning"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        time.sleep(0.3)  # let it bind; the load generator also waits for the connection
+        out = subprocess.run([loadgen, "--target", f"127.0.0.1:{port}", "--nodes", str(n),
+                              "--run-id", "bench"], capture_output=True, text=True, timeout=300)
+        with open(f"/proc/{master.pid}/status") as f:
+            rss = next(int(l.split()[1]) for l in f if l.startswith("VmHWM:")) / 1024
+        master.terminate()
+        master.wait()
+        if out.returncode != 0:
+            raise LauncherFailed(f"rendezvous_loadgen {n}: {out.stdout}{out.stderr}")
+        seconds = float(out.stdout.split("seconds=")[1].split()[0])
+        rows.append((n, seconds, rss))
+    return rows
 
 
 def fmt(value: float, unit: str) -> str:
@@ -199,7 +260,7 @@ def header(bench: Bench, ftrun_path: str):
     u = os.uname()
     print(f"machine: {os.cpu_count()} CPUs ({cpu}), {u.sysname} {u.release} {u.machine}")
     built = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.stat(ftrun_path).st_mtime))
-    print(f"torch {torch_version} (torchrun via {PYTHON} + Std.from_str patch)")
+    print(f"torch {torch_version} (torchrun via {PYTHON} scripts/torchrun_compat.py)")
     print(f"{ftrun_version}: {os.path.abspath(ftrun_path)} (built {built})")
     print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
 
@@ -208,11 +269,14 @@ def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ftrun", default=os.path.join(REPO, "build/launcher/ftrun"))
     p.add_argument("--fake-worker", default=os.path.join(REPO, "build/tests/fake_worker"))
+    p.add_argument("--loadgen", default=os.path.join(REPO, "build/tests/rendezvous_loadgen"))
+    p.add_argument("--scale", default="100,1000,10000",
+                   help="simulated agents per rendezvous scale run (default 100,1000,10000)")
     n = p.add_mutually_exclusive_group()
     n.add_argument("--runs", type=int, default=7, help="runs per launcher and row (default 7)")
     n.add_argument("--quick", action="store_const", const=3, dest="runs", help="3 runs")
     opts = p.parse_args()
-    for path in (opts.ftrun, opts.fake_worker):
+    for path in (opts.ftrun, opts.fake_worker, opts.loadgen):
         if not os.access(path, os.X_OK):
             p.error(f"{path} is not an executable (build first: scripts/bench.sh)")
 
@@ -224,6 +288,7 @@ def main() -> int:
             t = bench.samples(row.measure, bench.torchrun(row.monitor_interval))
             f = bench.samples(row.measure, bench.ftrun_cmd())
             results.append((row, t, f))
+        scale = rendezvous_scale(bench, opts.loadgen, [int(n) for n in opts.scale.split(",")])
     except LauncherFailed as e:
         print(f"launcher run failed: {e}", file=sys.stderr)
         return 1
@@ -243,6 +308,18 @@ def main() -> int:
         line = "".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
         if row.met:
             line += "  ok" if row.met(tm, fm) else "  MISSED"
+        print(line)
+
+    print()
+    print("rendezvous scale: `ftrun master` + N simulated agents joining one round "
+          "(target at 10000: < 5 s, < 500 MB)")
+    print("agents".rjust(8) + "round complete".rjust(18) + "per agent".rjust(14) +
+          "server peak RSS".rjust(18))
+    for n, seconds, rss in scale:
+        line = (f"{n:8d}" + f"{seconds:15.3f} s" + f"{seconds / n * 1e6:11.1f} us" +
+                f"{rss:15.1f} MB")
+        if n == 10000:
+            line += "  ok" if seconds < 5 and rss < 500 else "  MISSED"
         print(line)
     return 0
 

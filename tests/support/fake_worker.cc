@@ -16,6 +16,9 @@
 //   error-json TEXT        write a torch @record-style error file with message TEXT
 //   if-rank R ACTION...    run the next action only on global rank R
 //   if-attempt K ACTION..  run the next action only when TORCHELASTIC_RESTART_COUNT == K
+//   if-missing PATH ACT..  run the next action only while PATH does not exist
+//   touch PATH             create PATH
+//   exit-once PATH         if PATH does not exist: create it and exit 1; else go on
 //   wait-file PATH         sleep until PATH exists
 #include <dirent.h>
 #include <signal.h>
@@ -74,7 +77,7 @@ int main(int argc, char** argv) {
       }
       return a[++i];
     };
-    const bool condition = op == "if-rank" || op == "if-attempt";
+    const bool condition = op == "if-rank" || op == "if-attempt" || op == "if-missing";
     if (skip_next) {  // every action takes one argument: skip both; conditions chain
       skip_next = condition;
       ++i;
@@ -82,7 +85,9 @@ int main(int argc, char** argv) {
     }
     if (condition) {
       std::string want = arg();
-      skip_next = want != (op == "if-rank" ? rank : attempt);
+      struct stat st {};
+      skip_next = op == "if-missing" ? stat(want.c_str(), &st) == 0
+                                     : want != (op == "if-rank" ? rank : attempt);
       continue;
     }
     if (op == "exit") return std::atoi(arg().c_str());
@@ -140,6 +145,15 @@ int main(int argc, char** argv) {
           << "\", \"extraInfo\": {\"py_callstack\": \"Traceback (most recent call last):\\n  "
              "File \\\"train.py\\\", line 1\\nRuntimeError: "
           << text << "\", \"timestamp\": \"" << time(nullptr) << "\"}}}";
+    } else if (op == "exit-once") {
+      std::string path = arg();
+      struct stat st {};
+      if (stat(path.c_str(), &st) != 0) {
+        std::ofstream(path, std::ios::app);
+        return 1;
+      }
+    } else if (op == "touch") {
+      std::ofstream(arg(), std::ios::app);
     } else if (op == "wait-file") {
       std::string path = arg();
       struct stat st {};
