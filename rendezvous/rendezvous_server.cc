@@ -435,6 +435,8 @@ void RendezvousServer::ArmTimer() {
 
 void RendezvousServer::OnTimer() {
   const TimePoint now = Clock::now();
+  // A node waiting in a long poll is alive, however long the poll.
+  for (const auto& [id, w] : watches_) state_.Seen(w->call->watch.header().node_id(), now);
   state_.Tick(now);
   while (!watch_deadlines_.empty() && watch_deadlines_.begin()->first <= now) {
     uint64_t id = watch_deadlines_.begin()->second;
