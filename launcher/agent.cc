@@ -31,7 +31,9 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
       opts_(std::move(options)),
       config_(*opts_.config),
       coordinator_(std::move(coordinator)),
-      signals_(io) {}
+      signals_(io),
+      monitor_timer_(io),
+      fault_timer_(io) {}
 
 Agent::~Agent() = default;
 
@@ -48,6 +50,7 @@ const char* Agent::StateName() const {
 int Agent::Run() {
   for (int s : config_.signals) signals_.add(s);
   WaitForSignal();
+  StartControlChannel();
   if (!opts_.watchdog_fifo.empty()) {
     watchdog_ = std::make_unique<FileTimerServer>(io_, opts_.watchdog_fifo,
                                                   [this](pid_t p) { return IsWorkerProcess(p); });
@@ -97,19 +100,29 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
   g.agent_env = &opts_.agent_env;
   g.assignment = a;
   g.attempt_dir = *attempt;
+  g.extra_env = ControlEnv();
   group_ = std::make_unique<WorkerGroup>(
       io_, g, [this](const WorkerGroup::Worker& w) { OnWorkerExit(w); },
       [this] { OnGroupExited(); });
   state_ = State::kRunning;
   after_stop_ = AfterStop::kNothing;
-  local_failures_.clear();
+  hung_.clear();
+  fault_timer_.cancel();
+  awaiting_stop_order_ = false;
   ever_started_ = true;
   if (auto s = group_->Start(); !s) {
     // The program cannot be started (not found, not executable): no restart would help.
     Log()->error("{}", s.error().message);
     result_ = JobResult{false, {}, s.error().message};
     StopGroup(SIGKILL, AfterStop::kFinish);
+    return;
   }
+  if (control_) {
+    std::vector<pid_t> pids;
+    for (const auto& w : group_->workers()) pids.push_back(w.process->pid());
+    control_->SetWorkers(pids, a.base_rank, a.restart_count);
+  }
+  ArmMonitor();
 }
 
 void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
@@ -134,10 +147,8 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
   Log()->error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {} rank={} attempt={}",
                st.TorchExitCode(), w.local_rank, w.process->pid(),
                BuildWorkerCommand(config_, w.local_rank).program, w.rank, attempt);
-  local_failures_.push_back(DescribeFailure(w.local_rank, w.rank, w.process->pid(), st,
-                                            w.error_file, opts_.host.get(), NowSeconds()));
-  StopGroup(SIGTERM, AfterStop::kReportStopped);
-  coordinator_->WorkersFailed(local_failures_);
+  OnLocalFailure(DescribeFailure(w.local_rank, w.rank, w.process->pid(), st, w.error_file,
+                                 opts_.host.get(), NowSeconds()));
 }
 
 void Agent::OnRestartRequested(const std::string& reason) {
@@ -181,6 +192,7 @@ void Agent::StopGroup(int sig, AfterStop after) {
                 config_.shutdown_timeout.count(), group_->assignment().restart_count);
   }
   state_ = State::kStopping;
+  fault_timer_.cancel();
   group_->Stop(sig, config_.shutdown_timeout);
 }
 
@@ -230,7 +242,10 @@ void Agent::Finish(int exit_code) {
   exit_code_ = exit_code;
   boost::system::error_code ec;
   signals_.cancel(ec);
+  monitor_timer_.cancel();
+  fault_timer_.cancel();
   if (watchdog_) watchdog_->Stop();
+  if (control_) control_->Stop();
   coordinator_->Shutdown();
   if (result_) ReportOutcome(*result_);
 }

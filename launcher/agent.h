@@ -2,6 +2,9 @@
 // workers for each round, watches them (a child's exit is an event, seen at once), stops
 // them on failure, restart or signal, and ends with torchrun's exit code:
 //   0 every worker succeeded; 1 the job failed or a forwarded signal stopped it.
+// With the control channel (control_server.h), a failure does not stop the surviving local
+// ranks at once when some of them can save: the round first saves (OnSaveOrder), and
+// --hang-timeout turns a rank that stopped reporting progress into a failure.
 //
 //   waiting --round--> running --failure/restart--> stopping --stopped--> waiting ...
 //                         |                            |
@@ -12,12 +15,15 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <future>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 
 #include "launcher/coordinator.h"
+#include "launcher/control_server.h"
 #include "launcher/environment.h"
 #include "launcher/file_timer_server.h"
 #include "launcher/launch_config.h"
@@ -49,6 +55,7 @@ class Agent : public Coordinator::Listener {
   void OnRoundStarted(const rendezvous::NodeAssignment& assignment) override;
   void OnRestartRequested(const std::string& reason) override;
   void OnJobFinished(const JobResult& result) override;
+  void OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) override;
 
  private:
   enum class State { kWaiting, kRunning, kStopping, kFinished };
@@ -64,6 +71,15 @@ class Agent : public Coordinator::Listener {
   void ReportOutcome(const JobResult& result);
   const char* StateName() const;
   bool IsWorkerProcess(pid_t pid) const;
+  // agent_fault.cc: the fault-time save and hang detection.
+  void StartControlChannel();
+  EnvMap ControlEnv() const;
+  void OnLocalFailure(const WorkerFailure& failure);
+  bool LocalRanksCanSave() const;
+  void OnRankSaved(int local_rank, uint64_t id, bool finalize, bool ok, const std::string& error);
+  void ArmMonitor();
+  void CheckHangs();
+  void DeclareHung(int local_rank, const std::string& ranks, uint64_t round);
 
   boost::asio::io_context& io_;
   AgentOptions opts_;
@@ -71,13 +87,17 @@ class Agent : public Coordinator::Listener {
   std::unique_ptr<Coordinator> coordinator_;
   boost::asio::signal_set signals_;
   std::unique_ptr<FileTimerServer> watchdog_;
+  std::unique_ptr<ControlServer> control_;
+  boost::asio::steady_timer monitor_timer_;  // --monitor-interval: hang checks
+  boost::asio::steady_timer fault_timer_;    // stop anyway if no order follows a failure
 
   // State below is touched only on the loop.
   State state_ = State::kWaiting;
   AfterStop after_stop_ = AfterStop::kNothing;
   std::unique_ptr<WorkerGroup> group_;
   std::unique_ptr<WorkerGroup> retired_group_;
-  std::vector<WorkerFailure> local_failures_;
+  std::set<int> hung_;  // local ranks declared hung in this attempt
+  bool awaiting_stop_order_ = false;  // a local failure keeps the survivors for the save
   std::optional<JobResult> result_;
   int stop_signal_ = 0;      // the forwarded signal that is stopping the job, if any
   bool ever_started_ = false;

@@ -32,6 +32,9 @@ class Coordinator {
     virtual void OnRestartRequested(const std::string& reason) = 0;
     // The job is over; stop any workers and exit with the job's outcome.
     virtual void OnJobFinished(const JobResult& result) = 0;
+    // The round saves before it stops (rendezvous::SaveOrder): report this node's ranks'
+    // progress while collecting, then forward "save"/"finalize" to this node's chosen ranks.
+    virtual void OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) = 0;
   };
 
   virtual ~Coordinator() = default;
@@ -43,6 +46,11 @@ class Coordinator {
   virtual void WorkersSucceeded() = 0;
   // This node's workers have all exited after OnRestartRequested or a failure.
   virtual void WorkersStopped() = 0;
+  // Fault-time save: this node's ranks' progress, and a saver's answer.
+  virtual void ReportProgress(uint64_t save_id,
+                              const std::vector<rendezvous::RankProgress>& ranks) = 0;
+  virtual void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
+                           const std::string& error) = 0;
   // The agent is going away (a signal): leave the job, cancel every pending operation.
   virtual void Shutdown() = 0;
 };

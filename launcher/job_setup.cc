@@ -28,6 +28,8 @@ rendezvous::JobSpec Spec(const LaunchConfig& c) {
   job.last_call_timeout = c.rdzv.last_call_timeout;
   job.join_timeout = job.static_ranks ? c.rdzv.timeout : c.rdzv.join_timeout;
   job.liveness_timeout = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
+  job.fault_save = c.fault_save;
+  job.save_timeout = c.save_timeout;
   return job;
 }
 

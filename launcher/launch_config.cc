@@ -338,6 +338,18 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (!sigs) return sigs.error();
   c.signals = *sigs;
   c.virtual_local_rank = a.virtual_local_rank;
+  c.fault_save = a.fault_save == "on";
+  if (a.save_timeout) {
+    if (!(*a.save_timeout > 0)) return Error{"--save-timeout: must be > 0 seconds"};
+    c.save_timeout = std::chrono::duration<double>(*a.save_timeout);
+  } else if (auto ot = Lookup(env, "TTP_OT")) {
+    // MindIO's launcher variable: how long to wait for the dying-gasp save.
+    auto n = ToInt(*ot);
+    if (!n || *n <= 0) return Error{"TTP_OT: '" + *ot + "' is not a number of seconds"};
+    c.save_timeout = std::chrono::seconds(*n);
+  }
+  if (a.hang_timeout < 0) return Error{"--hang-timeout: must be >= 0 seconds"};
+  c.hang_timeout = std::chrono::duration<double>(a.hang_timeout);
 
   if (auto s = ParseRendezvous(a, c); !s) return s.error();
   if (auto s = ParseEntryPoint(a, env, c); !s) return s.error();

@@ -38,6 +38,11 @@ struct LaunchConfig {
   std::vector<int> signals;  // forwarded to the workers, then ftrun stops
   bool virtual_local_rank = false;
 
+  // Fault tolerance.
+  bool fault_save = true;
+  std::chrono::duration<double> save_timeout{180};
+  std::chrono::duration<double> hang_timeout{0};  // 0: off
+
   // Rendezvous.
   RendezvousBackend backend = RendezvousBackend::kStatic;
   bool standalone = false;

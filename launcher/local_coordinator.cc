@@ -8,7 +8,7 @@
 namespace ftrun::launcher {
 
 LocalCoordinator::LocalCoordinator(boost::asio::io_context& io, LocalCoordinatorOptions options)
-    : io_(io), opts_(std::move(options)) {
+    : io_(io), opts_(std::move(options)), timer_(io) {
   // One node that cannot get lost: no liveness, no deadlines that matter.
   opts_.job.liveness_timeout = std::chrono::hours(24 * 365);
   opts_.job.join_timeout = std::chrono::hours(24 * 365);
@@ -36,6 +36,20 @@ void LocalCoordinator::Start(Listener* listener) {
 }
 
 void LocalCoordinator::Publish() {
+  // Only the save has a deadline that matters for a single node.
+  if (state_->phase() == rendezvous::Phase::kSaving) {
+    if (auto d = state_->NextDeadline()) {
+      timer_.expires_at(*d);
+      timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](auto ec) {
+        if (auto a = alive.lock(); !ec && a && *a) {
+          state_->Tick(Now());
+          Publish();
+        }
+      });
+    }
+  } else {
+    timer_.cancel();
+  }
   std::weak_ptr<bool> alive = alive_;
   boost::asio::post(io_, [this, alive, v = state_->View(opts_.node.node_id)] {
     if (auto a = alive.lock(); a && *a) follower_->Apply(v);
@@ -59,6 +73,21 @@ void LocalCoordinator::WorkersStopped() {
   });
 }
 
-void LocalCoordinator::Shutdown() { *alive_ = false; }
+void LocalCoordinator::ReportProgress(uint64_t save_id,
+                                      const std::vector<rendezvous::RankProgress>& ranks) {
+  state_->ReportProgress(opts_.node.node_id, Round(), save_id, ranks, Now());
+  Publish();
+}
+
+void LocalCoordinator::ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
+                                   const std::string& error) {
+  state_->ReportSaved(opts_.node.node_id, Round(), save_id, rank, finalize, ok, error, Now());
+  Publish();
+}
+
+void LocalCoordinator::Shutdown() {
+  *alive_ = false;
+  timer_.cancel();
+}
 
 }  // namespace ftrun::launcher

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <memory>
 #include <optional>
 #include <string>
@@ -31,6 +32,10 @@ class LocalCoordinator : public Coordinator {
   void WorkersFailed(const std::vector<WorkerFailure>& failures) override;
   void WorkersSucceeded() override;
   void WorkersStopped() override;
+  void ReportProgress(uint64_t save_id,
+                      const std::vector<rendezvous::RankProgress>& ranks) override;
+  void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
+                   const std::string& error) override;
   void Shutdown() override;
 
  private:
@@ -42,6 +47,7 @@ class LocalCoordinator : public Coordinator {
   LocalCoordinatorOptions opts_;
   std::optional<rendezvous::RendezvousState> state_;
   std::optional<ViewFollower> follower_;
+  boost::asio::steady_timer timer_;  // the state machine's deadlines (the save timeout)
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

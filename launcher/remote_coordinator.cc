@@ -37,7 +37,7 @@ RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 
 void RemoteCoordinator::Start(Listener* listener) {
   follower_.emplace(
-      listener, [this](uint64_t round) { Enqueue({ReportKind::kStopped, round, {}}); },
+      listener, [this](uint64_t round) { Enqueue({ReportKind::kStopped, round, {}, {}}); },
       opts_.role);
   join_started_ = Clock::now();
   last_wait_log_ = join_started_;
@@ -149,7 +149,7 @@ void RemoteCoordinator::SendNextReport() {
   if (r.kind == ReportKind::kStopped) {
     if (auto port = PickFreePort()) free_port = *port;
   }
-  client_.Report(r.kind, r.round, r.failures, free_port,
+  client_.Report(r.kind, r.round, r.failures, free_port, r.save,
                  [this](const RpcOutcome& out) { OnReported(out); });
 }
 
@@ -185,10 +185,31 @@ void RemoteCoordinator::Fail(const std::string& reason) {
 }
 
 void RemoteCoordinator::WorkersFailed(const std::vector<WorkerFailure>& failures) {
-  Enqueue({ReportKind::kFailed, CurrentRound(), failures});
+  Enqueue({ReportKind::kFailed, CurrentRound(), failures, {}});
 }
 
-void RemoteCoordinator::WorkersSucceeded() { Enqueue({ReportKind::kSucceeded, CurrentRound(), {}}); }
+void RemoteCoordinator::WorkersSucceeded() {
+  Enqueue({ReportKind::kSucceeded, CurrentRound(), {}, {}});
+}
+
+void RemoteCoordinator::ReportProgress(uint64_t save_id,
+                                       const std::vector<rendezvous::RankProgress>& ranks) {
+  rendezvous::SaveReport s;
+  s.save_id = save_id;
+  s.progress = ranks;
+  Enqueue({ReportKind::kProgress, CurrentRound(), {}, s});
+}
+
+void RemoteCoordinator::ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
+                                    const std::string& error) {
+  rendezvous::SaveReport s;
+  s.save_id = save_id;
+  s.rank = rank;
+  s.finalize = finalize;
+  s.ok = ok;
+  s.error = error;
+  Enqueue({ReportKind::kSaved, CurrentRound(), {}, s});
+}
 
 void RemoteCoordinator::WorkersStopped() {
   std::weak_ptr<bool> alive = alive_;

@@ -42,6 +42,10 @@ class RemoteCoordinator : public Coordinator {
   void WorkersFailed(const std::vector<WorkerFailure>& failures) override;
   void WorkersSucceeded() override;
   void WorkersStopped() override;
+  void ReportProgress(uint64_t save_id,
+                      const std::vector<rendezvous::RankProgress>& ranks) override;
+  void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
+                   const std::string& error) override;
   void Shutdown() override;
 
  private:
@@ -49,6 +53,7 @@ class RemoteCoordinator : public Coordinator {
     rendezvous::ReportKind kind;
     uint64_t round;
     std::vector<WorkerFailure> failures;
+    rendezvous::SaveReport save;  // kProgress, kSaved
   };
 
   void Join();

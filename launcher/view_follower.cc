@@ -14,8 +14,8 @@ ViewFollower::ViewFollower(Coordinator::Listener* listener, ReportStopped report
 void ViewFollower::Apply(const NodeView& v) {
   if (finished_) return;
   last_view_ = v;
-  if (v.phase == Phase::kStopping && !v.failures.empty() && announced_round_ != v.round) {
-    announced_round_ = v.round;
+  if (v.restart_count > announced_restarts_) {
+    announced_restarts_ = v.restart_count;
     // torchrun's line, on every node: the restart was spent job-wide.
     Logger("launcher")->warn(
         "[{}] Worker group FAILED. {}/{} attempts left; will restart worker group", role_,
@@ -29,6 +29,15 @@ void ViewFollower::Apply(const NodeView& v) {
     r.failures = v.failures;
     listener_->OnJobFinished(r);
     return;
+  }
+  if (v.phase == Phase::kSaving && v.member && v.save) {
+    const auto& o = *v.save;
+    std::string key = fmt::format("{}/{}/{}/{}/{}", v.round, o.id, o.collecting, o.step,
+                                  o.finalize);
+    if (key != last_save_key_) {
+      last_save_key_ = key;
+      listener_->OnSaveOrder(v.round, o);
+    }
   }
   if (workers_live_) {
     const bool ours_stopping = v.phase == Phase::kStopping && v.round == *started_round_;

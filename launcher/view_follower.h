@@ -6,6 +6,7 @@
 //   view running, member, new round          -> Listener::OnRoundStarted
 //   view stopping for our round, or the job
 //   moved on while our workers still run     -> Listener::OnRestartRequested
+//   view saving, member, new order           -> Listener::OnSaveOrder
 //   view stopping, nothing of ours running   -> report_stopped(round)
 //   view succeeded / failed                  -> Listener::OnJobFinished
 //
@@ -45,7 +46,8 @@ class ViewFollower {
   ReportStopped report_stopped_;
   std::string role_;
   rendezvous::NodeView last_view_;
-  std::optional<uint64_t> announced_round_;
+  int announced_restarts_ = 0;
+  std::string last_save_key_;
   std::optional<uint64_t> started_round_;
   bool workers_live_ = false;
   std::optional<uint64_t> stop_asked_round_;

@@ -169,6 +169,7 @@ Status WorkerGroup::StartWorker(Worker& w) {
   spec.args = cmd.args;
   spec.env = BuildWorkerEnv(
       {*opts_.agent_env, c, opts_.assignment, w.local_rank, w.error_file});
+  for (const auto& [k, v] : opts_.extra_env) spec.env[k] = v;
   spec.stdout_fd = *o;
   spec.stderr_fd = *e;
   size_t index = static_cast<size_t>(&w - workers_.data());

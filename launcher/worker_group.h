@@ -39,6 +39,7 @@ struct WorkerGroupOptions {
   const EnvMap* agent_env = nullptr;
   rendezvous::NodeAssignment assignment;
   std::string attempt_dir;  // "" when logs are disabled
+  EnvMap extra_env;         // FTRUN_* variables, on top of torchrun's
 };
 
 class WorkerGroup {

@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -19,7 +20,9 @@ using Duration = std::chrono::duration<double>;
 //   forming --round complete--> running --failure/membership change--> stopping
 //   stopping --all members stopped--> forming (next round)
 //   running --all members succeeded--> succeeded;  any --no restart left/too few nodes--> failed
-enum class Phase { kForming, kRunning, kStopping, kSucceeded, kFailed };
+// A running round that must stop (failure, node lost or joined) first goes through
+//   saving: the surviving replicas save the newest consistent step (save_round.h).
+enum class Phase { kForming, kRunning, kStopping, kSucceeded, kFailed, kSaving };
 const char* PhaseName(Phase p);
 
 // One failed worker, as reported by its agent (torchrun's ProcessFailure plus the host).
@@ -33,6 +36,31 @@ struct WorkerFailure {
   std::string message;     // traceback, message, or torchrun's made-up text
   int64_t timestamp = 0;   // seconds since the epoch
   std::string host;
+};
+
+// What a rank last reported to its agent, gathered at fault time (save_planner.h).
+struct RankProgress {
+  int rank = 0;
+  std::string group;       // replica group: ranks holding identical state ("" : all ranks)
+  int64_t step = -1;       // last step whose update finished (or began, when updating)
+  bool updating = false;   // between "update begin" and "update end"
+  bool healthy = true;     // alive and not the failed/hung rank
+  bool has_handler = false;
+};
+
+struct Saver {
+  int rank = 0;
+  std::string group;
+};
+
+// The fault-time save as every node sees it while the phase is saving.
+struct SaveOrder {
+  uint64_t id = 0;
+  bool collecting = false;   // nodes report their ranks' progress
+  int64_t step = -1;         // then: savers save this step ...
+  std::vector<Saver> savers;
+  bool finalize = false;     // ... then the finalizer completes the checkpoint
+  int finalizer = -1;
 };
 
 // What a node joining the job says about itself.
@@ -58,6 +86,7 @@ struct NodeView {
   int nodes_waiting = 0;     // joined but not in the round
   std::string reason;        // why stopping / failed / succeeded
   std::vector<WorkerFailure> failures;  // the failures behind a restart or the job's failure
+  std::optional<SaveOrder> save;        // phase saving
 };
 
 }  // namespace ftrun::rendezvous

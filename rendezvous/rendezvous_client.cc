@@ -148,14 +148,24 @@ void RendezvousClient::Watch(uint64_t known_version, Duration wait, Done done) {
 
 void RendezvousClient::Report(ReportKind kind, uint64_t round,
                               const std::vector<WorkerFailure>& failures, int free_port,
-                              Done done) {
+                              const SaveReport& save, Done done) {
   using C = Call<v1::ReportRequest, v1::ReportResponse>;
   auto call = std::make_shared<C>();
   FillHeader(opts_, call->req.mutable_header());
   call->req.set_round(round);
-  call->req.set_kind(kind == ReportKind::kFailed      ? v1::ReportRequest::KIND_FAILED
-                     : kind == ReportKind::kSucceeded ? v1::ReportRequest::KIND_SUCCEEDED
-                                                      : v1::ReportRequest::KIND_STOPPED);
+  switch (kind) {
+    case ReportKind::kFailed: call->req.set_kind(v1::ReportRequest::KIND_FAILED); break;
+    case ReportKind::kSucceeded: call->req.set_kind(v1::ReportRequest::KIND_SUCCEEDED); break;
+    case ReportKind::kStopped: call->req.set_kind(v1::ReportRequest::KIND_STOPPED); break;
+    case ReportKind::kProgress: call->req.set_kind(v1::ReportRequest::KIND_PROGRESS); break;
+    case ReportKind::kSaved: call->req.set_kind(v1::ReportRequest::KIND_SAVED); break;
+  }
+  call->req.set_save_id(save.save_id);
+  for (const auto& p : save.progress) ToWire(p, call->req.add_progress());
+  call->req.set_saver_rank(save.rank);
+  call->req.set_finalize(save.finalize);
+  call->req.set_ok(save.ok);
+  call->req.set_error(save.error.substr(0, kMaxText));
   for (size_t i = 0; i < failures.size() && i < kMaxFailures; ++i) {
     ToWire(failures[i], call->req.add_failures());
   }

@@ -44,7 +44,17 @@ struct RpcOutcome {
   bool cancelled() const;
 };
 
-enum class ReportKind { kFailed, kSucceeded, kStopped };
+enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved };
+
+// The fault-time save part of a report (kProgress, kSaved).
+struct SaveReport {
+  uint64_t save_id = 0;
+  std::vector<RankProgress> progress;  // kProgress
+  int rank = -1;                       // kSaved: the saver
+  bool finalize = false;
+  bool ok = false;
+  std::string error;
+};
 
 class RendezvousClient {
  public:
@@ -61,7 +71,7 @@ class RendezvousClient {
   // Long poll: answered once the view's version exceeds known_version, or after `wait`.
   void Watch(uint64_t known_version, Duration wait, Done done);
   void Report(ReportKind kind, uint64_t round, const std::vector<WorkerFailure>& failures,
-              int free_port, Done done);
+              int free_port, const SaveReport& save, Done done);
   void Leave(Duration timeout, Done done);
   // Cancels every call in flight; their callbacks still run, with a cancelled outcome.
   void CancelAll();

@@ -339,6 +339,16 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
     case v1::ReportRequest::KIND_STOPPED:
       state_.ReportStopped(node, r.round(), r.free_port(), now);
       break;
+    case v1::ReportRequest::KIND_PROGRESS: {
+      std::vector<RankProgress> ranks;
+      for (const auto& p : r.progress()) ranks.push_back(FromWire(p));
+      state_.ReportProgress(node, r.round(), r.save_id(), ranks, now);
+      break;
+    }
+    case v1::ReportRequest::KIND_SAVED:
+      state_.ReportSaved(node, r.round(), r.save_id(), r.saver_rank(), r.finalize(), r.ok(),
+                         r.error(), now);
+      break;
     default:
       return reject(StatusCode::INVALID_ARGUMENT,
                     "unknown report kind " + std::to_string(r.kind()));
@@ -467,6 +477,9 @@ void RendezvousServer::LogTransitions() {
       break;
     case Phase::kStopping:
       Log()->info("round stopping round={} reason=\"{}\"", round, v.reason);
+      break;
+    case Phase::kSaving:
+      Log()->info("round saving before it stops round={} reason=\"{}\"", round, v.reason);
       break;
     case Phase::kSucceeded:
     case Phase::kFailed:

@@ -33,6 +33,7 @@ const char* PhaseName(Phase p) {
     case Phase::kStopping: return "stopping";
     case Phase::kSucceeded: return "succeeded";
     case Phase::kFailed: return "failed";
+    case Phase::kSaving: return "saving";
   }
   return "?";
 }
@@ -83,7 +84,7 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
       break;
     case Phase::kRunning:
       if (!spec_.static_ranks && static_cast<int>(members_.size()) < spec_.max_nodes) {
-        StopRound("node " + info.host + " joined; scaling up");
+        StopOrFail(false, "node " + info.host + " joined; scaling up", {}, now);
       }
       break;
     default:
@@ -116,13 +117,17 @@ void RendezvousState::RemoveNode(const std::string& node_id, const std::string& 
                                  TimePoint now) {
   const std::string host = nodes_.at(node_id).info.host;
   const bool member = InRound(node_id);
+  const std::vector<int> ranks = member ? RanksOf(node_id) : std::vector<int>{};
   nodes_.erase(node_id);
   if (member) --alive_members_;
   if (finished()) return;
   if (phase_ == Phase::kForming) {
     TryCompleteRound(now);
   } else if (member && phase_ == Phase::kRunning) {
-    StopRound("node " + host + " " + why);
+    StopOrFail(false, "node " + host + " " + why, {}, now);
+  } else if (member && phase_ == Phase::kSaving) {
+    save_->NodeGone(node_id, ranks, now);
+    AfterSaveEvent(now);
   } else if (member && phase_ == Phase::kStopping) {
     MaybeFinishStopping(now);  // the lost node owes no report
   }
@@ -132,9 +137,15 @@ void RendezvousState::ReportFailed(const std::string& node_id, uint64_t round,
                                    const std::vector<WorkerFailure>& failures, TimePoint now) {
   Seen(node_id, now);
   if (round != round_ || !InRound(node_id) || failures.empty()) return;
-  if (phase_ == Phase::kStopping) {
+  if (phase_ == Phase::kStopping || phase_ == Phase::kSaving) {
     // A failure racing the stop (often caused by it): listed, never a second restart.
     failures_.insert(failures_.end(), failures.begin(), failures.end());
+    if (phase_ == Phase::kSaving) {
+      auto& then = after_save_.failures;
+      then.insert(then.end(), failures.begin(), failures.end());
+      for (const auto& f : failures) save_->RankFailed(f.rank, now);
+      AfterSaveEvent(now);
+    }
     Changed();
     return;
   }
@@ -144,15 +155,17 @@ void RendezvousState::ReportFailed(const std::string& node_id, uint64_t round,
                      " failed (exitcode " + std::to_string(f.exitcode) + ")";
   if (restart_count_ < spec_.max_restarts) {
     ++restart_count_;
-    StopRound(what + "; restart " + std::to_string(restart_count_) + "/" +
-              std::to_string(spec_.max_restarts));
-    failures_ = failures;
+    StopOrFail(false,
+               what + "; restart " + std::to_string(restart_count_) + "/" +
+                   std::to_string(spec_.max_restarts),
+               failures, now);
   } else {
-    Fail(what + (spec_.max_restarts == 0
-                     ? " and --max-restarts is 0"
-                     : "; restarts exhausted (" + std::to_string(spec_.max_restarts) + "/" +
-                           std::to_string(spec_.max_restarts) + ")"),
-         failures);
+    StopOrFail(true,
+               what + (spec_.max_restarts == 0
+                           ? " and --max-restarts is 0"
+                           : "; restarts exhausted (" + std::to_string(spec_.max_restarts) +
+                                 "/" + std::to_string(spec_.max_restarts) + ")"),
+               failures, now);
   }
 }
 
@@ -173,25 +186,28 @@ void RendezvousState::ReportStopped(const std::string& node_id, uint64_t round, 
   Seen(node_id, now);
   auto it = nodes_.find(node_id);
   if (it != nodes_.end() && free_port > 0) it->second.info.free_port = free_port;
-  if (phase_ != Phase::kStopping || round != round_ || !InRound(node_id)) return;
+  const bool stopping = phase_ == Phase::kStopping || phase_ == Phase::kSaving;
+  if (!stopping || round != round_ || !InRound(node_id)) return;
+  // A node with nothing to save may stop during the save; its report counts for the stop.
   stopped_.insert(node_id);
-  MaybeFinishStopping(now);
+  if (phase_ == Phase::kStopping) MaybeFinishStopping(now);
 }
 
 void RendezvousState::MaybeFinishStopping(TimePoint now) {
-  if (static_cast<int>(stopped_.size()) < alive_members_) return;
+  if (phase_ != Phase::kStopping || static_cast<int>(stopped_.size()) < alive_members_) return;
   for (const auto& m : members_) {
     if (nodes_.count(m) && !stopped_.count(m)) return;  // still waiting for a live member
   }
   StartForming(now, /*reformation=*/true);
 }
 
-void RendezvousState::StopRound(const std::string& reason) {
+void RendezvousState::StopRound(const std::string& reason, TimePoint now) {
+  if (phase_ != Phase::kSaving) stopped_.clear();  // stop reports made during a save count
   phase_ = Phase::kStopping;
   reason_ = reason;
   failures_.clear();
-  stopped_.clear();
   Changed();
+  MaybeFinishStopping(now);
 }
 
 void RendezvousState::Fail(const std::string& reason, std::vector<WorkerFailure> failures) {
@@ -304,6 +320,10 @@ void RendezvousState::Tick(TimePoint now) {
       if (nodes_.count(id)) RemoveNode(id, "lost (" + why + ")", now);
     }
   }
+  if (phase_ == Phase::kSaving) {
+    save_->Tick(now);
+    AfterSaveEvent(now);
+  }
   if (phase_ == Phase::kForming) {
     TryCompleteRound(now);
     if (phase_ == Phase::kForming && now - forming_since_ >= spec_.join_timeout) {
@@ -321,6 +341,7 @@ std::optional<TimePoint> RendezvousState::NextDeadline() const {
     d = std::min(d, After(forming_since_, spec_.join_timeout));
     if (last_call_deadline_) d = std::min(d, *last_call_deadline_);
   }
+  if (phase_ == Phase::kSaving) d = std::min(d, save_->deadline());
   return d;
 }
 
@@ -332,7 +353,21 @@ NodeView RendezvousState::View(const std::string& node_id) const {
   v.restart_count = restart_count_;
   v.max_restarts = spec_.max_restarts;
   v.reason = reason_;
-  if (phase_ == Phase::kStopping || phase_ == Phase::kFailed) v.failures = failures_;
+  if (phase_ == Phase::kStopping || phase_ == Phase::kFailed || phase_ == Phase::kSaving) {
+    v.failures = failures_;
+  }
+  if (phase_ == Phase::kSaving) {
+    SaveOrder o;
+    o.id = save_->id();
+    o.collecting = save_->stage() == SaveRound::Stage::kCollecting;
+    if (save_->decision()) {
+      o.step = save_->decision()->step;
+      o.savers = save_->decision()->savers;
+    }
+    o.finalize = save_->stage() == SaveRound::Stage::kFinalizing;
+    o.finalizer = save_->finalizer();
+    v.save = o;
+  }
   const bool running = phase_ != Phase::kForming;
   v.nodes_joined = running ? static_cast<int>(members_.size())
                            : std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);

@@ -28,6 +28,7 @@
 
 #include "rendezvous/job_state.h"
 #include "rendezvous/result.h"
+#include "rendezvous/save_round.h"
 
 namespace ftrun::rendezvous {
 
@@ -43,6 +44,9 @@ struct JobSpec {
   Duration join_timeout{600};
   Duration liveness_timeout{15};
   Duration disconnect_grace{1};
+  bool fault_save = true;       // a round that must stop first saves what it can
+  Duration save_timeout{180};   // --save-timeout / TTP_OT
+  Duration collect_timeout{5};  // how long to wait for the nodes' progress reports
 };
 
 // Why a Join was refused. kRetry: the node may try again later (its node rank is held by a
@@ -85,6 +89,12 @@ class RendezvousState {
   void Abort(const std::string& reason);
   std::vector<std::string> NodeIds() const;
 
+  // Fault-time save: a node's ranks' progress, and a saver's (or the finalizer's) answer.
+  void ReportProgress(const std::string& node_id, uint64_t round, uint64_t save_id,
+                      const std::vector<RankProgress>& ranks, TimePoint now);
+  void ReportSaved(const std::string& node_id, uint64_t round, uint64_t save_id, int rank,
+                   bool finalize, bool ok, const std::string& error, TimePoint now);
+
   // Applies deadlines (last call, join timeout, liveness).
   void Tick(TimePoint now);
   // When Tick should run next (there is always one while the job is not finished).
@@ -105,7 +115,12 @@ class RendezvousState {
   void StartForming(TimePoint now, bool reformation);
   void TryCompleteRound(TimePoint now);
   void CompleteRound();
-  void StopRound(const std::string& reason);
+  void StopRound(const std::string& reason, TimePoint now);
+  // What a stopping round does: save first (when enabled), then stop or fail.
+  void StopOrFail(bool fail, const std::string& reason, std::vector<WorkerFailure> failures,
+                  TimePoint now);
+  void AfterSaveEvent(TimePoint now);
+  std::vector<int> RanksOf(const std::string& node_id) const;
   void MaybeFinishStopping(TimePoint now);
   void Fail(const std::string& reason, std::vector<WorkerFailure> failures = {});
   void RemoveNode(const std::string& node_id, const std::string& why, TimePoint now);
@@ -131,6 +146,17 @@ class RendezvousState {
   int master_port_ = 0;
   std::set<std::string> succeeded_;
   std::set<std::string> stopped_;
+
+  // Saving.
+  struct AfterSave {
+    bool fail = false;
+    std::string reason;
+    std::vector<WorkerFailure> failures;
+  };
+  std::optional<SaveRound> save_;
+  SaveRound::Stage save_stage_ = SaveRound::Stage::kDone;
+  AfterSave after_save_;
+  uint64_t next_save_id_ = 1;
 
   // Forming.
   bool reformation_ = false;

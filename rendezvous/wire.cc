@@ -14,6 +14,7 @@ v1::Phase ToWire(Phase p) {
     case Phase::kStopping: return v1::PHASE_STOPPING;
     case Phase::kSucceeded: return v1::PHASE_SUCCEEDED;
     case Phase::kFailed: return v1::PHASE_FAILED;
+    case Phase::kSaving: return v1::PHASE_SAVING;
   }
   return v1::PHASE_UNSPECIFIED;
 }
@@ -24,6 +25,7 @@ Phase FromWire(v1::Phase p) {
     case v1::PHASE_STOPPING: return Phase::kStopping;
     case v1::PHASE_SUCCEEDED: return Phase::kSucceeded;
     case v1::PHASE_FAILED: return Phase::kFailed;
+    case v1::PHASE_SAVING: return Phase::kSaving;
     default: return Phase::kForming;
   }
 }
@@ -96,6 +98,33 @@ void ToWire(const NodeView& in, v1::NodeView* out) {
   for (size_t i = 0; i < in.failures.size() && i < kMaxFailures; ++i) {
     ToWire(in.failures[i], out->add_failures());
   }
+  if (in.save) {
+    auto* o = out->mutable_save();
+    o->set_id(in.save->id);
+    o->set_collecting(in.save->collecting);
+    o->set_step(in.save->step);
+    for (const auto& sv : in.save->savers) {
+      auto* w = o->add_savers();
+      w->set_rank(sv.rank);
+      w->set_group(Clip(sv.group));
+    }
+    o->set_finalize(in.save->finalize);
+    o->set_finalizer(in.save->finalizer);
+  }
+}
+
+void ToWire(const RankProgress& in, v1::RankProgress* out) {
+  out->set_rank(in.rank);
+  out->set_group(Clip(in.group));
+  out->set_step(in.step);
+  out->set_updating(in.updating);
+  out->set_healthy(in.healthy);
+  out->set_has_handler(in.has_handler);
+}
+
+RankProgress FromWire(const v1::RankProgress& in) {
+  return RankProgress{in.rank(), in.group(), in.step(), in.updating(), in.healthy(),
+                      in.has_handler()};
 }
 
 NodeView FromWire(const v1::NodeView& in) {
@@ -120,6 +149,16 @@ NodeView FromWire(const v1::NodeView& in) {
   v.nodes_waiting = in.nodes_waiting();
   v.reason = in.reason();
   for (const auto& f : in.failures()) v.failures.push_back(FromWire(f));
+  if (in.has_save()) {
+    SaveOrder o;
+    o.id = in.save().id();
+    o.collecting = in.save().collecting();
+    o.step = in.save().step();
+    for (const auto& sv : in.save().savers()) o.savers.push_back({sv.rank(), sv.group()});
+    o.finalize = in.save().finalize();
+    o.finalizer = in.save().finalizer();
+    v.save = o;
+  }
   return v;
 }
 
@@ -134,6 +173,14 @@ Status CheckLimits(const v1::ReportRequest& req) {
       return Error{"report carries a text field over 64 KiB"};
     }
   }
+  if (static_cast<size_t>(req.progress_size()) > kMaxProgress) {
+    return Error{"report carries " + std::to_string(req.progress_size()) +
+                 " rank progress entries (limit " + std::to_string(kMaxProgress) + ")"};
+  }
+  for (const auto& p : req.progress()) {
+    if (p.group().size() > 1024) return Error{"replica group name over 1 KiB"};
+  }
+  if (req.error().size() > kMaxText) return Error{"report carries an error over 64 KiB"};
   return {};
 }
 

@@ -12,12 +12,16 @@ namespace ftrun::rendezvous {
 inline constexpr uint32_t kProtocolVersion = 1;
 inline constexpr size_t kMaxFailures = 64;
 inline constexpr size_t kMaxText = 64 * 1024;
+inline constexpr size_t kMaxProgress = 65536;
 
 void ToWire(const NodeInfo& in, v1::NodeInfo* out);
 NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id);
 
 void ToWire(const NodeView& in, v1::NodeView* out);
 NodeView FromWire(const v1::NodeView& in);
+
+void ToWire(const RankProgress& in, v1::RankProgress* out);
+RankProgress FromWire(const v1::RankProgress& in);
 
 void ToWire(const WorkerFailure& in, v1::WorkerFailure* out);
 WorkerFailure FromWire(const v1::WorkerFailure& in);

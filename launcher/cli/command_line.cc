@@ -101,6 +101,21 @@ class Parser {
     Flag("virtual-local-rank", a.virtual_local_rank,
          "Give every worker LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES", g);
 
+    g = "Fault tolerance (ftrun)";
+    Opt("fault-save", a.fault_save,
+        "on: before a stopping round restarts, surviving replicas save the newest consistent "
+        "step (workers using the ftrun Python helper); off: stop at once",
+        g, "on|off")
+        ->check(CLI::IsMember({"on", "off"}));
+    Opt("save-timeout", a.save_timeout,
+        "Seconds the fault-time save may take before the restart goes ahead [default: TTP_OT "
+        "or 180]",
+        g, "SECONDS");
+    Opt("hang-timeout", a.hang_timeout,
+        "Treat a rank that reported progress and then nothing for this long as failed "
+        "(0: off)",
+        g, "SECONDS");
+
     g = "Rendezvous";
     Flag("standalone", a.standalone,
          "Single-node job: local rendezvous, a fresh run id; ignores the --rdzv-* options", g);
@@ -209,7 +224,10 @@ class Parser {
     // argparse lets an option repeat, the last value winning; scripts rely on it.
     opt->envname(PetName(dashed))->group(group)->type_name(type)->multi_option_policy(
         CLI::MultiOptionPolicy::TakeLast);
-    if constexpr (!std::is_same_v<T, std::optional<int>>) opt->capture_default_str();
+    if constexpr (!std::is_same_v<T, std::optional<int>> &&
+                  !std::is_same_v<T, std::optional<double>>) {
+      opt->capture_default_str();
+    }
     return opt;
   }
 
@@ -292,6 +310,9 @@ class MasterParser {
     add("max-restarts", a.max_restarts, "Job-wide restarts before the job fails", "N");
     add("nproc-per-node", a.nproc_per_node,
         "Workers every agent must run (0: what the first agent says)", "N");
+    add("save-timeout", a.save_timeout,
+        "Seconds the fault-time save may take (0: TTP_OT or 180)", "SECONDS");
+    add("fault-save", a.fault_save, "on: save before a stopping round restarts; off", "on|off");
     add("log-level", a.log_level, "debug, info, warning, error [default: LOGLEVEL or info]",
         "LEVEL");
   }

@@ -15,6 +15,8 @@ struct MasterArgs {
   std::string rdzv_conf;
   int max_restarts = 0;
   int nproc_per_node = 0;      // 0 : whatever the first agent says
+  double save_timeout = 0;     // 0 : TTP_OT or 180
+  std::string fault_save = "on";
   std::string log_level;       // "" : LOGLEVEL, else info
 };
 

@@ -54,6 +54,20 @@ int RunMaster(const std::vector<std::string>& argv) {
   so.job.last_call_timeout = conf->last_call_timeout;
   so.job.join_timeout = conf->join_timeout;
   so.job.liveness_timeout = conf->keep_alive_interval * conf->keep_alive_max_attempt;
+  if (a.fault_save != "on" && a.fault_save != "off") {
+    return UsageError("--fault-save: '" + a.fault_save + "' is not on or off");
+  }
+  so.job.fault_save = a.fault_save == "on";
+  if (a.save_timeout < 0) return UsageError("--save-timeout: must be >= 0 seconds");
+  if (a.save_timeout > 0) {
+    so.job.save_timeout = rendezvous::Duration(a.save_timeout);
+  } else if (auto ot = Lookup(env, "TTP_OT")) {
+    try {
+      so.job.save_timeout = rendezvous::Duration(std::stod(*ot));
+    } catch (...) {
+      return UsageError("TTP_OT: '" + *ot + "' is not a number of seconds");
+    }
+  }
 
   std::signal(SIGPIPE, SIG_IGN);
   // One connection per agent: thousands of agents need thousands of descriptors.

@@ -23,6 +23,10 @@ struct TorchrunArgs {
   std::optional<int> shutdown_timeout;  // seconds; else TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
   bool virtual_local_rank = false;
+  // Fault tolerance (ftrun).
+  std::optional<double> save_timeout;  // seconds; else TTP_OT or 180
+  double hang_timeout = 0;             // seconds; 0: off
+  std::string fault_save = "on";
   // Rendezvous.
   bool standalone = false;
   std::string rdzv_backend = "static";

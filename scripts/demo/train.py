@@ -1,12 +1,16 @@
 #!/usr/bin/python3
 """A small but real torch.distributed (gloo) DDP training job for ftrun's demo and tests.
 
-Trains a tiny MLP on a fixed synthetic regression problem. Rank 0 saves a checkpoint every
---ckpt-every steps (written to a temporary file, fsynced, renamed); every rank resumes from the
-newest checkpoint at start, so a restarted job continues where it stopped. --crash-rank and
---crash-step inject a fault (SIGKILL of that rank) on the first attempt only.
+Trains a tiny MLP on a fixed synthetic regression problem; the data of a step depends only on
+(step, rank), so a resumed run sees exactly the batches it would have seen. It uses ftrun's
+Python helper (scripts/python/ftrun):
+  * every --ckpt-every steps rank 0 writes an atomic checkpoint (ftrun.save_checkpoint);
+  * every rank registers a save handler, so when a peer dies a surviving replica saves the
+    last step it completed (ftrun's fault-time save) before the job restarts;
+  * at start every rank resumes from the newest complete checkpoint.
+--crash-rank R --crash-step K SIGKILLs rank R at the start of step K on the first attempt.
+Under torchrun (no ftrun agent) the helper does nothing and only periodic checkpoints exist.
 
-Run it under ftrun (or torchrun) with Debian's /usr/bin/python3, e.g.
   ftrun --nproc-per-node 4 --max-restarts 2 scripts/demo/train.py --steps 60 --out /tmp/run
 """
 import argparse
@@ -21,17 +25,25 @@ import torch
 import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import ftrun  # noqa: E402
+
 
 def parse_args():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=60)
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--ckpt-every", type=int, default=10)
+    p.add_argument("--ckpt-every", type=int, default=10, help="periodic checkpoints; 0: none")
     p.add_argument("--out", required=True, help="directory for checkpoints and results")
     p.add_argument("--crash-rank", type=int, default=-1)
     p.add_argument("--crash-step", type=int, default=-1)
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
+    # Fault injection for tests: a rank that stops making progress, and broken fault-time saves.
+    p.add_argument("--hang-rank", type=int, default=-1)
+    p.add_argument("--hang-step", type=int, default=-1)
+    p.add_argument("--broken-save", choices=["raise", "hang", "partial"], default=None,
+                   help="make the fault-time save handler fail (periodic saves still work)")
     return p.parse_args()
 
 
@@ -41,7 +53,6 @@ def model_fn():
 
 
 def batch(step, rank, size):
-    # The data depends only on (step, rank): a resumed run sees exactly what it would have.
     g = torch.Generator().manual_seed(step * 1000 + rank)
     x = torch.randn(size, 8, generator=g)
     y = (x[:, :1] * 2.0 - x[:, 1:2] + 0.5 * x[:, 2:3] ** 2)
@@ -58,15 +69,6 @@ def checksum(weights):
     return hashlib.sha256(weights.mul(1e6).round().numpy().tobytes()).hexdigest()[:16]
 
 
-def save_checkpoint(path, step, model, opt):
-    tmp = path + ".tmp"
-    with open(tmp, "wb") as f:
-        torch.save({"step": step, "model": model.state_dict(), "opt": opt.state_dict()}, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
 def main():
     args = parse_args()
     rank = int(os.environ["RANK"])
@@ -76,41 +78,64 @@ def main():
     torch.set_num_threads(1)
     # float64: reduction-order differences stay near 1e-16 instead of amplifying.
     torch.set_default_dtype(torch.float64)
-    os.makedirs(args.out, exist_ok=True)
-    ckpt = os.path.join(args.out, "checkpoint.pt")
+    root = os.path.join(args.out, "checkpoints")
 
     model = DDP(model_fn())
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
+
+    def write_state(step, directory):
+        torch.save({"model": model.module.state_dict(), "opt": opt.state_dict()},
+                   os.path.join(directory, "state.pt"))
+
+    def fault_time_save(step, directory):
+        if args.broken_save == "raise":
+            raise OSError("injected: the checkpoint storage is gone")
+        if args.broken_save in ("hang", "partial"):
+            with open(os.path.join(directory, "state.pt"), "wb") as f:
+                f.write(b"half a checkpoint")
+            print(f"rank {rank}: fault-time save hangs", flush=True)
+            time.sleep(3600)
+        write_state(step, directory)
+
+    ft = ftrun.connect()
+    ft.register_save_handler(fault_time_save, root)  # every rank is a replica in plain DDP
     start = 0
-    if os.path.exists(ckpt):
-        state = torch.load(ckpt)
+    ckpt = ftrun.latest_checkpoint(root)
+    if ckpt is not None:
+        state = torch.load(os.path.join(ckpt.part(), "state.pt"))
         model.module.load_state_dict(state["model"])
         opt.load_state_dict(state["opt"])
-        start = state["step"]
+        start = ckpt.step + 1
+        ft.report(ckpt.step)
     if rank == 0:
         print(f"attempt {attempt}: world_size={world} resuming at step {start}", flush=True)
 
     loss = torch.tensor(0.0)
-    for step in range(start, args.steps):
-        if attempt == 0 and rank == args.crash_rank and step == args.crash_step:
-            print(f"rank {rank}: injected crash at step {step}", flush=True)
-            os.kill(os.getpid(), signal.SIGKILL)
-        x, y = batch(step, rank, args.batch)
-        opt.zero_grad()
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        opt.step()
-        if args.step_time:
-            time.sleep(args.step_time)
-        done = step + 1
-        if rank == 0 and (done % 10 == 0 or done == args.steps):
-            print(f"step {done}/{args.steps} loss {loss.item():.4f}", flush=True)
-        if rank == 0 and args.ckpt_every > 0 and done % args.ckpt_every == 0:
-            save_checkpoint(ckpt, done, model.module, opt)
+    with ft.guard():
+        for step in range(start, args.steps):
+            if attempt == 0 and rank == args.crash_rank and step == args.crash_step:
+                print(f"rank {rank}: injected crash at step {step}", flush=True)
+                os.kill(os.getpid(), signal.SIGKILL)
+            if attempt == 0 and rank == args.hang_rank and step == args.hang_step:
+                print(f"rank {rank}: injected hang at step {step}", flush=True)
+                time.sleep(3600)
+            x, y = batch(step, rank, args.batch)
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            with ft.update(step):
+                opt.step()
+            if args.step_time:
+                time.sleep(args.step_time)
+            if rank == 0 and ((step + 1) % 10 == 0 or step + 1 == args.steps):
+                print(f"step {step + 1}/{args.steps} loss {loss.item():.4f}", flush=True)
+            if rank == 0 and args.ckpt_every > 0 and (step + 1) % args.ckpt_every == 0:
+                ftrun.save_checkpoint(root, step, write_state)
 
     weights = flat_weights(model.module)
     result = {"rank": rank, "world_size": world, "attempt": attempt, "steps": args.steps,
-              "loss": loss.item(), "checksum": checksum(weights), "weights": weights.tolist()}
+              "resumed_at": start, "loss": loss.item(), "checksum": checksum(weights),
+              "weights": weights.tolist()}
     with open(os.path.join(args.out, f"result.{rank}.json"), "w") as f:
         json.dump(result, f)
     dist.barrier()

@@ -52,6 +52,7 @@ class ServerTest : public ::testing::Test {
     s.max_restarts = max_restarts;
     s.last_call_timeout = 100ms;
     s.disconnect_grace = 200ms;
+    s.fault_save = false;
     return s;
   }
   std::unique_ptr<v1::Rendezvous::Stub> Stub() {

@@ -1,0 +1,225 @@
+"""The worker end of ftrun's control channel (ftrun-control(7)): progress reports, the
+replica group, the save handler, and the fault-time save orders of the agent.
+
+One JSON object per line over the Unix socket in FTRUN_CONTROL_SOCKET. A background thread
+reads the agent's orders and runs the save handler; the training thread only sends small
+progress lines.
+"""
+import contextlib
+import faulthandler
+import json
+import os
+import socket
+import sys
+import threading
+import time
+
+from . import checkpoint
+
+PROTOCOL_VERSION = 1
+
+# Messages of collective failures caused by a peer that died (gloo, NCCL, c10d store).
+_PEER_FAILURE_HINTS = ("connection closed by peer", "connection reset by peer", "broken pipe",
+                       "gloo", "nccl", "socket timeout", "connection refused", "timed out")
+
+
+def is_peer_failure(exc: BaseException) -> bool:
+    """The default test of guard(): a RuntimeError from a collective whose peer went away."""
+    return isinstance(exc, RuntimeError) and any(
+        h in str(exc).lower() for h in _PEER_FAILURE_HINTS)
+
+
+def _log(msg: str):
+    print(f"ftrun[{os.environ.get('RANK', '?')}]: {msg}", file=sys.stderr, flush=True)
+
+
+class Controller:
+    """Connected to this worker's agent. Thread-safe."""
+
+    def __init__(self, path: str):
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.save_timeout = float(os.environ.get("FTRUN_SAVE_TIMEOUT", "180"))
+        self._send_lock = threading.Lock()
+        # Held while the optimizer updates the state and while a save reads it.
+        self._state_lock = threading.RLock()
+        self._handler = None
+        self._root = None
+        self._group = ""
+        self._step = -1
+        self._saves_done = threading.Condition()
+        self._saves_finished = 0
+        self._closed = False
+        self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._sock.connect(path)
+        self._send({"type": "hello", "version": PROTOCOL_VERSION, "rank": self.rank,
+                    "pid": os.getpid()})
+        sig = os.environ.get("FTRUN_STACK_SIGNAL")
+        if sig:  # the agent asks a hung rank for its stacks with this signal
+            faulthandler.register(int(sig), file=sys.stderr, all_threads=True)
+        self._reader = threading.Thread(target=self._read, name="ftrun-control", daemon=True)
+        self._reader.start()
+
+    # ---- what the training script calls ----
+
+    def register_save_handler(self, handler, root: str, group: str = None):
+        """handler(step, directory) writes this rank's copy of the training state into
+        directory; root is where checkpoints live. group: see set_replica_group."""
+        self._handler = handler
+        self._root = root
+        if group is not None:
+            self._group = group
+        self._send({"type": "handler", "enabled": True, "group": self._group})
+
+    def set_replica_group(self, group: str):
+        """Ranks holding identical state share a group name ("" : all ranks, plain DDP)."""
+        self._group = group
+        self._send({"type": "group", "group": group})
+
+    @contextlib.contextmanager
+    def update(self, step: int):
+        """Wrap the optimizer update of `step`: the state is inconsistent inside it."""
+        with self._state_lock:
+            self._send({"type": "progress", "step": step, "updating": True})
+            yield
+            self._step = step
+            self._send({"type": "progress", "step": step, "updating": False})
+
+    def report(self, step: int):
+        """The state is complete after `step` (when no update() wraps the update)."""
+        self._step = step
+        self._send({"type": "progress", "step": step, "updating": False})
+
+    @contextlib.contextmanager
+    def guard(self, is_peer_failure=is_peer_failure):
+        """Wrap the training loop. When a collective fails because a peer died, stay alive:
+        tell the agent, serve its save order, and wait to be stopped instead of crashing."""
+        try:
+            yield
+        except BaseException as e:
+            if not is_peer_failure(e) or self._closed:
+                raise
+            _log(f"collective failed ({str(e).splitlines()[0] if str(e) else type(e).__name__}); "
+                 "waiting for the agent")
+            self._send({"type": "peer_failed", "error": str(e)[:1000]})
+            deadline = time.monotonic() + self.save_timeout + 60
+            # The agent stops this process (SIGTERM) once the round's save is over.
+            while time.monotonic() < deadline and not self._closed:
+                time.sleep(0.1)
+            raise
+
+    def close(self):
+        self._closed = True
+        with contextlib.suppress(OSError):
+            self._sock.close()
+
+    # ---- the channel ----
+
+    def _send(self, msg: dict):
+        line = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+        with self._send_lock:
+            if self._closed:
+                return
+            try:
+                self._sock.sendall(line)
+            except OSError:
+                self._closed = True  # the agent is gone; training goes on without it
+
+    def _read(self):
+        buf = b""
+        while True:
+            try:
+                chunk = self._sock.recv(65536)
+            except OSError:
+                chunk = b""
+            if not chunk:
+                self._closed = True
+                return
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                try:
+                    self._handle(json.loads(line))
+                except Exception as e:  # never let an order take the worker down
+                    _log(f"control message failed: {e}")
+
+    def _handle(self, msg: dict):
+        kind = msg.get("type")
+        if kind == "save":
+            self._save(int(msg["id"]), int(msg["step"]), msg.get("group", ""),
+                       bool(msg.get("finalize")), msg.get("tag", str(msg["id"])))
+        elif kind == "finalize":
+            self._finalize(int(msg["id"]), int(msg["step"]), msg.get("groups", [""]),
+                           msg.get("tag", str(msg["id"])))
+        elif kind == "error":
+            _log(f"the agent closed the control channel: {msg.get('message')}")
+
+    def _save(self, save_id: int, step: int, group: str, finalize: bool, tag: str):
+        ok, error = True, ""
+        started = time.monotonic()
+        try:
+            if self._handler is None or self._root is None:
+                raise RuntimeError("no save handler registered")
+            with self._state_lock:  # never in the middle of an optimizer update
+                if self._step != step:
+                    raise RuntimeError(f"the state is at step {self._step}, not {step}")
+                os.makedirs(self._root, exist_ok=True)
+                tmp = checkpoint.temp_dir(self._root, step, tag)
+                os.makedirs(tmp, exist_ok=True)
+                checkpoint.write_part(tmp, group, step, self._handler)
+                if finalize:
+                    checkpoint.finalize(self._root, tmp, step, [group], self.world_size, "fault")
+            _log(f"fault-time save of step {step} done in {time.monotonic() - started:.2f}s")
+        except Exception as e:
+            ok, error = False, f"{type(e).__name__}: {e}"
+            _log(f"fault-time save of step {step} failed: {error}")
+        self._send({"type": "saved", "id": save_id, "ok": ok, "error": error})
+
+    def _finalize(self, save_id: int, step: int, groups, tag: str):
+        ok, error = True, ""
+        try:
+            tmp = checkpoint.temp_dir(self._root, step, tag)
+            checkpoint.finalize(self._root, tmp, step, groups, self.world_size, "fault")
+        except Exception as e:
+            ok, error = False, f"{type(e).__name__}: {e}"
+        self._send({"type": "saved", "id": save_id, "finalize": True, "ok": ok, "error": error})
+
+
+class NullController:
+    """Not started by ftrun (no FTRUN_CONTROL_SOCKET): every call does nothing, so a script
+    written for ftrun still runs under torchrun or alone."""
+
+    rank = int(os.environ.get("RANK", "0"))
+    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+
+    def register_save_handler(self, handler, root, group=None):
+        pass
+
+    def set_replica_group(self, group):
+        pass
+
+    @contextlib.contextmanager
+    def update(self, step):
+        yield
+
+    def report(self, step):
+        pass
+
+    @contextlib.contextmanager
+    def guard(self, is_peer_failure=is_peer_failure):
+        yield
+
+    def close(self):
+        pass
+
+
+def connect():
+    """The controller of this worker: connected to its ftrun agent when there is one."""
+    path = os.environ.get("FTRUN_CONTROL_SOCKET")
+    if not path:
+        return NullController()
+    try:
+        return Controller(path)
+    except OSError as e:
+        _log(f"cannot reach the agent at {path} ({e}); running without it")
+        return NullController()

@@ -1,0 +1,201 @@
+"""The Python worker helper (scripts/python/ftrun), stdlib only: checkpoint integrity and
+the worker end of the control protocol against a fake agent."""
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "..", "scripts", "python"))
+
+import ftrun  # noqa: E402
+from ftrun import checkpoint  # noqa: E402
+
+
+def write_state(value):
+    def handler(step, directory):
+        with open(os.path.join(directory, "state.txt"), "w") as f:
+            f.write(f"{value} at {step}")
+        os.makedirs(os.path.join(directory, "sub"), exist_ok=True)
+        with open(os.path.join(directory, "sub", "more.bin"), "wb") as f:
+            f.write(os.urandom(1000))
+    return handler
+
+
+class CheckpointTest(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp()
+
+    def test_save_then_latest(self):
+        ftrun.save_checkpoint(self.root, 3, write_state("a"), world_size=2)
+        path = ftrun.save_checkpoint(self.root, 7, write_state("b"), world_size=2)
+        self.assertEqual(os.path.basename(path), "ftrun-step-7")
+        ckpt = ftrun.latest_checkpoint(self.root)
+        self.assertEqual(ckpt.step, 7)
+        with open(os.path.join(ckpt.part(), "state.txt")) as f:
+            self.assertEqual(f.read(), "b at 7")
+        self.assertEqual(ckpt.manifest["world_size"], 2)
+        self.assertEqual(sorted(os.listdir(self.root)), ["ftrun-step-3", "ftrun-step-7"])
+
+    def test_partial_and_corrupt_checkpoints_are_skipped(self):
+        ftrun.save_checkpoint(self.root, 1, write_state("good"))
+        bad = ftrun.save_checkpoint(self.root, 2, write_state("flipped"))
+        with open(os.path.join(bad, "group-all", "state.txt"), "r+") as f:
+            f.write("X")  # same size, wrong checksum
+        short = ftrun.save_checkpoint(self.root, 3, write_state("short"))
+        os.truncate(os.path.join(short, "group-all", "sub", "more.bin"), 10)
+        os.makedirs(os.path.join(self.root, "ftrun-step-4"))  # renamed without a manifest?
+        os.makedirs(os.path.join(self.root, ".ftrun-step-5.tmp-x", "group-all"))  # interrupted
+        log = open(os.devnull, "w")
+        ckpt = ftrun.latest_checkpoint(self.root, log=log)
+        self.assertEqual(ckpt.step, 1)
+        for path, why in ((bad, "wrong checksum"), (short, "wrong size")):
+            with self.assertRaisesRegex(ftrun.CheckpointError, why):
+                checkpoint.verify(path)
+
+    def test_failing_handler_leaves_nothing(self):
+        def broken(step, directory):
+            raise OSError("disk full")
+        with self.assertRaises(OSError):
+            ftrun.save_checkpoint(self.root, 9, broken)
+        self.assertEqual(os.listdir(self.root), [])
+        self.assertIsNone(ftrun.latest_checkpoint(self.root))
+
+    def test_groups_write_parts_then_one_finalizes(self):
+        tmp = checkpoint.temp_dir(self.root, 5, "t")
+        checkpoint.write_part(tmp, "shard/0", 5, write_state("s0"))
+        with self.assertRaisesRegex(ftrun.CheckpointError, "no complete part"):
+            checkpoint.finalize(self.root, tmp, 5, ["shard/0", "shard/1"], 4, "fault")
+        checkpoint.write_part(tmp, "shard/1", 5, write_state("s1"))
+        checkpoint.finalize(self.root, tmp, 5, ["shard/0", "shard/1"], 4, "fault")
+        ckpt = ftrun.latest_checkpoint(self.root)
+        with open(os.path.join(ckpt.part("shard/1"), "state.txt")) as f:
+            self.assertEqual(f.read(), "s1 at 5")
+        with self.assertRaisesRegex(ftrun.CheckpointError, "no replica group 'x'"):
+            ckpt.part("x")
+
+
+class FakeAgent:
+    """A Unix socket server playing the agent: records lines, sends orders."""
+
+    def __init__(self):
+        self.dir = tempfile.mkdtemp()
+        self.path = os.path.join(self.dir, "agent.sock")
+        self.server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.server.bind(self.path)
+        self.server.listen(1)
+        self.lines = []
+        self.conn = None
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _serve(self):
+        self.conn, _ = self.server.accept()
+        buf = b""
+        while True:
+            chunk = self.conn.recv(4096)
+            if not chunk:
+                return
+            buf += chunk
+            while b"\n" in buf:
+                line, buf = buf.split(b"\n", 1)
+                self.lines.append(json.loads(line))
+
+    def send(self, msg):
+        self.conn.sendall((json.dumps(msg) + "\n").encode())
+
+    def wait_for(self, pred, timeout=5):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            for m in list(self.lines):
+                if pred(m):
+                    return m
+            time.sleep(0.01)
+        raise AssertionError(f"not received; got {self.lines}")
+
+
+class ControlTest(unittest.TestCase):
+    def setUp(self):
+        self.agent = FakeAgent()
+        os.environ.update(FTRUN_CONTROL_SOCKET=self.agent.path, RANK="3", WORLD_SIZE="4")
+        self.root = tempfile.mkdtemp()
+
+    def tearDown(self):
+        os.environ.pop("FTRUN_CONTROL_SOCKET")
+
+    def test_without_an_agent_everything_is_a_no_op(self):
+        os.environ.pop("FTRUN_CONTROL_SOCKET")
+        ft = ftrun.connect()
+        self.assertIsInstance(ft, ftrun.NullController)
+        with ft.guard(), ft.update(1):
+            ft.register_save_handler(write_state("x"), self.root)
+        os.environ["FTRUN_CONTROL_SOCKET"] = self.agent.path
+
+    def test_hello_progress_and_a_fault_time_save(self):
+        ft = ftrun.connect()
+        hello = self.agent.wait_for(lambda m: m["type"] == "hello")
+        self.assertEqual((hello["version"], hello["rank"], hello["pid"]), (1, 3, os.getpid()))
+        ft.register_save_handler(write_state("w"), self.root, group="dp")
+        self.agent.wait_for(lambda m: m["type"] == "handler" and m["group"] == "dp")
+        with ft.update(41):
+            self.agent.wait_for(lambda m: m == {"type": "progress", "step": 41, "updating": True})
+        self.agent.wait_for(lambda m: m == {"type": "progress", "step": 41, "updating": False})
+        self.agent.send({"type": "save", "id": 2, "step": 41, "group": "dp", "finalize": True,
+                         "tag": "0-2"})
+        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
+        self.assertEqual((ack["id"], ack["ok"]), (2, True), ack)
+        ckpt = ftrun.latest_checkpoint(self.root)
+        self.assertEqual(ckpt.step, 41)
+        self.assertEqual(ckpt.manifest["reason"], "fault")
+        with open(os.path.join(ckpt.part("dp"), "state.txt")) as f:
+            self.assertEqual(f.read(), "w at 41")
+
+    def test_save_of_another_step_is_refused(self):
+        ft = ftrun.connect()
+        ft.register_save_handler(write_state("w"), self.root)
+        ft.report(5)
+        self.agent.wait_for(lambda m: m.get("step") == 5)
+        self.agent.send({"type": "save", "id": 7, "step": 6, "group": "", "finalize": True})
+        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
+        self.assertFalse(ack["ok"])
+        self.assertIn("at step 5, not 6", ack["error"])
+        self.assertIsNone(ftrun.latest_checkpoint(self.root))
+
+    def test_guard_reports_a_peer_failure_and_waits(self):
+        ft = ftrun.connect()
+        ft.save_timeout = 0.2  # how long it waits past the save (plus a minute in real use)
+        t0 = time.monotonic()
+        with self.assertRaises(RuntimeError):
+            with ft.guard():
+                threading.Timer(0.3, ft.close).start()  # the agent goes away: stop waiting
+                raise RuntimeError("[gloo] Connection closed by peer [127.0.0.1]:1234")
+        self.assertGreater(time.monotonic() - t0, 0.25)
+        self.agent.wait_for(lambda m: m["type"] == "peer_failed" and "gloo" in m["error"])
+
+    def test_guard_lets_other_errors_through_at_once(self):
+        ft = ftrun.connect()
+        with self.assertRaises(ValueError):
+            with ft.guard():
+                raise ValueError("a bug in the training script")
+
+    def test_stack_dump_signal_is_registered(self):
+        code = ("import os, signal, sys, time; sys.path.insert(0, %r); os.environ['RANK']='0';"
+                "import ftrun; ft = ftrun.connect(); time.sleep(5)") % os.path.join(
+                    HERE, "..", "..", "..", "scripts", "python")
+        env = dict(os.environ, FTRUN_STACK_SIGNAL="36", RANK="0")
+        p = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE,
+                             text=True)
+        self.agent.wait_for(lambda m: m["type"] == "hello" and m["rank"] == 0)
+        os.kill(p.pid, 36)
+        time.sleep(0.3)
+        p.kill()
+        err = p.communicate()[1]
+        self.assertIn("(most recent call first)", err)  # faulthandler's stack dump
+
+
+if __name__ == "__main__":
+    unittest.main()
