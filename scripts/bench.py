@@ -190,6 +190,24 @@ def two_node_restart(bench: Bench, launcher: list) -> float:
     return (max(last_start.values()) - exit_ns) / 1e6
 
 
+def fault_time_save(bench: Bench, agents: int) -> tuple:
+    """(ms from the failure to the saver receiving "save", ms from the save done to every rank
+    of the next attempt running): `agents` agents of 2 ranks on loopback, the last rank fails."""
+    worker = os.path.join(REPO, "tests", "bench", "save_worker.py")
+    args = [worker, "{dir}"]
+    run_dir = bench.run(bench.ftrun_cmd(), 2, args, worker=sys.executable, nodes=agents,
+                        max_restarts=1, rdzv_conf="last_call_timeout=1").dir
+    (exit_ns,) = [int(l.split()[1]) for l in read_lines(f"{run_dir}/exit")]
+    saves = [l.split() for l in read_lines(f"{run_dir}/save")]
+    received = min(int(ns) for _, ns, what in saves if what == "received")
+    done = max(int(ns) for _, ns, what in saves if what == "done")
+    starts = [int(l.split()[1]) for l in read_lines(f"{run_dir}/start")]
+    restarted = sorted(starts)[-2 * agents:]
+    if len(starts) != 4 * agents or min(restarted) < done:
+        raise LauncherFailed(f"unexpected starts in {run_dir}: {starts}")
+    return (received - exit_ns) / 1e6, (max(restarted) - done) / 1e6
+
+
 def read_lines(path: str) -> list:
     with open(path) as f:
         return [l for l in f.read().splitlines() if l.strip()]
@@ -289,6 +307,14 @@ def main() -> int:
             f = bench.samples(row.measure, bench.ftrun_cmd())
             results.append((row, t, f))
         scale = rendezvous_scale(bench, opts.loadgen, [int(n) for n in opts.scale.split(",")])
+        saves = []
+        for agents in (1, 2, 4):
+            samples = []
+            for i in range(bench.runs):
+                print(f"  fault_time_save [{agents} agents] run {i + 1}/{bench.runs}",
+                      file=sys.stderr, flush=True)
+                samples.append(fault_time_save(bench, agents))
+            saves.append((agents, samples))
     except LauncherFailed as e:
         print(f"launcher run failed: {e}", file=sys.stderr)
         return 1
@@ -308,6 +334,19 @@ def main() -> int:
         line = "".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
         if row.met:
             line += "  ok" if row.met(tm, fm) else "  MISSED"
+        print(line)
+
+    print()
+    print("fault-time save (ftrun only: torchrun has none), 2 ranks per agent, median (min)")
+    print("agents".rjust(8) + "failure -> save order at saver".rjust(34) +
+          "save done -> next attempt running".rjust(36))
+    for agents, samples in saves:
+        order = [o for o, _ in samples]
+        restart = [r for _, r in samples]
+        line = (f"{agents:8d}" +
+                f"{statistics.median(order):17.1f} ms ({min(order):.1f})".rjust(34) +
+                f"{statistics.median(restart):17.1f} ms ({min(restart):.1f})".rjust(36))
+        line += "  ok" if statistics.median(order) < 20 else "  MISSED (< 20 ms)"
         print(line)
 
     print()
