@@ -463,10 +463,35 @@ void RendezvousServer::OnTimer() {
 void RendezvousServer::LogTransitions() {
   const Phase phase = state_.phase();
   const uint64_t round = state_.round();
+  NodeView v = state_.View("");
+  if (phase == Phase::kSaving && v.save) {
+    // Each stage of the fault-time save, with the time since the fault.
+    const auto& o = *v.save;
+    std::string key = fmt::format("{}/{}/{}", o.id, o.collecting, o.finalize);
+    if (key != logged_save_) {
+      logged_save_ = key;
+      if (o.collecting) save_started_ = Clock::now();
+      const double ms =
+          std::chrono::duration<double, std::milli>(Clock::now() - save_started_).count();
+      if (o.collecting) {
+        Log()->info("fault-time save {}: collecting the ranks' progress", o.id);
+      } else if (o.finalize) {
+        Log()->info("fault-time save {}: every group saved step {}; rank {} completes it "
+                    "(+{:.1f} ms)",
+                    o.id, o.step, o.finalizer, ms);
+      } else {
+        std::string savers;
+        for (const auto& sv : o.savers) {
+          savers += (savers.empty() ? "" : ",") + std::to_string(sv.rank);
+        }
+        Log()->info("fault-time save {}: step {} by rank(s) {} (+{:.1f} ms)", o.id, o.step,
+                    savers, ms);
+      }
+    }
+  }
   if (phase == logged_phase_ && round == logged_round_) return;
   logged_phase_ = phase;
   logged_round_ = round;
-  NodeView v = state_.View("");
   switch (phase) {
     case Phase::kForming:
       Log()->info("forming round={} nodes={}", round, state_.node_count());

@@ -102,6 +102,8 @@ class RendezvousServer {
   std::function<void()> on_all_informed_;
   std::function<void(const NodeView&)> on_finished_;
   Phase logged_phase_ = Phase::kForming;
+  std::string logged_save_;
+  TimePoint save_started_;
   uint64_t logged_round_ = 0;
 };
 
