@@ -7,6 +7,7 @@
 #include <csignal>
 #include <iostream>
 
+#include "launcher/version.h"
 #include "rendezvous/log.h"
 
 namespace ftrun::launcher {
@@ -51,6 +52,23 @@ int Agent::Run() {
   for (int s : config_.signals) signals_.add(s);
   WaitForSignal();
   StartControlChannel();
+  if (config_.metrics_port) {
+    metrics_server_ =
+        std::make_unique<rendezvous::MetricsServer>(io_, [this] { return RenderMetrics(); });
+    auto port = metrics_server_->Start(*config_.metrics_port);
+    if (!port) {
+      Log()->error("{}", port.error().message);
+      return 1;
+    }
+    Log()->info("metrics at http://{}:{}/metrics", opts_.host.get(), *port);
+  }
+  Emit(rendezvous::EventLog::Event("agent_started")
+           .Set("version", std::string(kVersion))
+           .Set("host", opts_.host.get())
+           .Set("nnodes", fmt::format("{}:{}", config_.min_nodes, config_.max_nodes))
+           .Set("nproc_per_node", config_.nproc_per_node)
+           .Set("max_restarts", config_.max_restarts)
+           .Set("entrypoint", config_.script));
   if (!opts_.watchdog_fifo.empty()) {
     watchdog_ = std::make_unique<FileTimerServer>(io_, opts_.watchdog_fifo,
                                                   [this](pid_t p) { return IsWorkerProcess(p); });
@@ -95,6 +113,16 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
       "world_size={} master_addr={} master_port={} attempt_dir={}",
       a.round, a.restart_count, a.group_rank, a.group_world_size, a.world_size, a.master_addr,
       a.master_port, attempt->empty() ? "-" : *attempt);
+  if (opts_.events) {
+    opts_.events->Write(rendezvous::EventLog::Event("round_started")
+                            .Set("restart_count", a.restart_count)
+                            .Set("group_rank", a.group_rank)
+                            .Set("group_world_size", a.group_world_size)
+                            .Set("world_size", a.world_size)
+                            .Set("base_rank", a.base_rank)
+                            .Set("master", fmt::format("{}:{}", a.master_addr, a.master_port)),
+                        a.round);
+  }
   WorkerGroupOptions g;
   g.config = &config_;
   g.agent_env = &opts_.agent_env;
@@ -117,17 +145,42 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
     StopGroup(SIGKILL, AfterStop::kFinish);
     return;
   }
-  if (control_) {
-    std::vector<pid_t> pids;
-    for (const auto& w : group_->workers()) pids.push_back(w.process->pid());
-    control_->SetWorkers(pids, a.base_rank, a.restart_count);
+  std::vector<pid_t> pids;
+  std::vector<int> ranks;
+  for (const auto& w : group_->workers()) {
+    pids.push_back(w.process->pid());
+    ranks.push_back(w.rank);
   }
+  if (control_) control_->SetWorkers(pids, a.base_rank, a.restart_count);
+  ++metrics_.rounds;
+  metrics_.restart_count = a.restart_count;
+  metrics_.members = a.group_world_size;
+  metrics_.world_size = a.world_size;
+  if (metrics_.fault_at != std::chrono::steady_clock::time_point{}) {
+    metrics_.time_to_recover =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - metrics_.fault_at)
+            .count();
+    metrics_.fault_at = {};
+  }
+  Emit(rendezvous::EventLog::Event("workers_spawned")
+           .Set("attempt", a.restart_count)
+           .Set("ranks", ranks)
+           .Set("pids", std::vector<int>(pids.begin(), pids.end())));
   ArmMonitor();
 }
 
 void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
   const ExitStatus& st = *w.status;
   const int attempt = group_->assignment().restart_count;
+  Emit(rendezvous::EventLog::Event("worker_exited")
+           .Set("local_rank", w.local_rank)
+           .Set("rank", w.rank)
+           .Set("pid", static_cast<int>(w.process->pid()))
+           .Set("exitcode", st.TorchExitCode())
+           .Set("status", st.Describe())
+           .Set("outcome", std::string(st.Succeeded()           ? "succeeded"
+                                       : state_ == State::kRunning ? "failed"
+                                                                   : "stopped")));
   if (st.Succeeded()) {
     Log()->info("worker exited local_rank={} rank={} pid={} attempt={} status={}", w.local_rank,
                 w.rank, w.process->pid(), attempt, st.Describe());
@@ -153,6 +206,9 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
 
 void Agent::OnRestartRequested(const std::string& reason) {
   Log()->info("restart requested reason=\"{}\" state={}", reason, StateName());
+  if (metrics_.fault_at == std::chrono::steady_clock::time_point{}) {
+    metrics_.fault_at = std::chrono::steady_clock::now();  // a stop without a local fault
+  }
   switch (state_) {
     case State::kRunning:
       StopGroup(SIGTERM, AfterStop::kReportStopped);
@@ -166,6 +222,14 @@ void Agent::OnRestartRequested(const std::string& reason) {
     case State::kFinished:
       break;
   }
+}
+
+void Agent::OnRoundStopping(uint64_t round, const std::string& reason, int restart_count) {
+  if (!opts_.events) return;
+  opts_.events->Write(rendezvous::EventLog::Event("restart")
+                          .Set("reason", reason)
+                          .Set("restart_count", restart_count),
+                      round);
 }
 
 void Agent::OnJobFinished(const JobResult& result) {
@@ -217,6 +281,7 @@ void Agent::OnGroupExited() {
 }
 
 void Agent::OnSignal(int sig) {
+  Emit(rendezvous::EventLog::Event("signal").Set("signal", SignalName(sig)));
   if (!ever_started_) {
     // Before any worker started, torchrun dies of the signal itself; so do we.
     Log()->warn("received {} before any worker started; exiting", SignalName(sig));
@@ -246,11 +311,16 @@ void Agent::Finish(int exit_code) {
   fault_timer_.cancel();
   if (watchdog_) watchdog_->Stop();
   if (control_) control_->Stop();
+  if (metrics_server_) metrics_server_->Stop();
   coordinator_->Shutdown();
   if (result_) ReportOutcome(*result_);
 }
 
 void Agent::ReportOutcome(const JobResult& r) {
+  Emit(rendezvous::EventLog::Event("job_finished")
+           .Set("outcome", std::string(r.succeeded && exit_code_ == 0 ? "succeeded" : "failed"))
+           .Set("exit_code", exit_code_)
+           .Set("reason", r.reason));
   if (r.succeeded && exit_code_ == 0) {
     Log()->info("job finished outcome=succeeded exit_code=0");
     return;

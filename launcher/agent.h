@@ -16,6 +16,8 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
+#include <chrono>
+#include <map>
 #include <future>
 #include <memory>
 #include <optional>
@@ -29,6 +31,8 @@
 #include "launcher/launch_config.h"
 #include "launcher/log_dir.h"
 #include "launcher/worker_group.h"
+#include "rendezvous/event_log.h"
+#include "rendezvous/metrics_server.h"
 
 namespace ftrun::launcher {
 
@@ -38,6 +42,23 @@ struct AgentOptions {
   std::shared_future<std::string> host;  // this host's name, for failure reports
   RunLogDir log_dir;
   std::string watchdog_fifo;  // serve torch's FileTimerClient requests here ("" = off)
+  std::shared_ptr<rendezvous::EventLog> events;  // --event-log (may be null)
+};
+
+// What --metrics-port shows about this agent.
+struct AgentMetrics {
+  int rounds = 0;
+  int restart_count = 0;
+  int worker_failures = 0;
+  int members = 0;
+  int world_size = 0;
+  double last_fault_time = 0;       // seconds since the epoch
+  double time_to_recover = -1;      // last fault -> next round's workers started, seconds
+  int saves_ok = 0;
+  int saves_failed = 0;
+  double last_save_duration = -1;   // order -> acknowledgement, seconds
+  std::chrono::steady_clock::time_point fault_at{};
+  std::map<uint64_t, std::chrono::steady_clock::time_point> save_ordered_at;
 };
 
 class Agent : public Coordinator::Listener {
@@ -56,6 +77,10 @@ class Agent : public Coordinator::Listener {
   void OnRestartRequested(const std::string& reason) override;
   void OnJobFinished(const JobResult& result) override;
   void OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) override;
+  void OnRoundStopping(uint64_t round, const std::string& reason, int restart_count) override;
+
+  // Prometheus text for --metrics-port (loop only).
+  std::string RenderMetrics() const;
 
  private:
   enum class State { kWaiting, kRunning, kStopping, kFinished };
@@ -80,6 +105,7 @@ class Agent : public Coordinator::Listener {
   void ArmMonitor();
   void CheckHangs();
   void DeclareHung(int local_rank, const std::string& ranks, uint64_t round);
+  void Emit(rendezvous::JsonMessage record);
 
   boost::asio::io_context& io_;
   AgentOptions opts_;
@@ -97,6 +123,8 @@ class Agent : public Coordinator::Listener {
   std::unique_ptr<WorkerGroup> group_;
   std::unique_ptr<WorkerGroup> retired_group_;
   std::set<int> hung_;  // local ranks declared hung in this attempt
+  AgentMetrics metrics_;
+  std::unique_ptr<rendezvous::MetricsServer> metrics_server_;
   bool awaiting_stop_order_ = false;  // a local failure keeps the survivors for the save
   std::optional<JobResult> result_;
   int stop_signal_ = 0;      // the forwarded signal that is stopping the job, if any

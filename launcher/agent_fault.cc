@@ -60,6 +60,16 @@ bool Agent::LocalRanksCanSave() const {
 }
 
 void Agent::OnLocalFailure(const WorkerFailure& failure) {
+  ++metrics_.worker_failures;
+  metrics_.last_fault_time = static_cast<double>(failure.timestamp);
+  if (metrics_.fault_at == std::chrono::steady_clock::time_point{}) {
+    metrics_.fault_at = std::chrono::steady_clock::now();
+  }
+  Emit(rendezvous::EventLog::Event("fault_reported")
+           .Set("rank", failure.rank)
+           .Set("local_rank", failure.local_rank)
+           .Set("exitcode", failure.exitcode)
+           .Set("message", failure.message.substr(0, failure.message.find('\n'))));
   coordinator_->WorkersFailed({failure});
   if (!LocalRanksCanSave()) {
     StopGroup(SIGTERM, AfterStop::kReportStopped);
@@ -101,6 +111,9 @@ void Agent::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) {
     }
     Log()->info("fault-time save {}: reporting the progress of {} rank(s)", order.id,
                 ranks.size());
+    Emit(rendezvous::EventLog::Event("save_progress_reported")
+             .Set("save_id", order.id)
+             .Set("ranks", static_cast<int>(ranks.size())));
     coordinator_->ReportProgress(order.id, ranks);
     return;
   }
@@ -128,6 +141,12 @@ void Agent::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) {
     if (!local(s.rank)) continue;
     Log()->info("fault-time save {}: asking rank {} (group '{}') to save step {}", order.id,
                 s.rank, s.group, order.step);
+    metrics_.save_ordered_at[order.id] = std::chrono::steady_clock::now();
+    Emit(rendezvous::EventLog::Event("save_requested")
+             .Set("save_id", order.id)
+             .Set("rank", s.rank)
+             .Set("group", s.group)
+             .Set("step", order.step));
     JsonMessage m("save");
     m.Set("id", static_cast<int64_t>(order.id))
         .Set("step", order.step)
@@ -150,6 +169,21 @@ void Agent::OnRankSaved(int local_rank, uint64_t id, bool finalize, bool ok,
   } else {
     Log()->warn("fault-time save {}: rank {} failed: {}", id, rank, error);
   }
+  double secs = -1;
+  if (auto it = metrics_.save_ordered_at.find(id); it != metrics_.save_ordered_at.end()) {
+    secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - it->second).count();
+  }
+  if (!finalize) {
+    (ok ? metrics_.saves_ok : metrics_.saves_failed)++;
+    metrics_.last_save_duration = secs;
+  }
+  Emit(rendezvous::EventLog::Event("save_acknowledged")
+           .Set("save_id", id)
+           .Set("rank", rank)
+           .Set("finalize", finalize)
+           .Set("ok", ok)
+           .Set("error", error)
+           .Set("duration_s", secs));
   coordinator_->ReportSaved(id, rank, finalize, ok, error);
 }
 

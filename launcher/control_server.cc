@@ -61,34 +61,6 @@ bool GetInt(const pb::Struct& s, const char* key, int64_t* out, std::string* err
 
 }  // namespace
 
-JsonMessage::JsonMessage(const std::string& type) : s_(std::make_unique<pb::Struct>()) {
-  Set("type", type);
-}
-JsonMessage::~JsonMessage() = default;
-
-JsonMessage& JsonMessage::Set(const std::string& key, const std::string& value) {
-  (*s_->mutable_fields())[key].set_string_value(value);
-  return *this;
-}
-JsonMessage& JsonMessage::Set(const std::string& key, int64_t value) {
-  (*s_->mutable_fields())[key].set_number_value(static_cast<double>(value));
-  return *this;
-}
-JsonMessage& JsonMessage::Set(const std::string& key, bool value) {
-  (*s_->mutable_fields())[key].set_bool_value(value);
-  return *this;
-}
-JsonMessage& JsonMessage::Set(const std::string& key, const std::vector<std::string>& values) {
-  auto* list = (*s_->mutable_fields())[key].mutable_list_value();
-  for (const auto& v : values) list->add_values()->set_string_value(v);
-  return *this;
-}
-std::string JsonMessage::str() const {
-  std::string out;
-  (void)pb::util::MessageToJsonString(*s_, &out);
-  return out;
-}
-
 struct ControlServer::Connection {
   explicit Connection(boost::asio::io_context& io) : socket(io), in(kMaxControlLine + 1) {}
   stream::socket socket;

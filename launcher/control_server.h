@@ -19,13 +19,12 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/json_message.h"
 #include "rendezvous/result.h"
 
-namespace google::protobuf {
-class Struct;
-}
-
 namespace ftrun::launcher {
+
+using rendezvous::JsonMessage;
 
 inline constexpr int kControlProtocolVersion = 1;
 inline constexpr size_t kMaxControlLine = 64 * 1024;
@@ -91,22 +90,6 @@ class ControlServer {
   std::map<int, std::shared_ptr<Connection>> by_rank_;
   std::vector<std::shared_ptr<Connection>> connections_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
-};
-
-// One message of the protocol, built field by field and printed by protobuf's JSON printer.
-class JsonMessage {
- public:
-  explicit JsonMessage(const std::string& type);
-  ~JsonMessage();
-  JsonMessage& Set(const std::string& key, const std::string& value);
-  JsonMessage& Set(const std::string& key, const char* value) { return Set(key, std::string(value)); }
-  JsonMessage& Set(const std::string& key, int64_t value);
-  JsonMessage& Set(const std::string& key, bool value);
-  JsonMessage& Set(const std::string& key, const std::vector<std::string>& values);
-  std::string str() const;
-
- private:
-  std::unique_ptr<google::protobuf::Struct> s_;
 };
 
 }  // namespace ftrun::launcher

@@ -35,6 +35,9 @@ class Coordinator {
     // The round saves before it stops (rendezvous::SaveOrder): report this node's ranks'
     // progress while collecting, then forward "save"/"finalize" to this node's chosen ranks.
     virtual void OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) = 0;
+    // The round is stopping (saving first, or not) and why; for logs and the event log.
+    virtual void OnRoundStopping(uint64_t /*round*/, const std::string& /*reason*/,
+                                 int /*restart_count*/) {}
   };
 
   virtual ~Coordinator() = default;
@@ -53,6 +56,8 @@ class Coordinator {
                            const std::string& error) = 0;
   // The agent is going away (a signal): leave the job, cancel every pending operation.
   virtual void Shutdown() = 0;
+  // Prometheus text of a rendezvous server hosted here ("" when none).
+  virtual std::string ServerMetrics() const { return ""; }
 };
 
 }  // namespace ftrun::launcher

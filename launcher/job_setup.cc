@@ -33,9 +33,10 @@ rendezvous::JobSpec Spec(const LaunchConfig& c) {
   return job;
 }
 
-rendezvous::NodeInfo Node(const LaunchConfig& c, const std::string& fqdn) {
+rendezvous::NodeInfo Node(const LaunchConfig& c, const std::string& fqdn,
+                          const std::string& node_id) {
   rendezvous::NodeInfo n;
-  n.node_id = MakeNodeId(fqdn);
+  n.node_id = node_id;
   n.addr = c.local_addr.empty() ? fqdn : c.local_addr;
   n.host = fqdn;
   n.node_rank = c.backend == RendezvousBackend::kStatic ? c.node_rank : -1;
@@ -50,18 +51,19 @@ std::string MakeNodeId(const std::string& fqdn) {
   return fmt::format("{}:{}:{:08x}", fqdn, ::getpid(), rd());
 }
 
-Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
-                                                     const LaunchConfig& c, const EnvMap& env,
-                                                     const std::string& fqdn) {
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(
+    boost::asio::io_context& io, const LaunchConfig& c, const EnvMap& env,
+    const std::string& fqdn, const std::string& node_id,
+    std::shared_ptr<rendezvous::EventLog> event_log) {
   if (c.max_nodes == 1) {
-    LocalCoordinatorOptions local{Spec(c), Node(c, fqdn), c.role};
+    LocalCoordinatorOptions local{Spec(c), Node(c, fqdn, node_id), c.role};
     local.node.node_rank = local.job.static_ranks ? 0 : -1;
     return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
   }
   auto log = Logger("launcher");
   RemoteCoordinatorOptions opts;
   opts.role = c.role;
-  opts.node = Node(c, fqdn);
+  opts.node = Node(c, fqdn, node_id);
   opts.connect_timeout = c.rdzv.timeout;
   opts.lost_after = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
   opts.watch_wait = c.rdzv.keep_alive_interval;
@@ -84,6 +86,7 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
     so.job = Spec(c);
     so.token = client.token;
     so.max_watch_wait = Duration(10);
+    so.event_log = event_log;
     auto server = std::make_unique<rendezvous::RendezvousServer>(io, so);
     auto port = server->Start();
     if (port) {

@@ -13,13 +13,17 @@
 #include "launcher/coordinator.h"
 #include "launcher/environment.h"
 #include "launcher/launch_config.h"
+#include "rendezvous/event_log.h"
 #include "rendezvous/result.h"
 
 namespace ftrun::launcher {
 
-Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
-                                                     const LaunchConfig& config,
-                                                     const EnvMap& env, const std::string& fqdn);
+// `node_id` names this agent (MakeNodeId); `event_log` (may be null) also receives the
+// hosted rendezvous server's events.
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(
+    boost::asio::io_context& io, const LaunchConfig& config, const EnvMap& env,
+    const std::string& fqdn, const std::string& node_id,
+    std::shared_ptr<rendezvous::EventLog> event_log);
 
 // A node id unique to this agent process: <fqdn>:<pid>:<random>.
 std::string MakeNodeId(const std::string& fqdn);

@@ -177,6 +177,13 @@ Status ParseLogs(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
   auto lvl = ParseLogLevel(level);
   if (!lvl) return lvl.error().Wrap(level_source);
   c.log_level = *lvl;
+  c.event_log = a.event_log.empty() ? Lookup(env, "FTRUN_EVENT_LOG").value_or("") : a.event_log;
+  if (a.metrics_port && (*a.metrics_port < 0 || *a.metrics_port > 65535)) {
+    return Error{"--metrics-port: " + std::to_string(*a.metrics_port) +
+                 " is not a port number (0-65535)"};
+  }
+  c.metrics_port = a.metrics_port;
+  c.dry_run = a.dry_run;
   if (!a.logs_specs.empty()) {
     c.warnings.push_back("--logs-specs '" + a.logs_specs +
                          "': Python LogsSpecs plugins cannot be loaded by ftrun; using the "

@@ -71,6 +71,11 @@ struct LaunchConfig {
   std::string line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
   spdlog::level::level_enum log_level = spdlog::level::info;
 
+  // Operations.
+  std::string event_log;            // "" : none
+  std::optional<int> metrics_port;  // none : no metrics endpoint
+  bool dry_run = false;
+
   // Things worth one warning line once logging is up.
   std::vector<std::string> warnings;
 };

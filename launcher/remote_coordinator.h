@@ -47,6 +47,9 @@ class RemoteCoordinator : public Coordinator {
   void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
                    const std::string& error) override;
   void Shutdown() override;
+  std::string ServerMetrics() const override {
+    return opts_.server ? opts_.server->RenderMetrics() : "";
+  }
 
  private:
   struct PendingReport {

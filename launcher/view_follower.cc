@@ -30,6 +30,11 @@ void ViewFollower::Apply(const NodeView& v) {
     listener_->OnJobFinished(r);
     return;
   }
+  if ((v.phase == Phase::kSaving || v.phase == Phase::kStopping) && v.member &&
+      stopping_round_ != v.round) {
+    stopping_round_ = v.round;
+    listener_->OnRoundStopping(v.round, v.reason, v.restart_count);
+  }
   if (v.phase == Phase::kSaving && v.member && v.save) {
     const auto& o = *v.save;
     std::string key = fmt::format("{}/{}/{}/{}/{}", v.round, o.id, o.collecting, o.step,

@@ -48,6 +48,7 @@ class ViewFollower {
   rendezvous::NodeView last_view_;
   int announced_restarts_ = 0;
   std::string last_save_key_;
+  std::optional<uint64_t> stopping_round_;
   std::optional<uint64_t> started_round_;
   bool workers_live_ = false;
   std::optional<uint64_t> stop_asked_round_;

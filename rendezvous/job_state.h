@@ -89,4 +89,26 @@ struct NodeView {
   std::optional<SaveOrder> save;        // phase saving
 };
 
+// For operators: one node as the server sees it.
+struct NodeStatus {
+  std::string node_id;
+  std::string host;
+  std::string addr;
+  int node_rank = -1;
+  int nproc_per_node = 0;
+  int group_rank = -1;  // -1: outside the round
+  int base_rank = -1;
+  double silent_seconds = 0;
+  bool disconnected = false;
+};
+
+struct JobStatus {
+  std::string run_id;
+  NodeView view;  // the job as a node outside the round sees it
+  int min_nodes = 0;
+  int max_nodes = 0;
+  int world_size = 0;
+  std::vector<NodeStatus> nodes;  // members in group-rank order, then the others
+};
+
 }  // namespace ftrun::rendezvous

@@ -190,6 +190,20 @@ void RendezvousClient::Leave(Duration timeout, Done done) {
       [](C&, RpcOutcome&) {}, std::move(done));
 }
 
+void RendezvousClient::Status(std::function<void(const RpcOutcome&, const JobStatus&)> done) {
+  using C = Call<v1::StatusRequest, v1::JobStatus>;
+  auto call = std::make_shared<C>();
+  FillHeader(opts_, call->req.mutable_header());
+  auto status = std::make_shared<JobStatus>();
+  Launch(
+      io_, calls_, call, opts_.call_timeout, true,
+      [](auto* stub, auto c, auto cb) {
+        stub->async()->Status(&c->ctx, &c->req, &c->resp, std::move(cb));
+      },
+      [status](C& c, RpcOutcome&) { *status = FromWire(c.resp); },
+      [status, done = std::move(done)](const RpcOutcome& out) { done(out, *status); });
+}
+
 void RendezvousClient::CancelAll() {
   std::lock_guard lock(calls_->mu);
   for (auto* ctx : calls_->in_flight) ctx->TryCancel();

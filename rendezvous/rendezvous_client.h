@@ -73,6 +73,8 @@ class RendezvousClient {
   void Report(ReportKind kind, uint64_t round, const std::vector<WorkerFailure>& failures,
               int free_port, const SaveReport& save, Done done);
   void Leave(Duration timeout, Done done);
+  // For operators: the job and its nodes (an empty run id in the options: any job).
+  void Status(std::function<void(const RpcOutcome&, const JobStatus&)> done);
   // Cancels every call in flight; their callbacks still run, with a cancelled outcome.
   void CancelAll();
 

@@ -9,6 +9,7 @@
 
 #include "ftrun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/log.h"
+#include "rendezvous/metrics_server.h"
 #include "rendezvous/wire.h"
 
 namespace ftrun::rendezvous {
@@ -22,13 +23,15 @@ auto& Log() {
 }  // namespace
 
 struct RendezvousServer::Call {
-  enum class Kind { kJoin, kWatch, kReport, kLeave } kind = Kind::kJoin;
+  enum class Kind { kJoin, kWatch, kReport, kLeave, kStatus } kind = Kind::kJoin;
   grpc::ServerUnaryReactor* reactor = nullptr;
   std::string peer;
   v1::JoinRequest join;
   v1::WatchRequest watch;
   v1::ReportRequest report;
   v1::LeaveRequest leave;
+  v1::StatusRequest status;
+  v1::JobStatus* status_response = nullptr;
   v1::JoinResponse* join_response = nullptr;
   v1::WatchResponse* watch_response = nullptr;
   v1::ReportResponse* report_response = nullptr;
@@ -40,6 +43,7 @@ struct RendezvousServer::Call {
       case Kind::kWatch: return watch.header();
       case Kind::kReport: return report.header();
       case Kind::kLeave: return leave.header();
+      case Kind::kStatus: return status.header();
     }
     return join.header();
   }
@@ -96,6 +100,13 @@ class RendezvousServer::Service : public v1::Rendezvous::CallbackService {
     auto call = Make(ctx, Call::Kind::kReport, ctx->DefaultReactor());
     call->report = *req;
     call->report_response = resp;
+    return Post(call);
+  }
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
+                                   const v1::StatusRequest* req, v1::JobStatus* resp) override {
+    auto call = Make(ctx, Call::Kind::kStatus, ctx->DefaultReactor());
+    call->status = *req;
+    call->status_response = resp;
     return Post(call);
   }
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
@@ -255,6 +266,10 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   if (!opts_.token.empty() && h.token() != opts_.token) {
     return reject(StatusCode::PERMISSION_DENIED, "missing or wrong job token");
   }
+  if (call.kind == Call::Kind::kStatus && (h.run_id().empty() || h.run_id() == spec.run_id)) {
+    ToWire(state_.Status(Clock::now()), call.status_response);
+    return call.reactor->Finish(grpc::Status::OK);
+  }
   if (h.run_id() != spec.run_id) {
     return reject(StatusCode::FAILED_PRECONDITION, "run id '" + h.run_id() +
                                                        "' differs from the server's '" +
@@ -278,23 +293,18 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
                         " differs from the server's " + std::to_string(spec.min_nodes) + ":" +
                         std::to_string(spec.max_nodes));
     }
-    const bool known = state_.IsNode(node);
     if (auto refusal = state_.Join(FromWire(n, node), now)) {
       return reject(refusal->kind == JoinRefusal::Kind::kRetry ? StatusCode::ALREADY_EXISTS
                                                                : StatusCode::FAILED_PRECONDITION,
                     refusal->message);
     }
-    if (!known) {
-      Log()->info("node joined node={} host={} addr={} nodes={}", node, n.host(), n.addr(),
-                  state_.node_count());
-    }
+
     ToWire(state_.View(node), call.join_response->mutable_view());
     MarkInformed(node);
     call.reactor->Finish(grpc::Status::OK);
     return AfterEvent();
   }
   if (call.kind == Call::Kind::kLeave) {
-    if (state_.IsNode(node)) Log()->info("node left node={}", node);
     state_.Leave(node, now);
     informed_.erase(node);
     call.reactor->Finish(grpc::Status::OK);
@@ -357,6 +367,29 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   MarkInformed(node);
   call.reactor->Finish(grpc::Status::OK);
   AfterEvent();
+}
+
+std::string RendezvousServer::RenderMetrics() const {
+  NodeView v = state_.View("");
+  std::string out;
+  out += PromMetric("ftrun_rendezvous_nodes", "gauge", "Nodes that joined the job.",
+                    static_cast<double>(state_.node_count()));
+  out += PromMetric("ftrun_rendezvous_round", "gauge", "The current rendezvous round.",
+                    static_cast<double>(state_.round()));
+  out += PromMetric("ftrun_rendezvous_round_nodes", "gauge", "Nodes in the current round.",
+                    v.nodes_joined);
+  out += PromMetric("ftrun_rendezvous_waiting_nodes", "gauge",
+                    "Joined nodes outside the round (spares).", v.nodes_waiting);
+  out += PromMetric("ftrun_rendezvous_restarts", "gauge", "Job-wide restarts so far.",
+                    v.restart_count);
+  out += "# HELP ftrun_rendezvous_phase The job's phase (1 for the current one).\n"
+         "# TYPE ftrun_rendezvous_phase gauge\n";
+  for (Phase p : {Phase::kForming, Phase::kRunning, Phase::kSaving, Phase::kStopping,
+                  Phase::kSucceeded, Phase::kFailed}) {
+    out += fmt::format("ftrun_rendezvous_phase{{phase=\"{}\"}} {}\n", PhaseName(p),
+                       p == state_.phase() ? 1 : 0);
+  }
+  return out;
 }
 
 void RendezvousServer::Answer(Call& call) {
@@ -464,6 +497,25 @@ void RendezvousServer::LogTransitions() {
   const Phase phase = state_.phase();
   const uint64_t round = state_.round();
   NodeView v = state_.View("");
+  auto write = [this](JsonMessage m, std::optional<uint64_t> r = std::nullopt) {
+    if (opts_.event_log) opts_.event_log->Write(std::move(m), r);
+  };
+  for (const StateEvent& e : state_.TakeEvents()) {
+    if (e.event == "round_formed") {
+      Log()->info("round formed round={} nodes={} restart_count={} world_size={}", round,
+                  e.members.size(), v.restart_count, v.nodes_joined ? v.assignment.world_size : 0);
+      write(EventLog::Event("round_formed")
+                .Set("members", e.members)
+                .Set("restart_count", v.restart_count),
+            round);
+      continue;
+    }
+    Log()->info("{} node={} host={} nodes={}{}", e.event, e.node, e.host, state_.node_count(),
+                e.detail.empty() ? "" : " why=" + e.detail);
+    auto m = EventLog::Event(e.event).Set("member", e.node).Set("host", e.host);
+    if (!e.detail.empty()) m.Set("why", e.detail);
+    write(std::move(m));
+  }
   if (phase == Phase::kSaving && v.save) {
     // Each stage of the fault-time save, with the time since the fault.
     const auto& o = *v.save;
@@ -497,18 +549,22 @@ void RendezvousServer::LogTransitions() {
       Log()->info("forming round={} nodes={}", round, state_.node_count());
       break;
     case Phase::kRunning:
-      Log()->info("round formed round={} nodes={} restart_count={}", round, v.nodes_joined,
-                  v.restart_count);
-      break;
+      break;  // logged from the round_formed event
     case Phase::kStopping:
       Log()->info("round stopping round={} reason=\"{}\"", round, v.reason);
+      write(EventLog::Event("round_stopping").Set("reason", v.reason), round);
       break;
     case Phase::kSaving:
       Log()->info("round saving before it stops round={} reason=\"{}\"", round, v.reason);
+      write(EventLog::Event("round_saving").Set("reason", v.reason), round);
       break;
     case Phase::kSucceeded:
     case Phase::kFailed:
       Log()->info("job finished outcome={} reason=\"{}\"", PhaseName(phase), v.reason);
+      write(EventLog::Event("job_finished")
+                .Set("outcome", std::string(PhaseName(phase)))
+                .Set("reason", v.reason),
+            round);
       break;
   }
 }

@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 
+#include "rendezvous/event_log.h"
 #include "rendezvous/rendezvous_state.h"
 #include "rendezvous/result.h"
 
@@ -38,6 +39,7 @@ struct ServerOptions {
   JobSpec job;
   std::string token;        // "" : no token required
   Duration max_watch_wait{10};
+  std::shared_ptr<EventLog> event_log;  // optional
 };
 
 class RendezvousServer {
@@ -58,6 +60,8 @@ class RendezvousServer {
 
   // Loop only.
   const RendezvousState& state() const { return state_; }
+  // Prometheus text for --metrics-port (loop only).
+  std::string RenderMetrics() const;
   // Runs once, on the loop, when the job succeeds or fails.
   void OnJobFinished(std::function<void(const NodeView&)> callback) {
     on_finished_ = std::move(callback);

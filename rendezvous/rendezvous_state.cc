@@ -78,6 +78,7 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
     return std::nullopt;
   }
   nodes_[info.node_id] = Node{info, now, std::nullopt, next_join_seq_++};
+  events_.push_back({"node_joined", info.node_id, info.host, "", {}});
   switch (phase_) {
     case Phase::kForming:
       TryCompleteRound(now);
@@ -106,7 +107,10 @@ void RendezvousState::Disconnected(const std::string& node_id, TimePoint now) {
 }
 
 void RendezvousState::Leave(const std::string& node_id, TimePoint now) {
-  if (nodes_.count(node_id)) RemoveNode(node_id, "left", now);
+  if (nodes_.count(node_id)) {
+    events_.push_back({"node_left", node_id, nodes_.at(node_id).info.host, "", {}});
+    RemoveNode(node_id, "left", now);
+  }
 }
 
 bool RendezvousState::InRound(const std::string& node_id) const {
@@ -291,6 +295,7 @@ void RendezvousState::CompleteRound() {
   phase_ = Phase::kRunning;
   reason_.clear();
   failures_.clear();
+  events_.push_back({"round_formed", "", "", "", members_});
   Changed();
 }
 
@@ -317,7 +322,9 @@ void RendezvousState::Tick(TimePoint now) {
       }
     }
     for (const auto& [id, why] : lost) {
-      if (nodes_.count(id)) RemoveNode(id, "lost (" + why + ")", now);
+      if (!nodes_.count(id)) continue;
+      events_.push_back({"node_lost", id, nodes_.at(id).info.host, why, {}});
+      RemoveNode(id, "lost (" + why + ")", now);
     }
   }
   if (phase_ == Phase::kSaving) {

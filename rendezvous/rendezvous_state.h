@@ -24,6 +24,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rendezvous/job_state.h"
@@ -54,6 +55,15 @@ struct JobSpec {
 struct JoinRefusal {
   enum class Kind { kMismatch, kRetry } kind = Kind::kMismatch;
   std::string message;
+};
+
+// Something that happened to the job, for logs and the event log (drained by TakeEvents).
+struct StateEvent {
+  std::string event;                 // node_joined, node_left, node_lost, round_formed
+  std::string node;                  // the node concerned (node events)
+  std::string host;
+  std::string detail;                // node_lost: why
+  std::vector<std::string> members;  // round_formed: node ids in group-rank order
 };
 
 class RendezvousState {
@@ -101,6 +111,9 @@ class RendezvousState {
   std::optional<TimePoint> NextDeadline() const;
 
   NodeView View(const std::string& node_id) const;
+  JobStatus Status(TimePoint now) const;
+  // The events since the last call, oldest first.
+  std::vector<StateEvent> TakeEvents() { return std::exchange(events_, {}); }
   bool IsNode(const std::string& node_id) const { return nodes_.count(node_id) != 0; }
 
  private:
@@ -135,6 +148,7 @@ class RendezvousState {
   std::string reason_;
   std::vector<WorkerFailure> failures_;
 
+  std::vector<StateEvent> events_;
   std::map<std::string, Node> nodes_;
   uint64_t next_join_seq_ = 0;
   std::vector<std::string> members_;       // the round, in group-rank order

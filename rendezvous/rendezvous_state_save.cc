@@ -75,6 +75,41 @@ void RendezvousState::ReportSaved(const std::string& node_id, uint64_t round, ui
   AfterSaveEvent(now);
 }
 
+JobStatus RendezvousState::Status(TimePoint now) const {
+  JobStatus s;
+  s.run_id = spec_.run_id;
+  s.view = View("");
+  s.min_nodes = spec_.min_nodes;
+  s.max_nodes = spec_.max_nodes;
+  const bool in_round = phase_ != Phase::kForming;
+  s.world_size = in_round ? world_size_ : 0;
+  auto add = [&](const std::string& id, const Node& n) {
+    NodeStatus ns;
+    ns.node_id = id;
+    ns.host = n.info.host;
+    ns.addr = n.info.addr;
+    ns.node_rank = n.info.node_rank;
+    ns.nproc_per_node = n.info.nproc_per_node;
+    auto r = rank_of_.find(id);
+    if (in_round && r != rank_of_.end()) {
+      ns.group_rank = r->second;
+      ns.base_rank = base_rank_[r->second];
+    }
+    ns.silent_seconds = Duration(now - n.last_seen).count();
+    ns.disconnected = n.disconnected_at.has_value();
+    s.nodes.push_back(ns);
+  };
+  if (in_round) {
+    for (const auto& m : members_) {
+      if (auto it = nodes_.find(m); it != nodes_.end()) add(m, it->second);
+    }
+  }
+  for (const auto& [id, n] : nodes_) {
+    if (!in_round || !rank_of_.count(id)) add(id, n);
+  }
+  return s;
+}
+
 std::vector<int> RendezvousState::RanksOf(const std::string& node_id) const {
   auto it = rank_of_.find(node_id);
   if (it == rank_of_.end()) return {};

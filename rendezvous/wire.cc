@@ -162,6 +162,41 @@ NodeView FromWire(const v1::NodeView& in) {
   return v;
 }
 
+void ToWire(const JobStatus& in, v1::JobStatus* out) {
+  out->set_run_id(in.run_id);
+  ToWire(in.view, out->mutable_view());
+  out->set_min_nodes(in.min_nodes);
+  out->set_max_nodes(in.max_nodes);
+  out->set_world_size(in.world_size);
+  for (const auto& n : in.nodes) {
+    auto* o = out->add_nodes();
+    o->set_node_id(n.node_id);
+    o->set_host(n.host);
+    o->set_addr(n.addr);
+    o->set_node_rank(n.node_rank);
+    o->set_nproc_per_node(n.nproc_per_node);
+    o->set_group_rank(n.group_rank);
+    o->set_base_rank(n.base_rank);
+    o->set_silent_seconds(n.silent_seconds);
+    o->set_disconnected(n.disconnected);
+  }
+}
+
+JobStatus FromWire(const v1::JobStatus& in) {
+  JobStatus s;
+  s.run_id = in.run_id();
+  s.view = FromWire(in.view());
+  s.min_nodes = in.min_nodes();
+  s.max_nodes = in.max_nodes();
+  s.world_size = in.world_size();
+  for (const auto& n : in.nodes()) {
+    s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.addr(), n.node_rank(),
+                                 n.nproc_per_node(), n.group_rank(), n.base_rank(),
+                                 n.silent_seconds(), n.disconnected()});
+  }
+  return s;
+}
+
 Status CheckLimits(const v1::ReportRequest& req) {
   if (static_cast<size_t>(req.failures_size()) > kMaxFailures) {
     return Error{"report carries " + std::to_string(req.failures_size()) + " failures (limit " +

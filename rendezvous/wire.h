@@ -29,6 +29,9 @@ WorkerFailure FromWire(const v1::WorkerFailure& in);
 v1::Phase ToWire(Phase p);
 Phase FromWire(v1::Phase p);
 
+void ToWire(const JobStatus& in, v1::JobStatus* out);
+JobStatus FromWire(const v1::JobStatus& in);
+
 // Checks the size limits of a request's repeated and text fields.
 Status CheckLimits(const v1::ReportRequest& req);
 Status CheckLimits(const v1::NodeInfo& node);

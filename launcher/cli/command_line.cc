@@ -1,5 +1,6 @@
 // The one translation unit that includes CLI11.
 #include "launcher/cli/master_args.h"
+#include "launcher/cli/status_args.h"
 #include "launcher/cli/torchrun_args.h"
 
 #include <CLI/CLI.hpp>
@@ -115,6 +116,16 @@ class Parser {
         "Treat a rank that reported progress and then nothing for this long as failed "
         "(0: off)",
         g, "SECONDS");
+
+    g = "Operations (ftrun)";
+    Opt("event-log", a.event_log,
+        "Append one JSON object per lifecycle event to this file [default: FTRUN_EVENT_LOG]", g,
+        "FILE");
+    Opt("metrics-port", a.metrics_port,
+        "Serve Prometheus metrics at http://<this host>:PORT/metrics (0: any free port)", g,
+        "PORT");
+    Flag("dry-run", a.dry_run,
+         "Check the command line, print what would run, and exit without starting anything", g);
 
     g = "Rendezvous";
     Flag("standalone", a.standalone,
@@ -310,6 +321,9 @@ class MasterParser {
     add("max-restarts", a.max_restarts, "Job-wide restarts before the job fails", "N");
     add("nproc-per-node", a.nproc_per_node,
         "Workers every agent must run (0: what the first agent says)", "N");
+    add("event-log", a.event_log, "Append one JSON object per event to this file", "FILE");
+    add("metrics-port", a.metrics_port, "Serve Prometheus metrics on this port (-1: off)",
+        "PORT");
     add("save-timeout", a.save_timeout,
         "Seconds the fault-time save may take (0: TTP_OT or 180)", "SECONDS");
     add("fault-save", a.fault_save, "on: save before a stopping round restarts; off", "on|off");
@@ -340,7 +354,63 @@ class MasterParser {
   CLI::App app_;
 };
 
+// `ftrun status`.
+class StatusParser {
+ public:
+  explicit StatusParser(StatusArgs& a) : app_("ftrun status", "ftrun status") {
+    app_.description(
+        "ftrun status: the state of a job, from its rendezvous server (the agent that hosts\n"
+        "it, or `ftrun master`), as a table.");
+    app_.formatter(std::make_shared<HelpFormatter>("ftrun status [options] HOST:PORT"));
+    app_.get_formatter()->column_width(34);
+    app_.set_help_flag("-h,--help", "Show this help and exit");
+    app_.add_option("endpoint", a.endpoint, "The rendezvous endpoint: HOST:PORT")
+        ->required()
+        ->type_name("HOST:PORT");
+    app_.add_option(Names("rdzv-id"), a.rdzv_id, "Only if the server serves this job id")
+        ->type_name("ID");
+    app_.add_option(Names("token"), a.token, "The job token [default: FTRUN_RDZV_TOKEN]")
+        ->type_name("TOKEN");
+    app_.add_flag(Names("json"), a.json, "Print the state as one JSON object");
+    app_.add_option(Names("timeout"), a.timeout, "Seconds to wait for an answer")
+        ->type_name("SECONDS")
+        ->capture_default_str();
+  }
+  ParsedStatus Parse(std::vector<std::string> argv, StatusArgs& a) {
+    ParsedStatus out;
+    try {
+      std::reverse(argv.begin(), argv.end());
+      app_.parse(argv);
+    } catch (const CLI::CallForHelp&) {
+      std::cout << app_.help();
+      out.action = ParsedStatus::Action::kPrintedHelp;
+      return out;
+    } catch (const CLI::ParseError& e) {
+      out.action = ParsedStatus::Action::kUsageError;
+      out.error = e.what();
+      return out;
+    }
+    out.args = a;
+    return out;
+  }
+  std::string Help() { return app_.help(); }
+
+ private:
+  CLI::App app_;
+};
+
 }  // namespace
+
+ParsedStatus ParseStatusArgs(const std::vector<std::string>& argv) {
+  StatusArgs args;
+  StatusParser parser(args);
+  return parser.Parse(argv, args);
+}
+
+std::string StatusHelp() {
+  StatusArgs args;
+  return StatusParser(args).Help();
+}
 
 ParsedMaster ParseMasterArgs(const std::vector<std::string>& argv) {
   MasterArgs args;

@@ -18,6 +18,8 @@ struct MasterArgs {
   double save_timeout = 0;     // 0 : TTP_OT or 180
   std::string fault_save = "on";
   std::string log_level;       // "" : LOGLEVEL, else info
+  std::string event_log;       // "" : FTRUN_EVENT_LOG, else none
+  int metrics_port = -1;       // -1 : no metrics
 };
 
 struct ParsedMaster {

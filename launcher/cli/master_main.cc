@@ -2,13 +2,18 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
+#include <unistd.h>
+
 #include <csignal>
 #include <iostream>
 
 #include "launcher/cli/master_args.h"
+#include "launcher/host.h"
 #include "launcher/environment.h"
 #include "launcher/launch_config.h"
+#include "rendezvous/event_log.h"
 #include "rendezvous/log.h"
+#include "rendezvous/metrics_server.h"
 #include "rendezvous/rendezvous_conf.h"
 #include "rendezvous/rendezvous_server.h"
 
@@ -69,6 +74,20 @@ int RunMaster(const std::vector<std::string>& argv) {
     }
   }
 
+  std::string event_log = a.event_log.empty() ? Lookup(env, "FTRUN_EVENT_LOG").value_or("")
+                                              : a.event_log;
+  if (!event_log.empty()) {
+    auto opened = rendezvous::EventLog::Open(
+        event_log, a.rdzv_id, "master:" + FullyQualifiedHostname() + ":" + std::to_string(::getpid()));
+    if (!opened) {
+      log->error("{}", opened.error().message);
+      return 1;
+    }
+    so.event_log = *opened;
+  }
+  if (a.metrics_port < -1 || a.metrics_port > 65535) {
+    return UsageError("--metrics-port: not a port number (0-65535, or -1 for none)");
+  }
   std::signal(SIGPIPE, SIG_IGN);
   // One connection per agent: thousands of agents need thousands of descriptors.
   rlimit rl{};
@@ -83,17 +102,32 @@ int RunMaster(const std::vector<std::string>& argv) {
     log->error("{}", port.error().message);
     return 1;
   }
+  std::unique_ptr<rendezvous::MetricsServer> metrics;
+  if (a.metrics_port >= 0) {
+    metrics = std::make_unique<rendezvous::MetricsServer>(io, [&] { return server.RenderMetrics(); });
+    auto mport = metrics->Start(a.metrics_port);
+    if (!mport) {
+      log->error("{}", mport.error().message);
+      return 1;
+    }
+    log->info("metrics at http://{}:{}/metrics", FullyQualifiedHostname(), *mport);
+  }
   int exit_code = 1;
   boost::asio::signal_set signals(io, SIGTERM, SIGINT, SIGHUP);
   server.OnJobFinished([&](const rendezvous::NodeView& v) {
     exit_code = v.phase == rendezvous::Phase::kSucceeded ? 0 : 1;
-    server.FinishAndShutdown("", std::chrono::seconds(10), [&] { signals.cancel(); });
+    server.FinishAndShutdown("", std::chrono::seconds(10), [&] {
+      signals.cancel();
+      if (metrics) metrics->Stop();
+    });
   });
   signals.async_wait([&](const boost::system::error_code& ec, int sig) {
     if (ec) return;
     log->warn("received signal {}; failing the job and stopping", sig);
     server.FinishAndShutdown("ftrun master stopped by signal " + std::to_string(sig),
-                             std::chrono::seconds(2));
+                             std::chrono::seconds(2), [&] {
+                               if (metrics) metrics->Stop();
+                             });
   });
   io.run();
   return exit_code;

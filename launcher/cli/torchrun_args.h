@@ -48,6 +48,10 @@ struct TorchrunArgs {
   std::string tee = "0";
   std::string local_ranks_filter;
   std::string log_level;  // empty: LOGLEVEL, else info
+  // Operations (ftrun).
+  std::string event_log;             // empty: FTRUN_EVENT_LOG, else none
+  std::optional<int> metrics_port;
+  bool dry_run = false;
   // Accepted for compatibility; see the man page for what ftrun does with them.
   std::string logs_specs;
   std::string event_log_handler = "null";

@@ -9,6 +9,9 @@
 #include "launcher/host.h"
 #include "launcher/launch_config.h"
 #include "launcher/job_setup.h"
+#include "launcher/worker_group.h"
+#include "rendezvous/endpoint.h"
+#include "rendezvous/event_log.h"
 #include "launcher/worker_env.h"
 #include "rendezvous/log.h"
 
@@ -18,6 +21,34 @@ namespace {
 int UsageError(const std::string& message) {
   std::cerr << "ftrun: error: " << message << std::endl;
   return 2;
+}
+
+// --dry-run: what would run, on stdout; nothing is started, bound or created.
+int DryRun(const LaunchConfig& c, const EnvMap& env) {
+  const bool is_static = c.backend == RendezvousBackend::kStatic;
+  std::cout << "ftrun --dry-run: the command line is valid\n"
+            << "  nodes:          " << c.min_nodes << ":" << c.max_nodes << "\n"
+            << "  workers/node:   " << c.nproc_per_node << " (" << c.nproc_spec << ")\n"
+            << "  rendezvous:     "
+            << (c.max_nodes == 1 ? "single node (in-process)"
+                                 : (is_static ? "static, node rank " + std::to_string(c.node_rank)
+                                              : std::string("c10d (ftrun)")) +
+                                       " at " +
+                                       rendezvous::Endpoint{c.endpoint_host, c.endpoint_port}
+                                           .ToString())
+            << ", run id " << c.run_id << "\n"
+            << "  max restarts:   " << c.max_restarts << " (job-wide)\n"
+            << "  fault save:     " << (c.fault_save ? "on" : "off") << ", save timeout "
+            << c.save_timeout.count() << "s, hang timeout "
+            << (c.hang_timeout.count() > 0 ? std::to_string(c.hang_timeout.count()) + "s" : "off")
+            << "\n";
+  WorkerCommand cmd = BuildWorkerCommand(c, 0);
+  std::string program = FindProgram(cmd.program, env);
+  std::cout << "  worker 0 runs:  "
+            << (program.empty() ? cmd.program + " (not found in PATH)" : program);
+  for (const auto& a : cmd.args) std::cout << " " << a;
+  std::cout << std::endl;
+  return 0;
 }
 
 }  // namespace
@@ -49,6 +80,7 @@ int RunTorchrun(const std::vector<std::string>& argv) {
     log->error("{}", s.error().message);
     return 1;
   }
+  if (config.dry_run) return DryRun(config, env);
   if (ApplyOmpNumThreadsRule(env, config.nproc_per_node)) log->warn("{}", kOmpBanner);
   // torchrun's watchdog: with TORCHELASTIC_ENABLE_FILE_TIMER=1 the agent serves a FIFO whose
   // path the workers find in TORCHELASTIC_TIMER_FILE.
@@ -75,8 +107,18 @@ int RunTorchrun(const std::vector<std::string>& argv) {
   // default disposition back.
   std::signal(SIGPIPE, SIG_IGN);
 
+  const std::string node_id = MakeNodeId(host.get());
+  std::shared_ptr<rendezvous::EventLog> events;
+  if (!config.event_log.empty()) {
+    auto opened = rendezvous::EventLog::Open(config.event_log, config.run_id, node_id);
+    if (!opened) {
+      log->error("{}", opened.error().message);
+      return 1;
+    }
+    events = *opened;
+  }
   boost::asio::io_context io;
-  auto coordinator = MakeCoordinator(io, config, env, host.get());
+  auto coordinator = MakeCoordinator(io, config, env, host.get(), node_id, events);
   if (!coordinator) {
     log->error("{}", coordinator.error().message);
     return 1;
@@ -87,6 +129,7 @@ int RunTorchrun(const std::vector<std::string>& argv) {
   opts.log_dir = std::move(*log_dir);
   opts.host = host;
   opts.watchdog_fifo = watchdog_fifo;
+  opts.events = events;
   Agent agent(io, std::move(opts), std::move(*coordinator));
   return agent.Run();
 }

@@ -59,11 +59,18 @@ TEST(HelpAndManPage, MasterListsTheSameOptions) {
   ExpectSame(help, ManOptions("FTRUN MASTER"), "ftrun master");
 }
 
+TEST(HelpAndManPage, StatusListsTheSameOptions) {
+  auto help = HelpOptions({"status", "--help"});
+  ASSERT_GE(help.size(), 4u) << "could not read ftrun status --help";
+  ExpectSame(help, ManOptions("FTRUN STATUS"), "ftrun status");
+}
+
 TEST(HelpAndManPage, ManPageDocumentsExitCodesAndDifferences) {
   std::string man = ReadFile(SourceDir() + "/man/ftrun.1");
   for (const char* section : {".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH DIFFERENCES FROM TORCHRUN",
                               ".SH FILES", ".SH SIGNALS", ".SH MULTI\\-NODE JOBS",
-                              ".SH FTRUN MASTER"}) {
+                              ".SH FTRUN MASTER", ".SH FTRUN STATUS", ".SH EVENT LOG",
+                              ".SH METRICS", ".SH FAULT\\-TIME CHECKPOINTS"}) {
     EXPECT_NE(man.find(section), std::string::npos) << section;
   }
 }

@@ -1,0 +1,32 @@
+// `ftrun status HOST:PORT`: asks a job's rendezvous server (the hosting agent, or
+// `ftrun master`) for the job's state and prints it as a table.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace ftrun::launcher {
+
+struct StatusArgs {
+  std::string endpoint;  // host:port of the rendezvous server
+  std::string rdzv_id;   // "" : whichever job it serves
+  std::string token;     // "" : FTRUN_RDZV_TOKEN
+  bool json = false;
+  double timeout = 5;
+};
+
+struct ParsedStatus {
+  enum class Action { kRun, kPrintedHelp, kUsageError };
+  Action action = Action::kRun;
+  StatusArgs args;
+  std::string error;
+};
+
+ParsedStatus ParseStatusArgs(const std::vector<std::string>& argv);
+std::string StatusHelp();
+
+// Returns 0 when the server answered, 1 when it could not be reached or refused, 2 on usage
+// errors.
+int RunStatus(const std::vector<std::string>& argv);
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,114 @@
+#include <boost/asio/io_context.hpp>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+
+#include "launcher/cli/status_args.h"
+#include "launcher/environment.h"
+#include "rendezvous/endpoint.h"
+#include "rendezvous/json_message.h"
+#include "rendezvous/log.h"
+#include "rendezvous/rendezvous_client.h"
+
+namespace ftrun::launcher {
+namespace {
+
+using rendezvous::JobStatus;
+using rendezvous::JsonMessage;
+
+std::string Ranks(const rendezvous::NodeStatus& n) {
+  if (n.group_rank < 0) return "-";
+  if (n.nproc_per_node == 1) return std::to_string(n.base_rank);
+  return std::to_string(n.base_rank) + "-" + std::to_string(n.base_rank + n.nproc_per_node - 1);
+}
+
+void PrintTable(const JobStatus& s, std::ostream& out) {
+  const auto& v = s.view;
+  out << "job " << s.run_id << ": " << rendezvous::PhaseName(v.phase) << ", round " << v.round
+      << ", restarts " << v.restart_count << "/" << v.max_restarts << ", nodes "
+      << s.nodes.size() << " (--nnodes " << s.min_nodes << ":" << s.max_nodes
+      << "), world size " << s.world_size << "\n";
+  if (!v.reason.empty()) out << "last stop: " << v.reason << "\n";
+  if (v.save) {
+    out << "fault-time save " << v.save->id << ": "
+        << (v.save->collecting ? "collecting progress" : "saving step " + std::to_string(v.save->step))
+        << "\n";
+  }
+  out << std::left << std::setw(11) << "GROUP_RANK" << std::setw(12) << "RANKS" << std::setw(7)
+      << "NPROC" << std::setw(24) << "HOST" << std::setw(18) << "ADDR" << std::setw(9) << "STATE"
+      << "LAST SEEN\n";
+  for (const auto& n : s.nodes) {
+    std::ostringstream seen;
+    seen << std::fixed << std::setprecision(1) << n.silent_seconds << "s ago"
+         << (n.disconnected ? " (disconnected)" : "");
+    out << std::left << std::setw(11) << (n.group_rank < 0 ? "-" : std::to_string(n.group_rank))
+        << std::setw(12) << Ranks(n) << std::setw(7) << n.nproc_per_node << std::setw(24)
+        << n.host << std::setw(18) << n.addr << std::setw(9)
+        << (n.group_rank >= 0 ? "member" : "waiting") << seen.str() << "\n";
+  }
+}
+
+std::string ToJson(const JobStatus& s) {
+  JsonMessage j(s.run_id, "run_id");
+  j.Set("phase", std::string(rendezvous::PhaseName(s.view.phase)))
+      .Set("round", s.view.round)
+      .Set("restart_count", s.view.restart_count)
+      .Set("max_restarts", s.view.max_restarts)
+      .Set("reason", s.view.reason)
+      .Set("min_nodes", s.min_nodes)
+      .Set("max_nodes", s.max_nodes)
+      .Set("world_size", s.world_size);
+  for (const auto& n : s.nodes) {
+    j.Append("nodes", JsonMessage(n.node_id, "node_id")
+                          .Set("host", n.host)
+                          .Set("addr", n.addr)
+                          .Set("group_rank", n.group_rank)
+                          .Set("base_rank", n.base_rank)
+                          .Set("nproc_per_node", n.nproc_per_node)
+                          .Set("silent_seconds", n.silent_seconds)
+                          .Set("disconnected", n.disconnected));
+  }
+  return j.str();
+}
+
+}  // namespace
+
+int RunStatus(const std::vector<std::string>& argv) {
+  ParsedStatus cmd = ParseStatusArgs(argv);
+  if (cmd.action == ParsedStatus::Action::kPrintedHelp) return 0;
+  if (cmd.action == ParsedStatus::Action::kUsageError) {
+    std::cerr << "ftrun status: error: " << cmd.error << std::endl;
+    return 2;
+  }
+  const StatusArgs& a = cmd.args;
+  auto ep = rendezvous::ParseEndpoint(a.endpoint, 29400, "endpoint");
+  if (!ep) {
+    std::cerr << "ftrun status: error: " << ep.error().message << std::endl;
+    return 2;
+  }
+  InitLogging(spdlog::level::warn);
+  rendezvous::ClientOptions o;
+  o.target = ep->ToString();
+  o.run_id = a.rdzv_id;
+  o.token = a.token.empty() ? Lookup(CurrentEnvironment(), "FTRUN_RDZV_TOKEN").value_or("") : a.token;
+  o.call_timeout = rendezvous::Duration(a.timeout);
+  boost::asio::io_context io;
+  rendezvous::RendezvousClient client(io, o);
+  int code = 1;
+  client.Status([&](const rendezvous::RpcOutcome& out, const JobStatus& s) {
+    if (!out.ok()) {
+      std::cerr << "ftrun status: " << o.target << ": " << out.message << std::endl;
+      return;
+    }
+    if (a.json) {
+      std::cout << ToJson(s) << std::endl;
+    } else {
+      PrintTable(s, std::cout);
+    }
+    code = 0;
+  });
+  io.run();
+  return code;
+}
+
+}  // namespace ftrun::launcher
