@@ -101,7 +101,7 @@ void Agent::WaitForSignal() {
 
 void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
   if (state_ == State::kFinished) return;
-  auto attempt = opts_.log_dir.PrepareAttempt(a.restart_count, config_.nproc_per_node);
+  auto attempt = opts_.planner->PrepareLogs(a);
   if (!attempt) {
     Log()->error("{}", attempt.error().message);
     result_ = JobResult{false, {}, attempt.error().message};
@@ -123,14 +123,9 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
                             .Set("master", fmt::format("{}:{}", a.master_addr, a.master_port)),
                         a.round);
   }
-  WorkerGroupOptions g;
-  g.config = &config_;
-  g.agent_env = &opts_.agent_env;
-  g.assignment = a;
-  g.attempt_dir = *attempt;
-  g.extra_env = ControlEnv();
   group_ = std::make_unique<WorkerGroup>(
-      io_, g, [this](const WorkerGroup::Worker& w) { OnWorkerExit(w); },
+      io_, a, opts_.planner->Plan(a, ControlEnv()),
+      [this](const WorkerGroup::Worker& w) { OnWorkerExit(w); },
       [this] { OnGroupExited(); });
   state_ = State::kRunning;
   after_stop_ = AfterStop::kNothing;
@@ -148,6 +143,7 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
   std::vector<pid_t> pids;
   std::vector<int> ranks;
   for (const auto& w : group_->workers()) {
+    if (w.local_rank < 0) continue;  // an auxiliary process has no control channel
     pids.push_back(w.process->pid());
     ranks.push_back(w.rank);
   }
@@ -199,7 +195,7 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
   }
   Log()->error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {} rank={} attempt={}",
                st.TorchExitCode(), w.local_rank, w.process->pid(),
-               BuildWorkerCommand(config_, w.local_rank).program, w.rank, attempt);
+               w.program, w.rank, attempt);
   OnLocalFailure(DescribeFailure(w.local_rank, w.rank, w.process->pid(), st, w.error_file,
                                  opts_.host.get(), NowSeconds()));
 }
@@ -328,7 +324,7 @@ void Agent::ReportOutcome(const JobResult& r) {
   Log()->error("job finished outcome=failed exit_code={} reason=\"{}\"", exit_code_, r.reason);
   if (r.failures.empty()) return;
   std::cerr << "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
-            << FormatFailureSummary(EntrypointName(config_), r.failures) << std::endl;
+            << FormatFailureSummary(opts_.planner->EntrypointName(), r.failures) << std::endl;
   if (auto path = Lookup(opts_.agent_env, "TORCHELASTIC_ERROR_FILE")) {
     const WorkerFailure& root = r.failures[RootCauseIndex(r.failures)];
     if (auto s = WriteAgentErrorFile(*path, root); !s) Log()->warn("{}", s.error().message);

@@ -29,8 +29,8 @@
 #include "launcher/environment.h"
 #include "launcher/file_timer_server.h"
 #include "launcher/launch_config.h"
-#include "launcher/log_dir.h"
 #include "launcher/worker_group.h"
+#include "launcher/worker_plan.h"
 #include "rendezvous/event_log.h"
 #include "rendezvous/metrics_server.h"
 
@@ -40,7 +40,7 @@ struct AgentOptions {
   const LaunchConfig* config = nullptr;
   EnvMap agent_env;  // ftrun's environment, OMP_NUM_THREADS rule applied
   std::shared_future<std::string> host;  // this host's name, for failure reports
-  RunLogDir log_dir;
+  std::unique_ptr<WorkerPlanner> planner;  // what runs each round (torchrun or msrun)
   std::string watchdog_fifo;  // serve torch's FileTimerClient requests here ("" = off)
   std::shared_ptr<rendezvous::EventLog> events;  // --event-log (may be null)
 };

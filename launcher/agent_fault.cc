@@ -53,6 +53,7 @@ EnvMap Agent::ControlEnv() const {
 bool Agent::LocalRanksCanSave() const {
   if (!control_ || !config_.fault_save || !group_) return false;
   for (const auto& w : group_->workers()) {
+    if (w.local_rank < 0) continue;
     const RankControl& rc = control_->rank(w.local_rank);
     if (w.process && !w.process->exited() && rc.connected && rc.has_handler) return true;
   }
@@ -96,6 +97,7 @@ void Agent::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) {
     std::vector<rendezvous::RankProgress> ranks;
     if (ours && control_) {
       for (const auto& w : group_->workers()) {
+        if (w.local_rank < 0) continue;
         const RankControl& rc = control_->rank(w.local_rank);
         rendezvous::RankProgress p;
         p.rank = w.rank;
@@ -119,7 +121,7 @@ void Agent::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) {
   }
   if (!ours) return;
   const int base = group_->assignment().base_rank;
-  const int nproc = static_cast<int>(group_->workers().size());
+  const int nproc = static_cast<int>(group_->rank_count());
   auto local = [&](int rank) { return rank - base >= 0 && rank - base < nproc; };
   if (order.finalize) {
     if (!local(order.finalizer)) return;
@@ -203,6 +205,7 @@ void Agent::CheckHangs() {
   const auto now = std::chrono::steady_clock::now();
   std::vector<int> silent;  // local ranks, the longest silent first
   for (const auto& w : group_->workers()) {
+    if (w.local_rank < 0) continue;
     const RankControl& rc = control_->rank(w.local_rank);
     if (!rc.progress_seen || hung_.count(w.local_rank) || !w.process || w.process->exited()) {
       continue;

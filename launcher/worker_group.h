@@ -1,7 +1,7 @@
-// WorkerGroup: the nproc_per_node workers of this node for one attempt (one rendezvous
-// round). Starts them with torchrun's environment, command line and stdio wiring, reports
-// each exit, and stops them: a signal to every worker's process group, then SIGKILL to the
-// groups still alive after the grace period.
+// WorkerGroup: the processes of this node for one attempt (one rendezvous round), as a
+// WorkerPlanner planned them: the workers and any auxiliary process (msrun's scheduler).
+// Starts them, reports each exit, and stops them: a signal to every process group, then
+// SIGKILL to the groups still alive after the grace period.
 //
 // Thread: loop only. Ownership: owns the WorkerProcess and OutputTee objects; the owner
 // keeps the group until on_all_exited has run (then every child is reaped).
@@ -16,37 +16,20 @@
 #include <string>
 #include <vector>
 
-#include "launcher/environment.h"
-#include "launcher/launch_config.h"
 #include "launcher/output_tee.h"
+#include "launcher/worker_plan.h"
 #include "launcher/worker_process.h"
 #include "rendezvous/assignment.h"
 
 namespace ftrun::launcher {
 
-// Program and arguments of one worker, after ${local_rank} substitution.
-struct WorkerCommand {
-  std::string program;
-  std::vector<std::string> args;
-};
-WorkerCommand BuildWorkerCommand(const LaunchConfig& config, int local_rank);
-
-// The name torchrun shows in "<name> FAILED": the script, the module, or the binary.
-std::string EntrypointName(const LaunchConfig& config);
-
-struct WorkerGroupOptions {
-  const LaunchConfig* config = nullptr;
-  const EnvMap* agent_env = nullptr;
-  rendezvous::NodeAssignment assignment;
-  std::string attempt_dir;  // "" when logs are disabled
-  EnvMap extra_env;         // FTRUN_* variables, on top of torchrun's
-};
-
 class WorkerGroup {
  public:
   struct Worker {
-    int local_rank = 0;
-    int rank = 0;
+    int local_rank = -1;  // -1: auxiliary (not a rank)
+    int rank = -1;
+    std::string name;
+    std::string program;
     std::string error_file;
     std::unique_ptr<WorkerProcess> process;
     std::vector<std::unique_ptr<OutputTee>> tees;
@@ -54,40 +37,41 @@ class WorkerGroup {
   };
   using ExitHandler = std::function<void(const Worker&)>;
 
-  WorkerGroup(boost::asio::io_context& io, WorkerGroupOptions options, ExitHandler on_exit,
+  WorkerGroup(boost::asio::io_context& io, rendezvous::NodeAssignment assignment,
+              std::vector<ProcessPlan> plans, ExitHandler on_exit,
               std::function<void()> on_all_exited);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
 
-  // Starts every worker. On error the workers already started are stopped (on_all_exited
-  // still follows) and the error names the rank and the program.
+  // Starts every process. On error the ones already started are stopped (on_all_exited
+  // still follows) and the error names the process and the program.
   Status Start();
 
-  // Sends `sig` to every worker's process group; after `grace`, SIGKILL to the ones still
-  // alive. A zero grace sends `sig` and SIGKILL at once; SIGKILL kills at once. Repeating
-  // the same signal does nothing.
+  // Sends `sig` to every process group; after `grace`, SIGKILL to the ones still alive. A
+  // zero grace sends `sig` and SIGKILL at once; SIGKILL kills at once. Repeating the same
+  // signal does nothing.
   void Stop(int sig, std::chrono::milliseconds grace);
 
   size_t live_count() const;
+  // How many of the processes are ranks (the first ones in workers()).
+  size_t rank_count() const;
   bool stopping() const { return stopping_; }
+  // The workers in local-rank order, then the auxiliary processes.
   const std::vector<Worker>& workers() const { return workers_; }
-  const rendezvous::NodeAssignment& assignment() const { return opts_.assignment; }
+  const rendezvous::NodeAssignment& assignment() const { return assignment_; }
 
  private:
-  Status StartWorker(Worker& w);
-  Result<int> StreamFd(Worker& w, int mask_bit, int redirect, int tee);
+  Status StartOne(size_t index, ProcessPlan plan);
+  Result<int> StreamFd(Worker& w, const StreamPlan& s);
   void OnExit(size_t index, const ExitStatus& status);
   void KillRemaining();
 
   boost::asio::io_context& io_;
-  WorkerGroupOptions opts_;
+  rendezvous::NodeAssignment assignment_;
+  std::vector<ProcessPlan> plans_;
   ExitHandler on_exit_;
   std::function<void()> on_all_exited_;
-  std::vector<int> redirects_;
-  std::vector<int> tees_;
-  std::shared_ptr<SharedFile> filtered_stdout_;
-  std::shared_ptr<SharedFile> filtered_stderr_;
   std::vector<Worker> workers_;
   boost::asio::steady_timer grace_timer_;
   bool stopping_ = false;

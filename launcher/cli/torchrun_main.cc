@@ -9,7 +9,8 @@
 #include "launcher/host.h"
 #include "launcher/launch_config.h"
 #include "launcher/job_setup.h"
-#include "launcher/worker_group.h"
+#include "launcher/log_dir.h"
+#include "launcher/torchrun_plan.h"
 #include "rendezvous/endpoint.h"
 #include "rendezvous/event_log.h"
 #include "launcher/worker_env.h"
@@ -125,8 +126,8 @@ int RunTorchrun(const std::vector<std::string>& argv) {
   }
   AgentOptions opts;
   opts.config = &config;
+  opts.planner = std::make_unique<TorchrunPlanner>(config, env, std::move(*log_dir));
   opts.agent_env = std::move(env);
-  opts.log_dir = std::move(*log_dir);
   opts.host = host;
   opts.watchdog_fifo = watchdog_fifo;
   opts.events = events;
