@@ -18,6 +18,12 @@ auto& Log() {
   return logger;
 }
 
+// "worker", or the auxiliary process's name ("scheduler"), and its ranks for the log.
+std::string Kind(const WorkerGroup::Worker& w) { return w.local_rank >= 0 ? "worker" : w.name; }
+std::string Ranks(const WorkerGroup::Worker& w) {
+  return w.local_rank >= 0 ? fmt::format("local_rank={} rank={} ", w.local_rank, w.rank) : "";
+}
+
 int64_t NowSeconds() {
   return std::chrono::duration_cast<std::chrono::seconds>(
              std::chrono::system_clock::now().time_since_epoch())
@@ -132,6 +138,7 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
   hung_.clear();
   fault_timer_.cancel();
   awaiting_stop_order_ = false;
+  in_survivor_grace_ = false;
   ever_started_ = true;
   if (auto s = group_->Start(); !s) {
     // The program cannot be started (not found, not executable): no restart would help.
@@ -148,6 +155,11 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
     ranks.push_back(w.rank);
   }
   if (control_) control_->SetWorkers(pids, a.base_rank, a.restart_count);
+  if (opts_.on_workers_started) {
+    auto ready = std::move(opts_.on_workers_started);
+    opts_.on_workers_started = nullptr;
+    ready();
+  }
   ++metrics_.rounds;
   metrics_.restart_count = a.restart_count;
   metrics_.members = a.group_world_size;
@@ -178,8 +190,9 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
                                        : state_ == State::kRunning ? "failed"
                                                                    : "stopped")));
   if (st.Succeeded()) {
-    Log()->info("worker exited local_rank={} rank={} pid={} attempt={} status={}", w.local_rank,
-                w.rank, w.process->pid(), attempt, st.Describe());
+    Log()->info("{} exited {}pid={} attempt={} status={}", Kind(w), Ranks(w), w.process->pid(),
+                attempt, st.Describe());
+    if (in_survivor_grace_ && LiveRanks() == 0) EndSurvivorGrace();
     if (state_ != State::kRunning || group_->live_count() != 0) return;
     for (const auto& other : group_->workers()) {
       if (!other.status || !other.status->Succeeded()) return;
@@ -189,13 +202,14 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
     return;
   }
   if (state_ != State::kRunning) {
-    Log()->info("worker stopped local_rank={} rank={} pid={} attempt={} status={}", w.local_rank,
-                w.rank, w.process->pid(), attempt, st.Describe());
+    Log()->info("{} stopped {}pid={} attempt={} status={}", Kind(w), Ranks(w), w.process->pid(),
+                attempt, st.Describe());
+    if (in_survivor_grace_ && LiveRanks() == 0) EndSurvivorGrace();
     return;
   }
   Log()->error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {} rank={} attempt={}",
-               st.TorchExitCode(), w.local_rank, w.process->pid(),
-               w.program, w.rank, attempt);
+               st.TorchExitCode(), w.local_rank, w.process->pid(), w.program, w.rank, attempt);
+  opts_.planner->OnProcessFailed(w.process->pid(), w.local_rank, st.TorchExitCode());
   OnLocalFailure(DescribeFailure(w.local_rank, w.rank, w.process->pid(), st, w.error_file,
                                  opts_.host.get(), NowSeconds()));
 }
@@ -207,7 +221,7 @@ void Agent::OnRestartRequested(const std::string& reason) {
   }
   switch (state_) {
     case State::kRunning:
-      StopGroup(SIGTERM, AfterStop::kReportStopped);
+      StopGroup(SIGTERM, AfterStop::kReportStopped, true);
       break;
     case State::kStopping:
       if (after_stop_ == AfterStop::kNothing) after_stop_ = AfterStop::kReportStopped;
@@ -233,13 +247,13 @@ void Agent::OnJobFinished(const JobResult& result) {
   result_ = result;
   const int code = result.succeeded ? 0 : 1;
   if (group_ && group_->live_count() > 0) {
-    StopGroup(SIGTERM, AfterStop::kFinish);
+    StopGroup(SIGTERM, AfterStop::kFinish, !result.succeeded);
     return;
   }
   Finish(code);
 }
 
-void Agent::StopGroup(int sig, AfterStop after) {
+void Agent::StopGroup(int sig, AfterStop after, bool survivors_may_save) {
   if (after > after_stop_) after_stop_ = after;
   if (!group_) {
     // The group has already exited (and reported it): continue from there.
@@ -247,13 +261,55 @@ void Agent::StopGroup(int sig, AfterStop after) {
     boost::asio::post(io_, [this] { OnGroupExited(); });
     return;
   }
-  if (state_ != State::kStopping) {
+  const bool first = state_ != State::kStopping;
+  state_ = State::kStopping;
+  if (first && survivors_may_save && config_.survivor_grace.count() > 0 && LiveRanks() > 0) {
+    // MindIO TTP saves on its own and then exits the survivors: stop them only if it has not
+    // finished within the grace (TTP_OT).
+    Log()->info("waiting up to {:g}s for the surviving workers to save and exit attempt={}",
+                config_.survivor_grace.count(), group_->assignment().restart_count);
+    in_survivor_grace_ = true;
+    grace_signal_ = sig;
+    fault_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+        config_.survivor_grace));
+    fault_timer_.async_wait([this](const boost::system::error_code& ec) {
+      if (ec || !in_survivor_grace_) return;
+      Log()->warn("the surviving workers are still running after {:g}s; stopping them",
+                  config_.survivor_grace.count());
+      EndSurvivorGrace();
+    });
+    return;
+  }
+  if (in_survivor_grace_ && !survivors_may_save) {
+    in_survivor_grace_ = false;  // e.g. a signal: stop now
+  } else if (in_survivor_grace_) {
+    return;  // the grace goes on
+  }
+  if (first) {
     Log()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(sig),
                 config_.shutdown_timeout.count(), group_->assignment().restart_count);
   }
-  state_ = State::kStopping;
   fault_timer_.cancel();
   group_->Stop(sig, config_.shutdown_timeout);
+}
+
+void Agent::EndSurvivorGrace() {
+  if (!in_survivor_grace_) return;
+  in_survivor_grace_ = false;
+  fault_timer_.cancel();
+  if (!group_) return;
+  Log()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(grace_signal_),
+              config_.shutdown_timeout.count(), group_->assignment().restart_count);
+  group_->Stop(grace_signal_, config_.shutdown_timeout);
+}
+
+size_t Agent::LiveRanks() const {
+  size_t n = 0;
+  if (!group_) return n;
+  for (const auto& w : group_->workers()) {
+    if (w.local_rank >= 0 && w.process && !w.process->exited()) ++n;
+  }
+  return n;
 }
 
 void Agent::OnGroupExited() {
@@ -271,7 +327,11 @@ void Agent::OnGroupExited() {
       coordinator_->WorkersStopped();
       break;
     case AfterStop::kFinish:
-      Finish(stop_signal_ != 0 || !result_ || !result_->succeeded ? 1 : 0);
+      if (stop_signal_ != 0 && opts_.signal_exit_code) {
+        Finish(opts_.signal_exit_code(stop_signal_));
+      } else {
+        Finish(stop_signal_ != 0 || !result_ || !result_->succeeded ? 1 : 0);
+      }
       break;
   }
 }
@@ -301,6 +361,7 @@ void Agent::Finish(int exit_code) {
   if (state_ == State::kFinished) return;
   state_ = State::kFinished;
   exit_code_ = exit_code;
+  in_survivor_grace_ = false;
   boost::system::error_code ec;
   signals_.cancel(ec);
   monitor_timer_.cancel();
@@ -323,8 +384,7 @@ void Agent::ReportOutcome(const JobResult& r) {
   }
   Log()->error("job finished outcome=failed exit_code={} reason=\"{}\"", exit_code_, r.reason);
   if (r.failures.empty()) return;
-  std::cerr << "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
-            << FormatFailureSummary(opts_.planner->EntrypointName(), r.failures) << std::endl;
+  opts_.planner->ReportFailure(r.failures, std::cerr);
   if (auto path = Lookup(opts_.agent_env, "TORCHELASTIC_ERROR_FILE")) {
     const WorkerFailure& root = r.failures[RootCauseIndex(r.failures)];
     if (auto s = WriteAgentErrorFile(*path, root); !s) Log()->warn("{}", s.error().message);

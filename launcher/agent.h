@@ -17,7 +17,9 @@
 #include <boost/asio/signal_set.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <csignal>
 #include <map>
+#include <functional>
 #include <future>
 #include <memory>
 #include <optional>
@@ -43,6 +45,8 @@ struct AgentOptions {
   std::unique_ptr<WorkerPlanner> planner;  // what runs each round (torchrun or msrun)
   std::string watchdog_fifo;  // serve torch's FileTimerClient requests here ("" = off)
   std::shared_ptr<rendezvous::EventLog> events;  // --event-log (may be null)
+  std::function<int(int sig)> signal_exit_code;  // after a forwarded signal (default: 1)
+  std::function<void()> on_workers_started;      // once, when the first workers started
 };
 
 // What --metrics-port shows about this agent.
@@ -89,7 +93,11 @@ class Agent : public Coordinator::Listener {
 
   void OnWorkerExit(const WorkerGroup::Worker& w);
   void OnGroupExited();
-  void StopGroup(int sig, AfterStop after);
+  // `survivors_may_save`: a failure stops the round; with --survivor grace (msrun + MindIO
+  // TTP) the surviving ranks first get that long to save and exit by themselves.
+  void StopGroup(int sig, AfterStop after, bool survivors_may_save = false);
+  void EndSurvivorGrace();
+  size_t LiveRanks() const;
   void WaitForSignal();
   void OnSignal(int sig);
   void Finish(int exit_code);
@@ -126,6 +134,8 @@ class Agent : public Coordinator::Listener {
   AgentMetrics metrics_;
   std::unique_ptr<rendezvous::MetricsServer> metrics_server_;
   bool awaiting_stop_order_ = false;  // a local failure keeps the survivors for the save
+  bool in_survivor_grace_ = false;    // stopping, but the survivors may still finish a save
+  int grace_signal_ = SIGTERM;        // sent when the grace ends
   std::optional<JobResult> result_;
   int stop_signal_ = 0;      // the forwarded signal that is stopping the job, if any
   bool ever_started_ = false;

@@ -73,7 +73,7 @@ void Agent::OnLocalFailure(const WorkerFailure& failure) {
            .Set("message", failure.message.substr(0, failure.message.find('\n'))));
   coordinator_->WorkersFailed({failure});
   if (!LocalRanksCanSave()) {
-    StopGroup(SIGTERM, AfterStop::kReportStopped);
+    StopGroup(SIGTERM, AfterStop::kReportStopped, true);
     return;
   }
   // The surviving ranks stay up until the round's save is over and the stop is ordered; if

@@ -58,6 +58,8 @@ class Coordinator {
   virtual void Shutdown() = 0;
   // Prometheus text of a rendezvous server hosted here ("" when none).
   virtual std::string ServerMetrics() const { return ""; }
+  // Whether this agent serves the job's rendezvous (single node: always).
+  virtual bool HostsRendezvous() const = 0;
 };
 
 }  // namespace ftrun::launcher

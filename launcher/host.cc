@@ -1,5 +1,6 @@
 #include "launcher/host.h"
 
+#include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
@@ -90,6 +91,40 @@ bool IsThisHost(const std::string& host, const std::string& fqdn) {
   }
   ::freeaddrinfo(res);
   return ours;
+}
+
+Result<std::string> ResolveIPv4(const std::string& host) {
+  in_addr a{};
+  if (::inet_pton(AF_INET, host.c_str(), &a) == 1) return Ok(host);
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0 || res == nullptr) {
+    return Error{"cannot resolve '" + host + "' to an IPv4 address: " + ::gai_strerror(rc)};
+  }
+  std::string ip = Numeric(res->ai_addr);
+  ::freeaddrinfo(res);
+  return Ok(ip);
+}
+
+std::string LocalAddressToward(const std::string& ip) {
+  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return "";
+  sockaddr_in peer{};
+  peer.sin_family = AF_INET;
+  peer.sin_port = htons(9);  // any port: connect() on UDP only picks the route
+  std::string out;
+  if (::inet_pton(AF_INET, ip.c_str(), &peer.sin_addr) == 1 &&
+      ::connect(fd, reinterpret_cast<sockaddr*>(&peer), sizeof peer) == 0) {
+    sockaddr_in self{};
+    socklen_t len = sizeof self;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0) {
+      out = Numeric(reinterpret_cast<sockaddr*>(&self));
+    }
+  }
+  ::close(fd);
+  return out;
 }
 
 Result<int> PickFreePort() {

@@ -17,6 +17,14 @@ std::string FullyQualifiedHostname();
 // Blocking (DNS): start-up only.
 bool IsThisHost(const std::string& host, const std::string& fqdn);
 
+// `host` as an IPv4 address: itself when it is one, else its first IPv4 address from DNS
+// (msrun's gethostbyname). Blocking (DNS): start-up only. The error names the host.
+Result<std::string> ResolveIPv4(const std::string& host);
+
+// The local IPv4 address this host uses to reach `ip` (a UDP connect, nothing is sent); ""
+// when there is no route.
+std::string LocalAddressToward(const std::string& ip);
+
 // A TCP port that is free on every local address right now (bound to port 0, then closed).
 Result<int> PickFreePort();
 

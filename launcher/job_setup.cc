@@ -78,8 +78,9 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
 
   const bool is_static = c.backend == RendezvousBackend::kStatic;
   const bool explicit_host = c.rdzv.is_host.has_value();
-  const bool host = is_static ? c.node_rank == 0
-                              : c.rdzv.is_host.value_or(IsThisHost(c.endpoint_host, fqdn));
+  const bool by_address = !is_static || c.host_by_address;
+  const bool host = by_address ? c.rdzv.is_host.value_or(IsThisHost(c.endpoint_host, fqdn))
+                               : c.node_rank == 0;
   if (host) {
     rendezvous::ServerOptions so;
     so.port = c.endpoint_port;
@@ -92,9 +93,11 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
     if (port) {
       client.target = "127.0.0.1:" + std::to_string(*port);
       opts.server = std::move(server);
-    } else if (is_static || explicit_host) {
-      return Error{port.error().message + (is_static ? " (--master-port, node rank 0)"
-                                                      : " (--rdzv-endpoint, is_host=1)")};
+    } else if (!by_address || explicit_host) {
+      return Error{port.error().message +
+                   (!by_address          ? " (--master-port, node rank 0)"
+                    : c.host_by_address ? " (ftrun's rendezvous port on the master node)"
+                                        : " (--rdzv-endpoint, is_host=1)")};
     } else {
       // Several agents on one host: the first one hosts, the others join it.
       log->info("{}; another agent on this host serves the rendezvous, joining it", 

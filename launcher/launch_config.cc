@@ -349,11 +349,10 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (a.save_timeout) {
     if (!(*a.save_timeout > 0)) return Error{"--save-timeout: must be > 0 seconds"};
     c.save_timeout = std::chrono::duration<double>(*a.save_timeout);
-  } else if (auto ot = Lookup(env, "TTP_OT")) {
-    // MindIO's launcher variable: how long to wait for the dying-gasp save.
-    auto n = ToInt(*ot);
-    if (!n || *n <= 0) return Error{"TTP_OT: '" + *ot + "' is not a number of seconds"};
-    c.save_timeout = std::chrono::seconds(*n);
+  } else {
+    auto ttp = TtpSaveTimeout(env);
+    if (!ttp) return ttp.error();
+    if (*ttp) c.save_timeout = **ttp;
   }
   if (a.hang_timeout < 0) return Error{"--hang-timeout: must be >= 0 seconds"};
   c.hang_timeout = std::chrono::duration<double>(a.hang_timeout);
@@ -362,6 +361,19 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (auto s = ParseEntryPoint(a, env, c); !s) return s.error();
   if (auto s = ParseLogs(a, env, c); !s) return s.error();
   return c;
+}
+
+Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap& env) {
+  for (const char* name : {"TTP_OT", "TTP_NORMAL_ACTION_TIME_LIMIT"}) {
+    auto v = Lookup(env, name);
+    if (!v) continue;
+    auto n = ToInt(*v);
+    if (!n || *n <= 0) {
+      return Error{std::string(name) + ": '" + *v + "' is not a number of seconds"};
+    }
+    return std::optional<std::chrono::duration<double>>(std::chrono::seconds(*n));
+  }
+  return std::optional<std::chrono::duration<double>>();
 }
 
 int CountVisibleGpus(int physical, const std::optional<std::string>& cuda_visible_devices) {

@@ -42,12 +42,18 @@ struct LaunchConfig {
   bool fault_save = true;
   std::chrono::duration<double> save_timeout{180};
   std::chrono::duration<double> hang_timeout{0};  // 0: off
+  // After a failure the surviving workers run on this long, to save (MindIO TTP) and exit by
+  // themselves, before they are stopped; 0: stop them at once. Set by the msrun personality.
+  std::chrono::duration<double> survivor_grace{0};
 
   // Rendezvous.
   RendezvousBackend backend = RendezvousBackend::kStatic;
   bool standalone = false;
   std::string endpoint_host;  // static: --master-addr; dynamic: --rdzv-endpoint
   int endpoint_port = 29500;
+  // Host the rendezvous where endpoint_host names this host (the first agent there), whatever
+  // the backend, rather than on static node rank 0 (msrun: the master node hosts it).
+  bool host_by_address = false;
   std::string run_id = "none";
   rendezvous::RendezvousConf rdzv;
   int node_rank = 0;
@@ -82,6 +88,10 @@ struct LaunchConfig {
 
 // Builds and validates the configuration. Does not resolve --nproc-per-node gpu/cpu/auto.
 Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& args, const EnvMap& env);
+
+// MindIO's wait for the dying-gasp save: TTP_OT (older name) or TTP_NORMAL_ACTION_TIME_LIMIT
+// (current), in whole seconds; nullopt when neither is set. Errors name the variable.
+Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap& env);
 
 // What the host has, for --nproc-per-node cpu|gpu|auto.
 struct HostFacts {

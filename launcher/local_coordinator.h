@@ -37,6 +37,7 @@ class LocalCoordinator : public Coordinator {
   void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
                    const std::string& error) override;
   void Shutdown() override;
+  bool HostsRendezvous() const override { return true; }
 
  private:
   void Publish();

@@ -1,20 +1,28 @@
-// ftrun: a fault-tolerant drop-in for torchrun. `ftrun master ...` runs the rendezvous
-// server alone, `ftrun status ...` asks one about its job; anything else is torchrun's
-// command line.
+// ftrun: a fault-tolerant drop-in for torchrun and msrun. The personality comes from the
+// name it is run as (a symlink named torchrun or msrun) or from the first word:
+// `ftrun msrun ...`, `ftrun torchrun ...`; `ftrun master ...` runs the rendezvous server
+// alone, `ftrun status ...` asks one about its job; anything else is torchrun's command line.
 #include <string>
 #include <vector>
 
 #include "launcher/cli/master_args.h"
+#include "launcher/cli/msrun_main.h"
 #include "launcher/cli/status_args.h"
 #include "launcher/cli/torchrun_main.h"
 
 int main(int argc, char** argv) {
+  using namespace ftrun::launcher;
   std::vector<std::string> args(argv + 1, argv + argc);
-  if (!args.empty() && args.front() == "master") {
-    return ftrun::launcher::RunMaster({args.begin() + 1, args.end()});
-  }
-  if (!args.empty() && args.front() == "status") {
-    return ftrun::launcher::RunStatus({args.begin() + 1, args.end()});
-  }
-  return ftrun::launcher::RunTorchrun(args);
+  std::string name = argc > 0 ? argv[0] : "ftrun";
+  name = name.substr(name.find_last_of('/') + 1);
+  if (name == "msrun") return RunMsrun(args);
+  if (name == "torchrun") return RunTorchrun(args);
+  const std::string word = args.empty() ? "" : args.front();
+  const std::vector<std::string> rest = args.empty() ? args : std::vector<std::string>(
+                                                                  args.begin() + 1, args.end());
+  if (word == "master") return RunMaster(rest);
+  if (word == "status") return RunStatus(rest);
+  if (word == "msrun") return RunMsrun(rest);
+  if (word == "torchrun") return RunTorchrun(rest);
+  return RunTorchrun(args);
 }

@@ -37,7 +37,7 @@ Result<std::unique_ptr<OutputTee>> OutputTee::Create(boost::asio::io_context& io
   std::unique_ptr<OutputTee> tee(new OutputTee(io));
   tee->opts_ = std::move(options);
   if (!tee->opts_.log_file.empty()) {
-    tee->file_fd_ = OpenLogFile(tee->opts_.log_file);
+    tee->file_fd_ = OpenLogFile(tee->opts_.log_file, tee->opts_.append_log);
     if (tee->file_fd_ < 0) {
       return Error{"cannot open " + tee->opts_.log_file + ": " + std::strerror(errno)};
     }

@@ -27,6 +27,7 @@ struct SharedFile {
 
 struct TeeOptions {
   std::string log_file;      // "" : no file (--log-dir /dev/null)
+  bool append_log = false;   // append to log_file instead of truncating it
   int console_fd = -1;       // 1 or 2; -1: not shown (filtered out)
   std::string prefix;        // e.g. "[default0]:"
   std::vector<std::string> filters;

@@ -50,6 +50,7 @@ class RemoteCoordinator : public Coordinator {
   std::string ServerMetrics() const override {
     return opts_.server ? opts_.server->RenderMetrics() : "";
   }
+  bool HostsRendezvous() const override { return opts_.server != nullptr; }
 
  private:
   struct PendingReport {

@@ -3,11 +3,15 @@
 // a plan; a WorkerPlanner makes one for each round.
 #pragma once
 
+#include <sys/types.h>
+
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
 #include "launcher/environment.h"
+#include "launcher/failure_report.h"
 #include "launcher/output_tee.h"
 #include "rendezvous/assignment.h"
 #include "rendezvous/result.h"
@@ -47,6 +51,14 @@ class WorkerPlanner {
                                         const EnvMap& extra_env) = 0;
   // The name in the failure summary's "<name> FAILED".
   virtual std::string EntrypointName() const = 0;
+  // A process of the running round failed (`local_rank` -1: an auxiliary one): a log line in
+  // the personality's own words, if it has one.
+  virtual void OnProcessFailed(pid_t /*pid*/, int /*local_rank*/, int /*exitcode*/) {}
+  // The job failed: its report on `err`. torchrun's is the ChildFailedError summary.
+  virtual void ReportFailure(const std::vector<WorkerFailure>& failures, std::ostream& err) {
+    err << "torch.distributed.elastic.multiprocessing.errors.ChildFailedError: "
+        << FormatFailureSummary(EntrypointName(), failures) << std::endl;
+  }
 };
 
 }  // namespace ftrun::launcher

@@ -9,7 +9,7 @@ packages=(
   libcli11-dev libboost1.81-dev libboost-filesystem1.81-dev libgrpc++-dev protobuf-compiler-grpc
   libprotobuf-dev protobuf-compiler libspdlog-dev libgtest-dev libgmock-dev
   # tests, demo and benchmarks: Debian's torch (gloo) runs under /usr/bin/python3
-  python3 python3-torch python3-yaml iproute2 procps
+  python3 python3-torch python3-yaml shellcheck iproute2 procps
   # packaging (cpack -G DEB): dpkg-shlibdeps
   dpkg-dev file
 )

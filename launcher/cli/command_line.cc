@@ -7,14 +7,18 @@
 
 #include <algorithm>
 #include <iostream>
-#include <map>
-#include <set>
-#include <sstream>
 
+#include "launcher/cli/cli11_support.h"
+#include "launcher/cli/msrun_parser.h"
 #include "launcher/version.h"
 
 namespace ftrun::launcher {
 namespace {
+
+using cli11::ExpandPrefixes;
+using cli11::HelpFormatter;
+using cli11::Names;
+using cli11::PetName;
 
 constexpr const char* kFooter = R"(Every --a-b option is also accepted as --a_b, and an unambiguous prefix of
 it (--nproc for --nproc-per-node). Options not given on the command line are
@@ -25,50 +29,6 @@ with ${local_rank} replaced by the worker's local rank.
 `ftrun master --help`: the rendezvous server alone (e.g. a Kubernetes Service).
 Exit status: 0 all workers succeeded, 1 workers failed (restarts exhausted) or
 ftrun was stopped by a signal, 2 usage error. See ftrun(1).)";
-
-// Shows "--a-b" (not every alias) and the default in the description, so --help stays readable.
-class HelpFormatter : public CLI::Formatter {
- public:
-  explicit HelpFormatter(std::string usage) : usage_(std::move(usage)) {}
-  std::string make_option_name(const CLI::Option* opt, bool is_positional) const override {
-    if (is_positional) return opt->get_name(true, false);
-    std::string out;
-    for (const auto& s : opt->get_snames()) out += "-" + s + ", ";
-    if (!opt->get_lnames().empty()) out += "--" + opt->get_lnames().front();
-    return out;
-  }
-  std::string make_option_opts(const CLI::Option* opt) const override {
-    if (opt->get_type_size() == 0) return "";
-    return " " + opt->get_type_name();
-  }
-  std::string make_usage(const CLI::App*, std::string) const override {
-    return "\nusage: " + usage_ + "\n";
-  }
-  std::string make_option_desc(const CLI::Option* opt) const override {
-    std::string desc = opt->get_description();
-    if (!opt->get_default_str().empty()) desc += " [default: " + opt->get_default_str() + "]";
-    return desc;
-  }
-
- private:
-  std::string usage_;
-};
-
-// "nproc-per-node" -> {"--nproc-per-node", "--nproc_per_node"}, env PET_NPROC_PER_NODE.
-std::string Names(const std::string& dashed, const std::string& short_name = "") {
-  std::string names = short_name.empty() ? "" : "-" + short_name + ",";
-  names += "--" + dashed;
-  std::string underscored = dashed;
-  std::replace(underscored.begin(), underscored.end(), '-', '_');
-  if (underscored != dashed) names += ",--" + underscored;
-  return names;
-}
-
-std::string PetName(const std::string& dashed) {
-  std::string env = "PET_";
-  for (char c : dashed) env += c == '-' ? '_' : static_cast<char>(std::toupper(c));
-  return env;
-}
 
 class Parser {
  public:
@@ -185,7 +145,7 @@ class Parser {
   ParsedCommandLine Parse(std::vector<std::string> argv, TorchrunArgs& a) {
     ParsedCommandLine out;
     try {
-      ExpandPrefixes(argv);
+      ExpandPrefixes(app_, argv, {"-r", "-t"});
       std::reverse(argv.begin(), argv.end());  // CLI11 consumes from the back
       app_.parse(argv);
     } catch (const CLI::CallForHelp&) {
@@ -246,47 +206,6 @@ class Parser {
   void Flag(const std::string& dashed, bool& var, const std::string& desc,
             const std::string& group, const std::string& short_name = "") {
     app_.add_flag(Names(dashed, short_name), var, desc)->envname(PetName(dashed))->group(group);
-  }
-
-  // argparse accepts any unambiguous prefix of a long option; CLI11 does not, so expand them
-  // here, up to the training script.
-  void ExpandPrefixes(std::vector<std::string>& argv) {
-    std::map<std::string, const CLI::Option*> by_name;
-    for (const CLI::Option* opt : app_.get_options()) {
-      for (const auto& l : opt->get_lnames()) by_name["--" + l] = opt;
-    }
-    for (size_t i = 0; i < argv.size(); ++i) {
-      std::string& arg = argv[i];
-      if (arg == "--" || arg.rfind("-", 0) != 0) return;  // the script starts here
-      if (arg.rfind("--", 0) != 0) {                       // short option: -r 3, -r3, -m
-        if (arg.size() == 2 && (arg == "-r" || arg == "-t")) ++i;
-        continue;
-      }
-      size_t eq = arg.find('=');
-      std::string name = arg.substr(0, eq);
-      const CLI::Option* opt = nullptr;
-      if (auto it = by_name.find(name); it != by_name.end()) {
-        opt = it->second;
-      } else {
-        std::set<const CLI::Option*> matches;
-        std::string first;
-        for (const auto& [n, o] : by_name) {
-          if (n.rfind(name, 0) == 0) {
-            if (matches.insert(o).second && first.empty()) first = n;
-          }
-        }
-        if (matches.size() > 1) {
-          std::string all;
-          for (const auto* o : matches) all += (all.empty() ? "" : ", ") + o->get_name();
-          throw CLI::ParseError("ambiguous option '" + name + "' could match " + all,
-                                CLI::ExitCodes::ArgumentMismatch);
-        }
-        if (matches.empty()) return;  // unknown: reported by the caller
-        opt = *matches.begin();
-        arg = "--" + opt->get_lnames().front() + (eq == std::string::npos ? "" : arg.substr(eq));
-      }
-      if (eq == std::string::npos && opt->get_type_size() != 0) ++i;  // skip its value
-    }
   }
 
   CLI::App app_;
@@ -421,6 +340,17 @@ ParsedMaster ParseMasterArgs(const std::vector<std::string>& argv) {
 std::string MasterHelp() {
   MasterArgs args;
   return MasterParser(args).Help();
+}
+
+ParsedMsrun ParseMsrunArgs(const std::vector<std::string>& argv) {
+  MsrunArgs args;
+  cli11::MsrunParser parser(args);
+  return parser.Parse(argv, args);
+}
+
+std::string MsrunHelp() {
+  MsrunArgs args;
+  return cli11::MsrunParser(args).Help();
 }
 
 ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv) {

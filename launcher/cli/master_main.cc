@@ -66,12 +66,10 @@ int RunMaster(const std::vector<std::string>& argv) {
   if (a.save_timeout < 0) return UsageError("--save-timeout: must be >= 0 seconds");
   if (a.save_timeout > 0) {
     so.job.save_timeout = rendezvous::Duration(a.save_timeout);
-  } else if (auto ot = Lookup(env, "TTP_OT")) {
-    try {
-      so.job.save_timeout = rendezvous::Duration(std::stod(*ot));
-    } catch (...) {
-      return UsageError("TTP_OT: '" + *ot + "' is not a number of seconds");
-    }
+  } else {
+    auto ttp = TtpSaveTimeout(env);
+    if (!ttp) return UsageError(ttp.error().message);
+    if (*ttp) so.job.save_timeout = rendezvous::Duration(**ttp);
   }
 
   std::string event_log = a.event_log.empty() ? Lookup(env, "FTRUN_EVENT_LOG").value_or("")

@@ -4,16 +4,14 @@
 #include <future>
 #include <iostream>
 
-#include "launcher/agent.h"
+#include "launcher/cli/run_job.h"
 #include "launcher/cli/torchrun_args.h"
 #include "launcher/host.h"
 #include "launcher/launch_config.h"
-#include "launcher/job_setup.h"
 #include "launcher/log_dir.h"
 #include "launcher/torchrun_plan.h"
-#include "rendezvous/endpoint.h"
-#include "rendezvous/event_log.h"
 #include "launcher/worker_env.h"
+#include "launcher/worker_process.h"
 #include "rendezvous/log.h"
 
 namespace ftrun::launcher {
@@ -25,24 +23,8 @@ int UsageError(const std::string& message) {
 }
 
 // --dry-run: what would run, on stdout; nothing is started, bound or created.
-int DryRun(const LaunchConfig& c, const EnvMap& env) {
-  const bool is_static = c.backend == RendezvousBackend::kStatic;
-  std::cout << "ftrun --dry-run: the command line is valid\n"
-            << "  nodes:          " << c.min_nodes << ":" << c.max_nodes << "\n"
-            << "  workers/node:   " << c.nproc_per_node << " (" << c.nproc_spec << ")\n"
-            << "  rendezvous:     "
-            << (c.max_nodes == 1 ? "single node (in-process)"
-                                 : (is_static ? "static, node rank " + std::to_string(c.node_rank)
-                                              : std::string("c10d (ftrun)")) +
-                                       " at " +
-                                       rendezvous::Endpoint{c.endpoint_host, c.endpoint_port}
-                                           .ToString())
-            << ", run id " << c.run_id << "\n"
-            << "  max restarts:   " << c.max_restarts << " (job-wide)\n"
-            << "  fault save:     " << (c.fault_save ? "on" : "off") << ", save timeout "
-            << c.save_timeout.count() << "s, hang timeout "
-            << (c.hang_timeout.count() > 0 ? std::to_string(c.hang_timeout.count()) + "s" : "off")
-            << "\n";
+int DryRun(const LaunchConfig& c, const EnvMap& env, const std::string& nproc_note) {
+  PrintDryRunSummary(c, nproc_note, std::cout);
   WorkerCommand cmd = BuildWorkerCommand(c, 0);
   std::string program = FindProgram(cmd.program, env);
   std::cout << "  worker 0 runs:  "
@@ -77,11 +59,13 @@ int RunTorchrun(const std::vector<std::string>& argv) {
   std::shared_future<std::string> host =
       std::async(std::launch::async, FullyQualifiedHostname).share();
 
-  if (auto s = ResolveNprocPerNode(config, DetectHostFacts(env)); !s) {
-    log->error("{}", s.error().message);
+  Status resolved = ResolveNprocPerNode(config, DetectHostFacts(env));
+  // A dry run checks a script on any machine (a login node has no GPU): say it, do not fail.
+  if (config.dry_run) return DryRun(config, env, resolved ? "" : resolved.error().message);
+  if (!resolved) {
+    log->error("{}", resolved.error().message);
     return 1;
   }
-  if (config.dry_run) return DryRun(config, env);
   if (ApplyOmpNumThreadsRule(env, config.nproc_per_node)) log->warn("{}", kOmpBanner);
   // torchrun's watchdog: with TORCHELASTIC_ENABLE_FILE_TIMER=1 the agent serves a FIFO whose
   // path the workers find in TORCHELASTIC_TIMER_FILE.
@@ -104,35 +88,13 @@ int RunTorchrun(const std::vector<std::string>& argv) {
       config.run_id, config.backend == RendezvousBackend::kStatic ? "static" : "c10d",
       config.script, log_dir->disabled() ? "/dev/null" : log_dir->run_dir());
 
-  // Sockets and console pipes report EPIPE instead of killing the agent; workers get the
-  // default disposition back.
-  std::signal(SIGPIPE, SIG_IGN);
-
-  const std::string node_id = MakeNodeId(host.get());
-  std::shared_ptr<rendezvous::EventLog> events;
-  if (!config.event_log.empty()) {
-    auto opened = rendezvous::EventLog::Open(config.event_log, config.run_id, node_id);
-    if (!opened) {
-      log->error("{}", opened.error().message);
-      return 1;
-    }
-    events = *opened;
-  }
-  boost::asio::io_context io;
-  auto coordinator = MakeCoordinator(io, config, env, host.get(), node_id, events);
-  if (!coordinator) {
-    log->error("{}", coordinator.error().message);
-    return 1;
-  }
-  AgentOptions opts;
-  opts.config = &config;
-  opts.planner = std::make_unique<TorchrunPlanner>(config, env, std::move(*log_dir));
-  opts.agent_env = std::move(env);
-  opts.host = host;
-  opts.watchdog_fifo = watchdog_fifo;
-  opts.events = events;
-  Agent agent(io, std::move(opts), std::move(*coordinator));
-  return agent.Run();
+  JobHooks hooks;
+  hooks.watchdog_fifo = watchdog_fifo;
+  hooks.make_planner = [&config, &env, &log_dir](bool) -> Result<std::unique_ptr<WorkerPlanner>> {
+    return std::unique_ptr<WorkerPlanner>(
+        std::make_unique<TorchrunPlanner>(config, env, std::move(*log_dir)));
+  };
+  return RunJob(config, env, host, std::move(hooks));
 }
 
 }  // namespace ftrun::launcher

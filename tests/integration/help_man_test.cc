@@ -1,4 +1,4 @@
-// `ftrun --help` and man/ftrun.1 must list the same options.
+// Each personality's --help and its man page must list the same options.
 #include <gtest/gtest.h>
 
 #include <regex>
@@ -13,7 +13,7 @@ std::set<std::string> HelpOptions(const std::vector<std::string>& argv) {
   auto r = RunFtrun(argv);
   EXPECT_EQ(r.exit_code, 0);
   std::set<std::string> out;
-  static const std::regex option("^\\s+(?:-[a-z], )?(--[a-z][a-z0-9-]*)");
+  static const std::regex option("^\\s+(?:-[a-z], )?(--[a-z][a-z0-9_-]*)");
   for (const auto& line : Lines(r.out)) {
     std::smatch m;
     if (std::regex_search(line, m, option)) out.insert(m[1]);
@@ -22,10 +22,11 @@ std::set<std::string> HelpOptions(const std::vector<std::string>& argv) {
 }
 
 // Long options named on the tag line of every .TP paragraph in one .SH section of the man page.
-std::set<std::string> ManOptions(const std::string& section) {
+std::set<std::string> ManOptions(const std::string& section,
+                                 const std::string& page = "ftrun.1") {
   std::set<std::string> out;
-  auto lines = Lines(ReadFile(SourceDir() + "/man/ftrun.1"));
-  static const std::regex option(R"(\\-\\-([a-z0-9]+(?:\\-[a-z0-9]+)*))");
+  auto lines = Lines(ReadFile(SourceDir() + "/man/" + page));
+  static const std::regex option(R"(\\-\\-([a-z0-9_]+(?:\\-[a-z0-9_]+)*))");
   std::string current;
   for (size_t i = 0; i + 1 < lines.size(); ++i) {
     if (lines[i].rfind(".SH ", 0) == 0) current = lines[i].substr(4);
@@ -63,6 +64,27 @@ TEST(HelpAndManPage, StatusListsTheSameOptions) {
   auto help = HelpOptions({"status", "--help"});
   ASSERT_GE(help.size(), 4u) << "could not read ftrun status --help";
   ExpectSame(help, ManOptions("FTRUN STATUS"), "ftrun status");
+}
+
+TEST(HelpAndManPage, MsrunListsTheSameOptions) {
+  auto help = HelpOptions({"msrun", "--help"});
+  ASSERT_GT(help.size(), 25u) << "could not read ftrun msrun --help";
+  auto man = ManOptions("OPTIONS", "ftrun-msrun.1");
+  ASSERT_TRUE(man.count("--worker_num")) << "could not read the msrun man page";
+  for (const auto& o : ManOptions("FTRUN EXTENSIONS", "ftrun-msrun.1")) man.insert(o);
+  // The extensions' --a-b spellings are not listed separately.
+  std::set<std::string> shown;
+  for (const auto& o : help) shown.insert(o);
+  ExpectSame(shown, man, "ftrun msrun");
+}
+
+TEST(HelpAndManPage, MsrunManPageDocumentsItsBehaviour) {
+  std::string man = ReadFile(SourceDir() + "/man/ftrun-msrun.1");
+  for (const char* section : {".SH FTRUN EXTENSIONS", ".SH PROCESSES AND ENVIRONMENT", ".SH LOGS",
+                              ".SH JOIN", ".SH MULTI\\-NODE JOBS", ".SH FAULTS AND RESTARTS",
+                              ".SH EXIT STATUS", ".SH DIFFERENCES FROM MSRUN"}) {
+    EXPECT_NE(man.find(section), std::string::npos) << section;
+  }
 }
 
 TEST(HelpAndManPage, ManPageDocumentsExitCodesAndDifferences) {

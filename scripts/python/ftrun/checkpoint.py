@@ -131,7 +131,8 @@ def save(root: str, step: int, handler, group: str = "", world_size: int = 0,
     try:
         write_part(tmp, group, step, handler)
         return finalize(root, tmp, step, [group],
-                        world_size or int(os.environ.get("WORLD_SIZE", "1")), reason)
+                        world_size or int(os.environ.get("WORLD_SIZE")
+                                          or os.environ.get("RANK_SIZE") or "1"), reason)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise

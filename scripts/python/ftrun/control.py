@@ -29,16 +29,33 @@ def is_peer_failure(exc: BaseException) -> bool:
         h in str(exc).lower() for h in _PEER_FAILURE_HINTS)
 
 
+def _env_int(names, default):
+    """The first of the variables that is set: torchrun's name, then msrun's."""
+    for name in names:
+        value = os.environ.get(name)
+        if value not in (None, ""):
+            return int(value)
+    return default
+
+
+def _rank():
+    return _env_int(("RANK", "RANK_ID"), 0)
+
+
+def _world_size():
+    return _env_int(("WORLD_SIZE", "RANK_SIZE"), 1)
+
+
 def _log(msg: str):
-    print(f"ftrun[{os.environ.get('RANK', '?')}]: {msg}", file=sys.stderr, flush=True)
+    print(f"ftrun[{_rank()}]: {msg}", file=sys.stderr, flush=True)
 
 
 class Controller:
     """Connected to this worker's agent. Thread-safe."""
 
     def __init__(self, path: str):
-        self.rank = int(os.environ.get("RANK", "0"))
-        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = _rank()
+        self.world_size = _world_size()
         self.save_timeout = float(os.environ.get("FTRUN_SAVE_TIMEOUT", "180"))
         self._send_lock = threading.Lock()
         # Held while the optimizer updates the state and while a save reads it.
@@ -189,8 +206,8 @@ class NullController:
     """Not started by ftrun (no FTRUN_CONTROL_SOCKET): every call does nothing, so a script
     written for ftrun still runs under torchrun or alone."""
 
-    rank = int(os.environ.get("RANK", "0"))
-    world_size = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = _rank()
+    world_size = _world_size()
 
     def register_save_handler(self, handler, root, group=None):
         pass

@@ -1,0 +1,92 @@
+#include "launcher/cli/run_job.h"
+
+#include <csignal>
+
+#include "launcher/agent.h"
+#include "launcher/job_setup.h"
+#include "rendezvous/endpoint.h"
+#include "rendezvous/event_log.h"
+#include "rendezvous/log.h"
+
+namespace ftrun::launcher {
+
+void PrintDryRunSummary(const LaunchConfig& c, const std::string& nproc_note,
+                        std::ostream& out) {
+  const bool is_static = c.backend == RendezvousBackend::kStatic;
+  const std::string endpoint =
+      rendezvous::Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
+  out << "ftrun --dry-run: the command line is valid\n"
+      << "  nodes:          " << c.min_nodes << ":" << c.max_nodes << "\n"
+      << "  workers/node:   "
+      << (nproc_note.empty() ? std::to_string(c.nproc_per_node) + " (" + c.nproc_spec + ")"
+                             : c.nproc_spec + " (not resolved on this machine: " + nproc_note +
+                                   ")")
+      << "\n"
+      << "  rendezvous:     "
+      << (c.max_nodes == 1 ? std::string("single node (in-process)")
+          : is_static      ? "static, node rank " + std::to_string(c.node_rank) + " at " + endpoint
+                           : "c10d (ftrun) at " + endpoint)
+      << ", run id " << c.run_id << "\n"
+      << "  max restarts:   " << c.max_restarts << " (job-wide)\n"
+      << "  fault save:     " << (c.fault_save ? "on" : "off")
+      << fmt::format(", save timeout {:g}s, hang timeout ", c.save_timeout.count())
+      << (c.hang_timeout.count() > 0 ? fmt::format("{:g}s", c.hang_timeout.count()) : "off")
+      << "\n";
+  if (c.survivor_grace.count() > 0) {
+    out << fmt::format("  survivor grace: {:g}s (MindIO TTP saves before the stop)\n",
+                       c.survivor_grace.count());
+  }
+  out << "  event log:      " << (c.event_log.empty() ? "off" : c.event_log) << "\n"
+      << "  metrics:        "
+      << (c.metrics_port ? (*c.metrics_port == 0 ? std::string("any free port")
+                                                 : "port " + std::to_string(*c.metrics_port))
+                         : std::string("off"))
+      << "\n";
+}
+
+int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::string> host,
+           JobHooks hooks) {
+  auto log = Logger("launcher");
+  // Sockets and console pipes report EPIPE instead of killing the agent; workers get the
+  // default disposition back.
+  std::signal(SIGPIPE, SIG_IGN);
+
+  const std::string node_id = MakeNodeId(host.get());
+  std::shared_ptr<rendezvous::EventLog> events;
+  if (!config.event_log.empty()) {
+    auto opened = rendezvous::EventLog::Open(config.event_log, config.run_id, node_id);
+    if (!opened) {
+      log->error("{}", opened.error().message);
+      return 1;
+    }
+    events = *opened;
+  }
+  boost::asio::io_context io;
+  auto coordinator = MakeCoordinator(io, config, env, host.get(), node_id, events);
+  if (!coordinator) {
+    log->error("{}", coordinator.error().message);
+    return 1;
+  }
+  auto planner = hooks.make_planner((*coordinator)->HostsRendezvous());
+  if (!planner) {
+    log->error("{}", planner.error().message);
+    return 1;
+  }
+  AgentOptions opts;
+  opts.config = &config;
+  opts.planner = std::move(*planner);
+  opts.agent_env = std::move(env);
+  opts.host = host;
+  opts.watchdog_fifo = hooks.watchdog_fifo;
+  opts.events = events;
+  opts.signal_exit_code = hooks.signal_exit_code;
+  if (config.max_nodes == 1) {
+    opts.on_workers_started = hooks.on_ready;
+  } else if (hooks.on_ready) {
+    hooks.on_ready();
+  }
+  Agent agent(io, std::move(opts), std::move(*coordinator));
+  return agent.Run();
+}
+
+}  // namespace ftrun::launcher
