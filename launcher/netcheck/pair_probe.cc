@@ -1,0 +1,274 @@
+#include "launcher/netcheck/pair_probe.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/write.hpp>
+#include <vector>
+
+#include "launcher/netcheck/probe_wire.h"
+#include "rendezvous/log.h"
+
+namespace ftrun::launcher {
+
+namespace asio = boost::asio;
+
+namespace {
+
+using namespace probe_wire;
+
+// One accepted connection. Owned by its pending handlers; the server keeps a weak reference.
+class ServerSession : public std::enable_shared_from_this<ServerSession> {
+ public:
+  ServerSession(tcp::socket sock, const ProbeServerOptions& opts,
+                std::shared_ptr<uint64_t> rejected)
+      : sock_(std::move(sock)),
+        timer_(sock_.get_executor()),
+        opts_(opts),
+        rejected_(std::move(rejected)) {
+    boost::system::error_code ec;
+    auto ep = sock_.remote_endpoint(ec);
+    peer_ = ec ? "?" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+  }
+
+  void Start() {
+    Arm(opts_.connection_timeout);
+    ReadHeader();
+  }
+
+  void Close() {
+    boost::system::error_code ec;
+    sock_.close(ec);
+    timer_.cancel();
+  }
+
+ private:
+  // (Re)starts the deadline after which the connection is closed, whatever it is doing.
+  void Arm(std::chrono::milliseconds after) {
+    auto self = shared_from_this();
+    timer_.expires_after(after);
+    timer_.async_wait([self, after](const boost::system::error_code& ec) {
+      if (ec) return;  // cancelled or re-armed
+      Logger("launcher")
+          ->warn("netcheck probe from {}: closed after {} ms", self->peer_, after.count());
+      self->Close();
+    });
+  }
+
+  void ReadHeader() {
+    auto self = shared_from_this();
+    asio::async_read(sock_, asio::buffer(hdr_),
+                     [self](const boost::system::error_code& ec, size_t) {
+                       if (ec) return self->Close();  // EOF: the client is done
+                       self->OnHeader();
+                     });
+  }
+
+  void OnHeader() {
+    auto d = Decode(hdr_);
+    if (!d) return Reject(d.error().message);
+    auto self = shared_from_this();
+    switch (d->type) {
+      case kPing:
+        if (d->length > kMaxPing) return Reject(fmt::format("PING of {} bytes", d->length));
+        small_.resize(d->length);
+        asio::async_read(sock_, asio::buffer(small_),
+                         [self](const boost::system::error_code& ec, size_t) {
+                           if (ec) return self->Close();
+                           self->reply_ = Encode(kPong, self->small_.size());
+                           std::array<asio::const_buffer, 2> out = {asio::buffer(self->reply_),
+                                                                    asio::buffer(self->small_)};
+                           asio::async_write(self->sock_, out,
+                                             [self](const boost::system::error_code& ec, size_t) {
+                                               if (ec) return self->Close();
+                                               self->ReadHeader();
+                                             });
+                         });
+        return;
+      case kData:
+        if (d->length > opts_.max_bytes) {
+          return Reject(fmt::format("DATA of {} bytes (at most {})", d->length, opts_.max_bytes));
+        }
+        remaining_ = d->length;
+        return ReadData();
+      case kPull:
+        if (d->length != 8) return Reject(fmt::format("PULL with a {}-byte payload", d->length));
+        small_.resize(8);
+        asio::async_read(
+            sock_, asio::buffer(small_), [self](const boost::system::error_code& ec, size_t) {
+              if (ec) return self->Close();
+              uint64_t n = BigEndian64(self->small_.data());
+              if (n > self->opts_.max_bytes) {
+                return self->Reject(
+                    fmt::format("PULL of {} bytes (at most {})", n, self->opts_.max_bytes));
+              }
+              self->remaining_ = n;
+              self->reply_ = Encode(kData, n);
+              asio::async_write(self->sock_, asio::buffer(self->reply_),
+                                [self](const boost::system::error_code& ec, size_t) {
+                                  if (ec) return self->Close();
+                                  self->WriteData();
+                                });
+            });
+        return;
+      default:
+        return Reject(fmt::format("unexpected message type {}", d->type));
+    }
+  }
+
+  void ReadData() {
+    auto self = shared_from_this();
+    if (remaining_ == 0) {
+      reply_ = Encode(kDataDone, 0);
+      asio::async_write(sock_, asio::buffer(reply_),
+                        [self](const boost::system::error_code& ec, size_t) {
+                          if (ec) return self->Close();
+                          self->ReadHeader();
+                        });
+      return;
+    }
+    buf_.resize(kChunk);
+    size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, kChunk));
+    asio::async_read(sock_, asio::buffer(buf_.data(), n),
+                     [self](const boost::system::error_code& ec, size_t got) {
+                       if (ec) return self->Close();
+                       self->remaining_ -= got;
+                       self->ReadData();
+                     });
+  }
+
+  void WriteData() {
+    if (remaining_ == 0) return ReadHeader();
+    buf_.resize(kChunk);
+    auto self = shared_from_this();
+    size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, kChunk));
+    asio::async_write(sock_, asio::buffer(buf_.data(), n),
+                      [self](const boost::system::error_code& ec, size_t sent) {
+                        if (ec) return self->Close();
+                        self->remaining_ -= sent;
+                        self->WriteData();
+                      });
+  }
+
+  // A malformed message: say why, then hang up.
+  void Reject(const std::string& why) {
+    ++*rejected_;
+    Logger("launcher")->warn("netcheck probe from {}: {}; closing", peer_, why);
+    error_text_ = why.substr(0, kMaxErrorText);
+    reply_ = Encode(kError, error_text_.size());
+    std::array<asio::const_buffer, 2> out = {asio::buffer(reply_), asio::buffer(error_text_)};
+    auto self = shared_from_this();
+    asio::async_write(sock_, out, [self](const boost::system::error_code& ec, size_t) {
+      if (ec) return self->Close();
+      // Close gracefully: a close with unread input would send a reset, which may destroy
+      // the ERROR before the client reads it. So read and discard until the client hangs
+      // up, for at most a moment.
+      boost::system::error_code ignored;
+      self->sock_.shutdown(tcp::socket::shutdown_send, ignored);
+      self->Arm(std::min<std::chrono::milliseconds>(self->opts_.connection_timeout,
+                                                    std::chrono::seconds(2)));
+      self->Discard();
+    });
+  }
+
+  void Discard() {
+    buf_.resize(kChunk);
+    auto self = shared_from_this();
+    sock_.async_read_some(asio::buffer(buf_), [self](const boost::system::error_code& ec, size_t) {
+      if (ec) return self->Close();
+      self->Discard();
+    });
+  }
+
+  tcp::socket sock_;
+  asio::steady_timer timer_;
+  ProbeServerOptions opts_;
+  std::shared_ptr<uint64_t> rejected_;  // the server's counter
+  std::string peer_;
+  Header hdr_{};
+  Header reply_{};
+  std::vector<uint8_t> small_;
+  std::vector<uint8_t> buf_;
+  std::string error_text_;
+  uint64_t remaining_ = 0;
+};
+
+}  // namespace
+
+using probe_wire::tcp;
+
+struct ProbeServer::Impl : std::enable_shared_from_this<ProbeServer::Impl> {
+  explicit Impl(boost::asio::io_context& io) : acceptor(io) {}
+
+  void Accept() {
+    std::weak_ptr<Impl> weak = shared_from_this();
+    acceptor.async_accept([weak](const boost::system::error_code& ec, tcp::socket sock) {
+      auto self = weak.lock();
+      if (!self || self->stopped) return;
+      if (!ec) {
+        ++self->accepted;
+        std::erase_if(self->sessions, [](const auto& w) { return w.expired(); });
+        auto s = std::make_shared<ServerSession>(std::move(sock), self->opts, self->rejected);
+        self->sessions.push_back(s);
+        s->Start();
+      } else {
+        Logger("launcher")->warn("netcheck probe server: accept failed: {}", ec.message());
+      }
+      self->Accept();
+    });
+  }
+
+  tcp::acceptor acceptor;
+  ProbeServerOptions opts;
+  std::vector<std::weak_ptr<ServerSession>> sessions;
+  bool stopped = false;
+  uint64_t accepted = 0;
+  std::shared_ptr<uint64_t> rejected = std::make_shared<uint64_t>(0);
+};
+
+Result<std::unique_ptr<ProbeServer>> ProbeServer::Listen(boost::asio::io_context& io,
+                                                         const std::string& address, uint16_t port,
+                                                         ProbeServerOptions options) {
+  boost::system::error_code ec;
+  asio::ip::address ip = address.empty() ? asio::ip::address(asio::ip::address_v4::any())
+                                         : asio::ip::make_address(address, ec);
+  std::string where =
+      fmt::format("netcheck probe server on {}:{}", address.empty() ? "0.0.0.0" : address, port);
+  if (ec) return Error{where + ": '" + address + "' is not an IP address"};
+  auto impl = std::make_shared<Impl>(io);
+  impl->opts = options;
+  tcp::endpoint ep(ip, port);
+  if (impl->acceptor.open(ep.protocol(), ec)) return Error{where + ": " + ec.message()};
+  impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (impl->acceptor.bind(ep, ec)) return Error{where + ": bind: " + ec.message()};
+  if (impl->acceptor.listen(asio::socket_base::max_listen_connections, ec)) {
+    return Error{where + ": listen: " + ec.message()};
+  }
+  uint16_t bound = impl->acceptor.local_endpoint(ec).port();
+  if (ec) return Error{where + ": " + ec.message()};
+  impl->Accept();
+  return std::unique_ptr<ProbeServer>(new ProbeServer(std::move(impl), bound));
+}
+
+ProbeServer::~ProbeServer() { Stop(); }
+
+void ProbeServer::Stop() {
+  if (impl_->stopped) return;
+  impl_->stopped = true;
+  boost::system::error_code ec;
+  impl_->acceptor.close(ec);
+  // Closed sessions end in their pending handlers (operation_aborted).
+  for (auto& w : impl_->sessions) {
+    if (auto s = w.lock()) s->Close();
+  }
+  impl_->sessions.clear();
+}
+
+uint64_t ProbeServer::accepted() const { return impl_->accepted; }
+uint64_t ProbeServer::rejected() const { return *impl_->rejected; }
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,108 @@
+// Pair probe: the TCP measurement between two agents for --network-check. One agent runs a
+// ProbeServer (the pair's listener, "a"), the other a ProbeClient ("b"); the client measures
+// round-trip latency (median of a few ping-pongs), then bandwidth client -> server (upload)
+// and server -> client (download). Bandwidth is in MB/s with MB = 1e6 bytes; each transfer
+// is timed on the client from its first byte sent to the last byte or acknowledgement
+// received, so it includes one round trip.
+//
+// Wire format, version 1. Every message is a 16-byte header, then `length` payload bytes:
+//   magic    4 bytes  "FTNP"
+//   version  1 byte   1
+//   type     1 byte   1 PING, 2 PONG, 3 DATA, 4 DATA_DONE, 5 PULL, 6 ERROR
+//   reserved 2 bytes  0
+//   length   8 bytes  payload length, big-endian
+// The client speaks first and the server only answers:
+//   PING (payload <= 64 bytes)          -> PONG with the same payload
+//   DATA (N bytes of anything)          -> DATA_DONE (empty) once all N bytes have arrived
+//   PULL (payload: N, 8 bytes, big-end.) -> DATA (N bytes)
+// N is at most the server's max_bytes. A malformed header (bad magic, version or type, a
+// length out of range, a reply the client did not ask for) ends the connection; the server
+// first sends ERROR with a one-line UTF-8 reason (<= 1024 bytes), which the client reports.
+// A client closes the connection when it is done.
+//
+// Thread: loop only; both classes run fully asynchronously on the caller's io_context and
+// never block it. Ownership: the caller owns each object; destroying it cancels what is in
+// flight (a client's handler is then never called; a server closes its live connections).
+// Errors name the peer ("netcheck probe to 10.0.0.2:29401: ...").
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "rendezvous/result.h"
+
+namespace ftrun::launcher {
+
+inline constexpr uint8_t kProbeVersion = 1;
+inline constexpr size_t kProbeHeaderSize = 16;
+
+struct ProbeServerOptions {
+  uint64_t max_bytes = uint64_t{1} << 30;  // largest DATA/PULL accepted
+  // A connection is closed after this long, whatever it is doing.
+  std::chrono::milliseconds connection_timeout{std::chrono::seconds(120)};
+};
+
+class ProbeServer {
+ public:
+  // Listens on `address` (an IP literal; "" = every IPv4 interface), `port` 0 = ephemeral.
+  // Errors name the address.
+  static Result<std::unique_ptr<ProbeServer>> Listen(boost::asio::io_context& io,
+                                                     const std::string& address, uint16_t port,
+                                                     ProbeServerOptions options = {});
+  ~ProbeServer();
+  ProbeServer(const ProbeServer&) = delete;
+  ProbeServer& operator=(const ProbeServer&) = delete;
+
+  uint16_t port() const { return port_; }  // the bound port
+  // Closes the listener and every live connection. Idempotent.
+  void Stop();
+
+  // For tests and the log: connections accepted, and connections ended by a protocol error.
+  uint64_t accepted() const;
+  uint64_t rejected() const;
+
+ private:
+  struct Impl;
+  explicit ProbeServer(std::shared_ptr<Impl> impl, uint16_t port)
+      : impl_(std::move(impl)), port_(port) {}
+  std::shared_ptr<Impl> impl_;  // shared with its pending accept
+  uint16_t port_ = 0;
+};
+
+struct ProbeOptions {
+  uint64_t bytes = uint64_t{64} << 20;  // each way (--network-check-bytes); 0: latency only
+  int pings = 5;                        // round trips for the latency median (>= 1)
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // the whole probe
+};
+
+struct ProbeResult {
+  double upload_mbps = 0;    // client -> server (b -> a)
+  double download_mbps = 0;  // server -> client (a -> b)
+  double rtt_ms = 0;         // median round trip
+  uint64_t bytes = 0;        // moved each way
+  double seconds = 0;        // the whole probe, connect included
+};
+
+class ProbeClient {
+ public:
+  using Handler = std::function<void(Result<ProbeResult>)>;
+
+  // Connects to host:port (a name is resolved asynchronously) and runs the probe. `done`
+  // runs exactly once on the loop, never inside Start, unless the client is destroyed first.
+  static std::unique_ptr<ProbeClient> Start(boost::asio::io_context& io, const std::string& host,
+                                            uint16_t port, ProbeOptions options, Handler done);
+  ~ProbeClient();
+  ProbeClient(const ProbeClient&) = delete;
+  ProbeClient& operator=(const ProbeClient&) = delete;
+
+ private:
+  struct Session;
+  explicit ProbeClient(std::shared_ptr<Session> s) : s_(std::move(s)) {}
+  std::shared_ptr<Session> s_;
+};
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,73 @@
+// Internal to the pair probe (pair_probe.cc, pair_probe_client.cc): the message header of
+// the wire format documented in pair_probe.h. Pure functions.
+#pragma once
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <array>
+#include <boost/asio/ip/tcp.hpp>
+#include <chrono>
+#include <cstdint>
+
+#include "launcher/netcheck/pair_probe.h"
+
+namespace ftrun::launcher::probe_wire {
+
+namespace asio = boost::asio;
+using tcp = asio::ip::tcp;
+using Clock = std::chrono::steady_clock;
+using Header = std::array<uint8_t, kProbeHeaderSize>;
+
+enum MsgType : uint8_t { kPing = 1, kPong, kData, kDataDone, kPull, kError };
+inline constexpr std::array<uint8_t, 4> kMagic = {'F', 'T', 'N', 'P'};
+inline constexpr size_t kMaxPing = 64;
+inline constexpr size_t kMaxErrorText = 1024;
+inline constexpr size_t kChunk = 1 << 20;
+
+inline Header Encode(uint8_t type, uint64_t length) {
+  Header h{};
+  std::copy(kMagic.begin(), kMagic.end(), h.begin());
+  h[4] = kProbeVersion;
+  h[5] = type;
+  for (int i = 0; i < 8; ++i) h[8 + i] = static_cast<uint8_t>(length >> (56 - 8 * i));
+  return h;
+}
+
+inline uint64_t BigEndian64(const uint8_t* p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v = (v << 8) | p[i];
+  return v;
+}
+
+inline std::array<uint8_t, 8> ToBigEndian64(uint64_t v) {
+  std::array<uint8_t, 8> out{};
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<uint8_t>(v >> (56 - 8 * i));
+  return out;
+}
+
+struct Decoded {
+  uint8_t type = 0;
+  uint64_t length = 0;
+};
+
+// Checks magic, version and the reserved bytes; the message type is the caller's business.
+inline Result<Decoded> Decode(const Header& h) {
+  if (!std::equal(kMagic.begin(), kMagic.end(), h.begin())) {
+    return Error{fmt::format("bad magic {:02x}{:02x}{:02x}{:02x} (not an ftrun netcheck probe)",
+                             h[0], h[1], h[2], h[3])};
+  }
+  if (h[4] != kProbeVersion) {
+    return Error{fmt::format("unsupported probe version {} (this is {})", h[4], kProbeVersion)};
+  }
+  if (h[6] != 0 || h[7] != 0) return Error{"reserved header bytes are not zero"};
+  return Decoded{h[5], BigEndian64(h.data() + 8)};
+}
+
+// MB/s, MB = 1e6 bytes.
+inline double Mbps(uint64_t bytes, Clock::duration d) {
+  double s = std::chrono::duration<double>(d).count();
+  return s > 0 ? static_cast<double>(bytes) / s / 1e6 : 0;
+}
+
+}  // namespace ftrun::launcher::probe_wire
