@@ -33,12 +33,6 @@ constexpr SignalEntry kSignals[] = {
     {"SIGPWR", SIGPWR},   {"SIGSYS", SIGSYS},
 };
 
-std::optional<int> ToInt(std::string_view s) {
-  int v = 0;
-  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
-  return v;
-}
 
 Status ParseEntryPoint(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
   if (a.module && a.no_python) {
@@ -361,6 +355,13 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (auto s = ParseEntryPoint(a, env, c); !s) return s.error();
   if (auto s = ParseLogs(a, env, c); !s) return s.error();
   return c;
+}
+
+std::optional<int> ToInt(std::string_view s) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
 }
 
 Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap& env) {

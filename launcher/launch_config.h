@@ -9,6 +9,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "launcher/cli/torchrun_args.h"
@@ -88,6 +89,9 @@ struct LaunchConfig {
 
 // Builds and validates the configuration. Does not resolve --nproc-per-node gpu/cpu/auto.
 Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& args, const EnvMap& env);
+
+// A whole decimal int ("12", "-3"); nullopt for anything else ("", "1.5", "12x").
+std::optional<int> ToInt(std::string_view s);
 
 // MindIO's wait for the dying-gasp save: TTP_OT (older name) or TTP_NORMAL_ACTION_TIME_LIMIT
 // (current), in whole seconds; nullopt when neither is set. Errors name the variable.

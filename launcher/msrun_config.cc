@@ -13,16 +13,6 @@ namespace {
 
 namespace pb = google::protobuf;
 
-std::optional<int> ToInt(const std::string& s) {
-  try {
-    size_t used = 0;
-    int v = std::stoi(s, &used);
-    if (used == s.size()) return v;
-  } catch (...) {
-  }
-  return std::nullopt;
-}
-
 // --join takes a Python literal that must equal True or False (so 1 and 0 too).
 Result<bool> ParseJoin(const std::string& text) {
   if (text == "True" || text == "1") return true;
@@ -82,13 +72,18 @@ Result<CpuBinding> ParseBindCore(const std::string& text, int local_workers,
   return b;
 }
 
-// ftrun's rendezvous settings for msrun: join within --cluster_time_out unless --rdzv_conf
-// says otherwise.
+// ftrun's rendezvous settings for msrun: the cluster forms within --cluster_time_out (the
+// dynamic join window, and the static backend's wait for the master node) unless --rdzv_conf
+// says otherwise. ftrun's windows are positive: 0 becomes 1 s (MS_TOPO_TIMEOUT stays 0).
 std::string RendezvousConf(const MsrunArgs& a) {
   std::string conf = a.rdzv_conf;
-  if (conf.find("join_timeout") == std::string::npos) {
-    const int seconds = a.cluster_time_out < 0 ? 365 * 24 * 3600 : a.cluster_time_out;
-    conf += (conf.empty() ? "" : ",") + std::string("join_timeout=") + std::to_string(seconds);
+  const int seconds = a.cluster_time_out < 0    ? 365 * 24 * 3600
+                      : a.cluster_time_out == 0 ? 1
+                                                : a.cluster_time_out;
+  auto given = rendezvous::SplitRendezvousConf(conf);  // a malformed one is reported later
+  for (const char* key : {"join_timeout", "timeout"}) {
+    if (given && given->count(key) != 0) continue;
+    conf += (conf.empty() ? "" : ",") + std::string(key) + "=" + std::to_string(seconds);
   }
   return conf;
 }

@@ -30,7 +30,9 @@ struct CpuBinding {
 };
 
 struct MsrunConfig {
-  LaunchConfig launch;  // nodes, workers per node (local_worker_num), restarts, rendezvous
+  // Nodes, workers per node (local_worker_num), restarts, rendezvous; survivor_grace is set
+  // when MS_ENABLE_TFT turns on TTP (or UCE/ARF, which imply it).
+  LaunchConfig launch;
   int worker_num = 8;
   int local_worker_num = 8;
   int node_rank = -1;
@@ -48,9 +50,6 @@ struct MsrunConfig {
   std::string worker_log_name;               // {ip}/{hostname} not yet replaced; "" : worker
   std::optional<std::set<int>> tail_ranks;   // nullopt : every worker's log
   std::vector<std::string> command;          // the task: python prefix applied
-  // MS_ENABLE_TFT turns on TTP (or UCE/ARF, which imply it): after a failure the survivors
-  // get this long (--save_timeout, TTP_OT, ...) to save and exit before they are stopped.
-  std::chrono::duration<double> ttp_grace{0};
   std::vector<std::string> warnings;         // msrun's warnings, once logging is up
 };
 

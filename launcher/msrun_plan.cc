@@ -122,8 +122,17 @@ std::vector<std::string> MsrunPlanner::Command(int local_index) const {
   } else if (b.mode == CpuBinding::Mode::kManual) {
     if (local_index < 0) {
       cpus = b.scheduler;
-    } else if (local_index < static_cast<int>(b.devices.size()) &&
-               b.devices[local_index].first == local_index) {
+    } else if (local_index >= static_cast<int>(b.devices.size())) {
+      if (!warned_) {
+        Log()->warn("Cannot find process[{}] in args '--bind_core'. Will not launch process "
+                    "with taskset.", local_index);
+      }
+    } else if (b.devices[local_index].first != local_index) {
+      if (!warned_) {
+        Log()->warn("Cannot find physical_device_id[{}] for process[{}] in args '--bind_core'. "
+                    "Will not launch process with taskset.", local_index, local_index);
+      }
+    } else {
       cpus = b.devices[local_index].second;
     }
   }
@@ -179,7 +188,7 @@ std::vector<ProcessPlan> MsrunPlanner::Plan(const rendezvous::NodeAssignment& a,
     const std::string log = WorkerLog(a, i);
     const int shown_id = id >= 0 ? id : i;
     const bool tailed = !c.tail_ranks || c.tail_ranks->count(shown_id) != 0;
-    if (c.join && !tailed && !warned_tail_) {
+    if (c.join && !tailed && !warned_) {
       Log()->warn("The '--tail_worker_log' is:{}, which doesn't contain this worker {}. So this "
                   "worker {}'s log will not be output to console. Reset '--tail_worker_log', if "
                   "you want to output this worker's log to console.",
@@ -193,7 +202,7 @@ std::vector<ProcessPlan> MsrunPlanner::Plan(const rendezvous::NodeAssignment& a,
               << Lookup(p.env, "RANK_ID").value_or("") << "] is exported." << std::endl;
     plans.push_back(std::move(p));
   }
-  warned_tail_ = true;
+  warned_ = true;
   if (runs_scheduler_ && !c.simulation) {
     ProcessPlan s;
     s.name = "scheduler";

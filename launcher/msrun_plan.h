@@ -53,7 +53,7 @@ class MsrunPlanner : public WorkerPlanner {
   bool runs_scheduler_;
   std::string log_base_;
   bool started_once_ = false;  // logs are truncated for the first round only
-  bool warned_tail_ = false;
+  bool warned_ = false;        // the first round's warnings are given
 };
 
 }  // namespace ftrun::launcher

@@ -26,7 +26,8 @@ std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name) {
   static auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   auto logger = std::make_shared<spdlog::logger>(name, sink);
   // Timestamp, level, logger and our pid: several agents often share one terminal.
-  logger->set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [%l] [ftrun:{}] [%n] %v", ::getpid()));
+  // %P: the pid when the line is written (a detached msrun supervisor is a forked child).
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] [ftrun:%P] [%n] %v");
   logger->set_level(g_level);
   logger->flush_on(spdlog::level::trace);
   spdlog::register_logger(logger);
