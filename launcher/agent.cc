@@ -83,7 +83,7 @@ int Agent::Run() {
       return 1;
     }
   }
-  coordinator_->Start(this);
+  StartPreflight();  // then joins the job
   io_.run();
   return exit_code_;
 }
@@ -369,6 +369,8 @@ void Agent::Finish(int exit_code) {
   if (watchdog_) watchdog_->Stop();
   if (control_) control_->Stop();
   if (metrics_server_) metrics_server_->Stop();
+  if (check_runner_) check_runner_->Cancel();
+  switchbox_.reset();
   coordinator_->Shutdown();
   if (result_) ReportOutcome(*result_);
 }

@@ -1,7 +1,8 @@
 // Agent: the per-node lifecycle. Joins the job through a Coordinator, starts this node's
 // workers for each round, watches them (a child's exit is an event, seen at once), stops
 // them on failure, restart or signal, and ends with torchrun's exit code:
-//   0 every worker succeeded; 1 the job failed or a forwarded signal stopped it.
+//   0 every worker succeeded; 1 the job failed or a forwarded signal stopped it;
+//   kExitExcluded (75) a pre-flight check keeps this node out.
 // With the control channel (control_server.h), a failure does not stop the surviving local
 // ranks at once when some of them can save: the round first saves (OnSaveOrder), and
 // --hang-timeout turns a rank that stopped reporting progress into a failure.
@@ -31,12 +32,18 @@
 #include "launcher/environment.h"
 #include "launcher/file_timer_server.h"
 #include "launcher/launch_config.h"
+#include "launcher/netcheck/check_runner.h"
+#include "launcher/netcheck/switchbox.h"
 #include "launcher/worker_group.h"
 #include "launcher/worker_plan.h"
 #include "rendezvous/event_log.h"
 #include "rendezvous/metrics_server.h"
 
 namespace ftrun::launcher {
+
+// The exit code of an agent whose node a pre-flight check keeps out of the job (a faulty
+// node, or an excluded straggler): the scheduler should replace the host (EX_TEMPFAIL).
+inline constexpr int kExitExcluded = 75;
 
 struct AgentOptions {
   const LaunchConfig* config = nullptr;
@@ -82,6 +89,10 @@ class Agent : public Coordinator::Listener {
   void OnJobFinished(const JobResult& result) override;
   void OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) override;
   void OnRoundStopping(uint64_t round, const std::string& reason, int restart_count) override;
+  void OnCheckOrder(uint64_t round, const rendezvous::CheckOrder& order) override;
+  void OnCheckFinished(uint64_t check_id, const std::vector<std::string>& table,
+                       const std::string& json) override;
+  void OnExcluded(const std::string& reason) override;
 
   // Prometheus text for --metrics-port (loop only).
   std::string RenderMetrics() const;
@@ -114,6 +125,10 @@ class Agent : public Coordinator::Listener {
   void CheckHangs();
   void DeclareHung(int local_rank, const std::string& ranks, uint64_t round);
   void Emit(rendezvous::JsonMessage record);
+  // agent_check.cc: the pre-flight checks.
+  void StartPreflight();
+  void OnSwitchboxDone(const SwitchboxReport& report);
+  void ExitExcluded(const std::string& reason);
 
   boost::asio::io_context& io_;
   AgentOptions opts_;
@@ -133,6 +148,8 @@ class Agent : public Coordinator::Listener {
   std::set<int> hung_;  // local ranks declared hung in this attempt
   AgentMetrics metrics_;
   std::unique_ptr<rendezvous::MetricsServer> metrics_server_;
+  std::unique_ptr<CheckRunner> check_runner_;     // --network-check: this node's probes
+  std::unique_ptr<SwitchboxCheck> switchbox_;     // --switchbox-check, before joining
   bool awaiting_stop_order_ = false;  // a local failure keeps the survivors for the save
   bool in_survivor_grace_ = false;    // stopping, but the survivors may still finish a save
   int grace_signal_ = SIGTERM;        // sent when the grace ends

@@ -12,6 +12,7 @@
 
 #include "launcher/failure_report.h"
 #include "rendezvous/assignment.h"
+#include "rendezvous/job_state.h"
 
 namespace ftrun::launcher {
 
@@ -38,6 +39,14 @@ class Coordinator {
     // The round is stopping (saving first, or not) and why; for logs and the event log.
     virtual void OnRoundStopping(uint64_t /*round*/, const std::string& /*reason*/,
                                  int /*restart_count*/) {}
+    // Network check (phase checking): this node's part of the current wave; run it, then
+    // ReportCheck. Once per order.
+    virtual void OnCheckOrder(uint64_t /*round*/, const rendezvous::CheckOrder& /*order*/) {}
+    // A network check finished: its results table and event-log record, once per check.
+    virtual void OnCheckFinished(uint64_t /*check_id*/, const std::vector<std::string>& /*table*/,
+                                 const std::string& /*json*/) {}
+    // The network check keeps this node out of the job: stop and exit saying why.
+    virtual void OnExcluded(const std::string& /*reason*/) {}
   };
 
   virtual ~Coordinator() = default;
@@ -54,6 +63,9 @@ class Coordinator {
                               const std::vector<rendezvous::RankProgress>& ranks) = 0;
   virtual void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
                            const std::string& error) = 0;
+  // Network check: this node's results for one order.
+  virtual void ReportCheck(uint64_t /*order_id*/,
+                           const std::vector<rendezvous::CheckTaskResult>& /*results*/) {}
   // The agent is going away (a signal): leave the job, cancel every pending operation.
   virtual void Shutdown() = 0;
   // Prometheus text of a rendezvous server hosted here ("" when none).

@@ -23,6 +23,7 @@ rendezvous::JobSpec Spec(const LaunchConfig& c) {
   job.max_nodes = c.max_nodes;
   job.nproc_per_node = c.nproc_per_node;
   job.max_restarts = c.max_restarts;
+  job.node_unit = c.node_unit;
   job.static_ranks = c.backend == RendezvousBackend::kStatic;
   if (job.static_ranks) job.master_addr = c.master_addr;
   job.last_call_timeout = c.rdzv.last_call_timeout;
@@ -30,6 +31,7 @@ rendezvous::JobSpec Spec(const LaunchConfig& c) {
   job.liveness_timeout = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
   job.fault_save = c.fault_save;
   job.save_timeout = c.save_timeout;
+  job.check = CheckSettingsFrom(c.preflight, c.max_nodes);
   return job;
 }
 
@@ -45,6 +47,18 @@ rendezvous::NodeInfo Node(const LaunchConfig& c, const std::string& fqdn,
 }
 
 }  // namespace
+
+rendezvous::CheckSettings CheckSettingsFrom(const PreflightConfig& p, int max_nodes) {
+  rendezvous::CheckSettings s;
+  s.enabled = p.network_check && max_nodes > 1;  // one node: nothing to pair
+  s.bytes = p.bytes;
+  s.pair_timeout = p.timeout;
+  s.straggler_fraction = p.straggler_fraction;
+  s.min_bandwidth_mbps = p.min_bandwidth_mbps;
+  s.exclude_stragglers = p.exclude_stragglers;
+  s.run_command = !p.command.empty();
+  return s;
+}
 
 std::string MakeNodeId(const std::string& fqdn) {
   std::random_device rd;
@@ -76,6 +90,13 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
   client.max_nodes = c.max_nodes;
   client.call_timeout = std::min<Duration>(c.rdzv.read_timeout, Duration(10));
 
+  if (c.preflight.network_check) {
+    // Listens on every interface: the others reach it at this node's address (node.addr).
+    auto probe = ProbeServer::Listen(io, "", static_cast<uint16_t>(c.preflight.probe_port));
+    if (!probe) return Error{probe.error().message + " (--network-check-port)"};
+    opts.node.probe_port = (*probe)->port();
+    opts.probe_server = std::move(*probe);
+  }
   const bool is_static = c.backend == RendezvousBackend::kStatic;
   const bool explicit_host = c.rdzv.is_host.has_value();
   const bool by_address = !is_static || c.host_by_address;

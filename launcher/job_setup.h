@@ -25,6 +25,9 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
     const std::string& fqdn, const std::string& node_id,
     std::shared_ptr<rendezvous::EventLog> event_log);
 
+// The rendezvous server's network-check settings from the agents' options.
+rendezvous::CheckSettings CheckSettingsFrom(const PreflightConfig& p, int max_nodes);
+
 // A node id unique to this agent process: <fqdn>:<pid>:<random>.
 std::string MakeNodeId(const std::string& fqdn);
 

@@ -354,6 +354,7 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (auto s = ParseRendezvous(a, c); !s) return s.error();
   if (auto s = ParseEntryPoint(a, env, c); !s) return s.error();
   if (auto s = ParseLogs(a, env, c); !s) return s.error();
+  if (auto s = BuildPreflightConfig(a, env, c.python, c.preflight); !s) return s.error();
   return c;
 }
 

@@ -14,6 +14,7 @@
 
 #include "launcher/cli/torchrun_args.h"
 #include "launcher/environment.h"
+#include "launcher/preflight_config.h"
 #include "rendezvous/rendezvous_conf.h"
 #include "rendezvous/result.h"
 
@@ -82,6 +83,17 @@ struct LaunchConfig {
   std::string event_log;            // "" : none
   std::optional<int> metrics_port;  // none : no metrics endpoint
   bool dry_run = false;
+
+  // Pre-flight checks (preflight_config.h).
+  PreflightConfig preflight;
+
+  // dlrover-run (dlrover_config.h).
+  int node_unit = 1;               // a round's node count is a multiple of this
+  bool numa_affinity = false;      // pin each local rank to its GPU's NUMA node
+  std::string membind_policy = "preferred";
+  EnvMap extra_env;                // added to the workers' environment
+  // Per local rank, what runs the worker command (e.g. numactl ...); empty: nothing.
+  std::vector<std::vector<std::string>> rank_command_prefix;
 
   // Things worth one warning line once logging is up.
   std::vector<std::string> warnings;

@@ -194,7 +194,7 @@ void RemoteCoordinator::WorkersSucceeded() {
 
 void RemoteCoordinator::ReportProgress(uint64_t save_id,
                                        const std::vector<rendezvous::RankProgress>& ranks) {
-  rendezvous::SaveReport s;
+  rendezvous::ReportDetails s;
   s.save_id = save_id;
   s.progress = ranks;
   Enqueue({ReportKind::kProgress, CurrentRound(), {}, s});
@@ -202,13 +202,22 @@ void RemoteCoordinator::ReportProgress(uint64_t save_id,
 
 void RemoteCoordinator::ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
                                     const std::string& error) {
-  rendezvous::SaveReport s;
+  rendezvous::ReportDetails s;
   s.save_id = save_id;
   s.rank = rank;
   s.finalize = finalize;
   s.ok = ok;
   s.error = error;
   Enqueue({ReportKind::kSaved, CurrentRound(), {}, s});
+}
+
+void RemoteCoordinator::ReportCheck(uint64_t order_id,
+                                    const std::vector<rendezvous::CheckTaskResult>& results) {
+  rendezvous::ReportDetails d;
+  d.check_id = order_id;
+  d.check_results = results;
+  // The check belongs to the round being formed, not to the last one this node ran.
+  Enqueue({ReportKind::kChecked, follower_->last_view().round, {}, d});
 }
 
 void RemoteCoordinator::WorkersStopped() {
@@ -229,6 +238,7 @@ void RemoteCoordinator::Shutdown() {
     // Leaving tells the others at once; they re-form without us (or wait for a replacement).
     client_.Leave(Duration(1), [](const RpcOutcome&) {});
   }
+  if (opts_.probe_server) opts_.probe_server->Stop();
   if (opts_.server) {
     opts_.server->FinishAndShutdown("the agent hosting the rendezvous (" + opts_.node.host +
                                         ") stopped",

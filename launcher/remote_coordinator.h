@@ -17,6 +17,7 @@
 
 #include "launcher/coordinator.h"
 #include "launcher/view_follower.h"
+#include "launcher/netcheck/pair_probe.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/rendezvous_server.h"
 
@@ -30,6 +31,7 @@ struct RemoteCoordinatorOptions {
   rendezvous::Duration watch_wait{5};
   rendezvous::Duration linger{10};            // hosting: wait for every node to see the end
   std::unique_ptr<rendezvous::RendezvousServer> server;  // started; hosted by this agent
+  std::unique_ptr<ProbeServer> probe_server;  // --network-check: answers the other agents
   std::string role = "default";
 };
 
@@ -46,6 +48,8 @@ class RemoteCoordinator : public Coordinator {
                       const std::vector<rendezvous::RankProgress>& ranks) override;
   void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
                    const std::string& error) override;
+  void ReportCheck(uint64_t order_id,
+                   const std::vector<rendezvous::CheckTaskResult>& results) override;
   void Shutdown() override;
   std::string ServerMetrics() const override {
     return opts_.server ? opts_.server->RenderMetrics() : "";
@@ -57,7 +61,7 @@ class RemoteCoordinator : public Coordinator {
     rendezvous::ReportKind kind;
     uint64_t round;
     std::vector<WorkerFailure> failures;
-    rendezvous::SaveReport save;  // kProgress, kSaved
+    rendezvous::ReportDetails save;  // kProgress, kSaved
   };
 
   void Join();

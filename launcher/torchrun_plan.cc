@@ -40,6 +40,13 @@ WorkerCommand BuildWorkerCommand(const LaunchConfig& c, int local_rank) {
   }
   args.insert(args.end(), c.script_args.begin(), c.script_args.end());
   for (auto& a : args) cmd.args.push_back(SafeSubstitute(a, vars));
+  if (local_rank >= 0 && local_rank < static_cast<int>(c.rank_command_prefix.size()) &&
+      !c.rank_command_prefix[local_rank].empty()) {
+    const auto& prefix = c.rank_command_prefix[local_rank];
+    cmd.args.insert(cmd.args.begin(), cmd.program);
+    cmd.args.insert(cmd.args.begin(), prefix.begin() + 1, prefix.end());
+    cmd.program = prefix.front();
+  }
   return cmd;
 }
 

@@ -14,6 +14,15 @@ ViewFollower::ViewFollower(Coordinator::Listener* listener, ReportStopped report
 void ViewFollower::Apply(const NodeView& v) {
   if (finished_) return;
   last_view_ = v;
+  if (v.check_id != 0 && v.check_id != last_check_id_) {
+    last_check_id_ = v.check_id;
+    listener_->OnCheckFinished(v.check_id, v.check_table, v.check_json);
+  }
+  if (!v.excluded.empty()) {
+    finished_ = true;
+    listener_->OnExcluded(v.excluded);
+    return;
+  }
   if (v.restart_count > announced_restarts_) {
     announced_restarts_ = v.restart_count;
     // torchrun's line, on every node: the restart was spent job-wide.
@@ -56,6 +65,11 @@ void ViewFollower::Apply(const NodeView& v) {
   if (v.phase == Phase::kStopping && v.member && stop_reported_round_ != v.round) {
     stop_reported_round_ = v.round;
     report_stopped_(v.round);  // nothing of ours runs in this round
+    return;
+  }
+  if (v.phase == Phase::kChecking && v.member && v.check && v.check->id != last_check_order_) {
+    last_check_order_ = v.check->id;
+    listener_->OnCheckOrder(v.round, *v.check);
     return;
   }
   if (v.phase == Phase::kRunning && v.member && started_round_ != v.round) {

@@ -7,6 +7,9 @@
 //   view stopping for our round, or the job
 //   moved on while our workers still run     -> Listener::OnRestartRequested
 //   view saving, member, new order           -> Listener::OnSaveOrder
+//   view checking, member, new check order   -> Listener::OnCheckOrder
+//   a new finished network check             -> Listener::OnCheckFinished
+//   view excluded                            -> Listener::OnExcluded (and nothing after)
 //   view stopping, nothing of ours running   -> report_stopped(round)
 //   view succeeded / failed                  -> Listener::OnJobFinished
 //
@@ -48,6 +51,8 @@ class ViewFollower {
   rendezvous::NodeView last_view_;
   int announced_restarts_ = 0;
   std::string last_save_key_;
+  uint64_t last_check_id_ = 0;     // the last network check whose results were passed on
+  uint64_t last_check_order_ = 0;
   std::optional<uint64_t> stopping_round_;
   std::optional<uint64_t> started_round_;
   bool workers_live_ = false;

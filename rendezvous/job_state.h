@@ -17,12 +17,14 @@ using TimePoint = Clock::time_point;
 using Duration = std::chrono::duration<double>;
 
 // Lifecycle of the job, the same for every node:
-//   forming --round complete--> running --failure/membership change--> stopping
+//   forming --round complete--> [checking -->] running --failure/membership change--> stopping
+// With the pre-flight network check a round that has a node not checked yet is first
+//   checking: the agents test each other pairwise; faulty nodes leave the round.
 //   stopping --all members stopped--> forming (next round)
 //   running --all members succeeded--> succeeded;  any --no restart left/too few nodes--> failed
 // A running round that must stop (failure, node lost or joined) first goes through
 //   saving: the surviving replicas save the newest consistent step (save_round.h).
-enum class Phase { kForming, kRunning, kStopping, kSucceeded, kFailed, kSaving };
+enum class Phase { kForming, kRunning, kStopping, kSucceeded, kFailed, kSaving, kChecking };
 const char* PhaseName(Phase p);
 
 // One failed worker, as reported by its agent (torchrun's ProcessFailure plus the host).
@@ -63,6 +65,56 @@ struct SaveOrder {
   int finalizer = -1;
 };
 
+// The pre-flight network check (--network-check), as the job's server runs it.
+struct CheckSettings {
+  bool enabled = false;
+  uint64_t bytes = uint64_t{64} << 20;  // each way, per pair
+  Duration pair_timeout{60};            // a pair's probe (and its command, each)
+  double straggler_fraction = 0.5;      // of the median bandwidth; 0: no straggler detection
+  double min_bandwidth_mbps = 0;        // a pair below fails; 0: no minimum
+  bool exclude_stragglers = false;
+  bool run_command = false;             // the agents also run a 2-process job per pair
+};
+
+// One pair this node takes part in during the current wave. The client (b) connects to the
+// listener (a) and measures; with run_command both run the check command as ranks 0 (a) and
+// 1 (b) of a 2-process job whose rendezvous is master_addr:master_port (a's).
+struct CheckTask {
+  int index = 0;          // the pair, for the report
+  std::string peer;       // the partner's node id
+  std::string peer_host;  // ... its name, for messages
+  bool client = false;
+  std::string peer_addr;  // client: where the listener's probe is
+  int peer_port = 0;
+  std::string master_addr;
+  int master_port = 0;
+};
+
+struct CheckOrder {
+  uint64_t id = 0;  // one per wave: a report names it
+  int round = 0;    // 0 or 1
+  int wave = 0;
+  uint64_t bytes = 0;
+  Duration timeout{60};
+  bool run_command = false;
+  std::vector<CheckTask> tasks;  // empty: this node waits for the others
+};
+
+// What a node reports for one task of an order.
+struct CheckTaskResult {
+  int index = 0;
+  bool probed = false;     // the client's measurement is in
+  bool probe_ok = false;
+  std::string reason;      // why it failed, naming the peer
+  double mbps_ab = 0;      // listener -> client
+  double mbps_ba = 0;      // client -> listener
+  double rtt_ms = 0;
+  bool ran_command = false;
+  bool command_ok = false;
+  std::string command_reason;
+  double command_seconds = 0;
+};
+
 // What a node joining the job says about itself.
 struct NodeInfo {
   std::string node_id;    // unique per agent process: host, pid, random
@@ -71,6 +123,7 @@ struct NodeInfo {
   int node_rank = -1;     // static rendezvous: --node-rank
   int nproc_per_node = 1;
   int free_port = 0;      // a port free on this node now: the round's MASTER_PORT if rank 0
+  int probe_port = 0;     // its network-check probe listens here (0: none)
 };
 
 // One node's view of the job, sent to it whenever the job changes.
@@ -87,6 +140,11 @@ struct NodeView {
   std::string reason;        // why stopping / failed / succeeded
   std::vector<WorkerFailure> failures;  // the failures behind a restart or the job's failure
   std::optional<SaveOrder> save;        // phase saving
+  std::optional<CheckOrder> check;      // phase checking: this node's part of the wave
+  std::string excluded;                 // the network check keeps this node out: why
+  uint64_t check_id = 0;                // the last finished check (0: none) ...
+  std::vector<std::string> check_table; // ... its results table, for every agent's log
+  std::string check_json;               // ... and its event-log record
 };
 
 // For operators: one node as the server sees it.

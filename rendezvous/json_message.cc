@@ -11,6 +11,13 @@ JsonMessage::JsonMessage(const std::string& type, const char* type_key)
     : s_(std::make_unique<pb::Struct>()) {
   Set(type_key, type);
 }
+std::optional<JsonMessage> JsonMessage::Parse(const std::string& json) {
+  JsonMessage m("", "");
+  m.s_->Clear();
+  if (!pb::util::JsonStringToMessage(json, m.s_.get()).ok()) return std::nullopt;
+  return m;
+}
+
 JsonMessage::~JsonMessage() = default;
 JsonMessage::JsonMessage(JsonMessage&&) noexcept = default;
 JsonMessage::JsonMessage(const JsonMessage& other)

@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,9 @@ namespace ftrun::rendezvous {
 class JsonMessage {
  public:
   explicit JsonMessage(const std::string& type, const char* type_key = "type");
+  // A JSON object read back from its text (e.g. received from the server); nullopt when the
+  // text is not a JSON object.
+  static std::optional<JsonMessage> Parse(const std::string& json);
   ~JsonMessage();
   JsonMessage(JsonMessage&&) noexcept;
   JsonMessage(const JsonMessage& other);

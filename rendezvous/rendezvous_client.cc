@@ -148,7 +148,7 @@ void RendezvousClient::Watch(uint64_t known_version, Duration wait, Done done) {
 
 void RendezvousClient::Report(ReportKind kind, uint64_t round,
                               const std::vector<WorkerFailure>& failures, int free_port,
-                              const SaveReport& save, Done done) {
+                              const ReportDetails& save, Done done) {
   using C = Call<v1::ReportRequest, v1::ReportResponse>;
   auto call = std::make_shared<C>();
   FillHeader(opts_, call->req.mutable_header());
@@ -159,7 +159,10 @@ void RendezvousClient::Report(ReportKind kind, uint64_t round,
     case ReportKind::kStopped: call->req.set_kind(v1::ReportRequest::KIND_STOPPED); break;
     case ReportKind::kProgress: call->req.set_kind(v1::ReportRequest::KIND_PROGRESS); break;
     case ReportKind::kSaved: call->req.set_kind(v1::ReportRequest::KIND_SAVED); break;
+    case ReportKind::kChecked: call->req.set_kind(v1::ReportRequest::KIND_CHECKED); break;
   }
+  call->req.set_check_id(save.check_id);
+  for (const auto& r : save.check_results) ToWire(r, call->req.add_check_results());
   call->req.set_save_id(save.save_id);
   for (const auto& p : save.progress) ToWire(p, call->req.add_progress());
   call->req.set_saver_rank(save.rank);

@@ -310,7 +310,7 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
     call.reactor->Finish(grpc::Status::OK);
     return AfterEvent();
   }
-  if (!state_.IsNode(node)) {
+  if (!state_.IsNode(node) && !state_.IsExcluded(node)) {
     return call.reactor->Finish({StatusCode::NOT_FOUND, "node " + node +
                                                             " is not in the job (lost, or never "
                                                             "joined); join again"});
@@ -359,6 +359,12 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
       state_.ReportSaved(node, r.round(), r.save_id(), r.saver_rank(), r.finalize(), r.ok(),
                          r.error(), now);
       break;
+    case v1::ReportRequest::KIND_CHECKED: {
+      std::vector<CheckTaskResult> results;
+      for (const auto& c : r.check_results()) results.push_back(FromWire(c));
+      state_.ReportCheck(node, r.round(), r.check_id(), results, now);
+      break;
+    }
     default:
       return reject(StatusCode::INVALID_ARGUMENT,
                     "unknown report kind " + std::to_string(r.kind()));
@@ -367,29 +373,6 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   MarkInformed(node);
   call.reactor->Finish(grpc::Status::OK);
   AfterEvent();
-}
-
-std::string RendezvousServer::RenderMetrics() const {
-  NodeView v = state_.View("");
-  std::string out;
-  out += PromMetric("ftrun_rendezvous_nodes", "gauge", "Nodes that joined the job.",
-                    static_cast<double>(state_.node_count()));
-  out += PromMetric("ftrun_rendezvous_round", "gauge", "The current rendezvous round.",
-                    static_cast<double>(state_.round()));
-  out += PromMetric("ftrun_rendezvous_round_nodes", "gauge", "Nodes in the current round.",
-                    v.nodes_joined);
-  out += PromMetric("ftrun_rendezvous_waiting_nodes", "gauge",
-                    "Joined nodes outside the round (spares).", v.nodes_waiting);
-  out += PromMetric("ftrun_rendezvous_restarts", "gauge", "Job-wide restarts so far.",
-                    v.restart_count);
-  out += "# HELP ftrun_rendezvous_phase The job's phase (1 for the current one).\n"
-         "# TYPE ftrun_rendezvous_phase gauge\n";
-  for (Phase p : {Phase::kForming, Phase::kRunning, Phase::kSaving, Phase::kStopping,
-                  Phase::kSucceeded, Phase::kFailed}) {
-    out += fmt::format("ftrun_rendezvous_phase{{phase=\"{}\"}} {}\n", PhaseName(p),
-                       p == state_.phase() ? 1 : 0);
-  }
-  return out;
 }
 
 void RendezvousServer::Answer(Call& call) {
@@ -491,82 +474,6 @@ void RendezvousServer::OnTimer() {
     Answer(*call);
   }
   AfterEvent();
-}
-
-void RendezvousServer::LogTransitions() {
-  const Phase phase = state_.phase();
-  const uint64_t round = state_.round();
-  NodeView v = state_.View("");
-  auto write = [this](JsonMessage m, std::optional<uint64_t> r = std::nullopt) {
-    if (opts_.event_log) opts_.event_log->Write(std::move(m), r);
-  };
-  for (const StateEvent& e : state_.TakeEvents()) {
-    if (e.event == "round_formed") {
-      Log()->info("round formed round={} nodes={} restart_count={} world_size={}", round,
-                  e.members.size(), v.restart_count, v.nodes_joined ? v.assignment.world_size : 0);
-      write(EventLog::Event("round_formed")
-                .Set("members", e.members)
-                .Set("restart_count", v.restart_count),
-            round);
-      continue;
-    }
-    Log()->info("{} node={} host={} nodes={}{}", e.event, e.node, e.host, state_.node_count(),
-                e.detail.empty() ? "" : " why=" + e.detail);
-    auto m = EventLog::Event(e.event).Set("member", e.node).Set("host", e.host);
-    if (!e.detail.empty()) m.Set("why", e.detail);
-    write(std::move(m));
-  }
-  if (phase == Phase::kSaving && v.save) {
-    // Each stage of the fault-time save, with the time since the fault.
-    const auto& o = *v.save;
-    std::string key = fmt::format("{}/{}/{}", o.id, o.collecting, o.finalize);
-    if (key != logged_save_) {
-      logged_save_ = key;
-      if (o.collecting) save_started_ = Clock::now();
-      const double ms =
-          std::chrono::duration<double, std::milli>(Clock::now() - save_started_).count();
-      if (o.collecting) {
-        Log()->info("fault-time save {}: collecting the ranks' progress", o.id);
-      } else if (o.finalize) {
-        Log()->info("fault-time save {}: every group saved step {}; rank {} completes it "
-                    "(+{:.1f} ms)",
-                    o.id, o.step, o.finalizer, ms);
-      } else {
-        std::string savers;
-        for (const auto& sv : o.savers) {
-          savers += (savers.empty() ? "" : ",") + std::to_string(sv.rank);
-        }
-        Log()->info("fault-time save {}: step {} by rank(s) {} (+{:.1f} ms)", o.id, o.step,
-                    savers, ms);
-      }
-    }
-  }
-  if (phase == logged_phase_ && round == logged_round_) return;
-  logged_phase_ = phase;
-  logged_round_ = round;
-  switch (phase) {
-    case Phase::kForming:
-      Log()->info("forming round={} nodes={}", round, state_.node_count());
-      break;
-    case Phase::kRunning:
-      break;  // logged from the round_formed event
-    case Phase::kStopping:
-      Log()->info("round stopping round={} reason=\"{}\"", round, v.reason);
-      write(EventLog::Event("round_stopping").Set("reason", v.reason), round);
-      break;
-    case Phase::kSaving:
-      Log()->info("round saving before it stops round={} reason=\"{}\"", round, v.reason);
-      write(EventLog::Event("round_saving").Set("reason", v.reason), round);
-      break;
-    case Phase::kSucceeded:
-    case Phase::kFailed:
-      Log()->info("job finished outcome={} reason=\"{}\"", PhaseName(phase), v.reason);
-      write(EventLog::Event("job_finished")
-                .Set("outcome", std::string(PhaseName(phase)))
-                .Set("reason", v.reason),
-            round);
-      break;
-  }
 }
 
 }  // namespace ftrun::rendezvous

@@ -34,6 +34,7 @@ const char* PhaseName(Phase p) {
     case Phase::kSucceeded: return "succeeded";
     case Phase::kFailed: return "failed";
     case Phase::kSaving: return "saving";
+    case Phase::kChecking: return "checking";
   }
   return "?";
 }
@@ -70,6 +71,20 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
       }
     }
   }
+  if (auto ex = excluded_.find(info.node_id); ex != excluded_.end()) {
+    return JoinRefusal{Kind::kMismatch, "node " + info.host + " is excluded: " + ex->second};
+  }
+  if (!spec_.check.enabled && info.probe_port > 0 && spec_.max_nodes > 1) {
+    return JoinRefusal{Kind::kMismatch, "node " + info.host +
+                                            " asks for --network-check, but this rendezvous "
+                                            "server runs without it (ftrun master "
+                                            "--network-check)"};
+  }
+  if (spec_.check.enabled && info.probe_port <= 0) {
+    return JoinRefusal{Kind::kMismatch, "node " + info.host +
+                                            " has no network-check probe; start every agent "
+                                            "with --network-check"};
+  }
   if (spec_.nproc_per_node == 0) spec_.nproc_per_node = info.nproc_per_node;
   auto it = nodes_.find(info.node_id);
   if (it != nodes_.end()) {  // a repeated join: refresh
@@ -84,7 +99,9 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
       TryCompleteRound(now);
       break;
     case Phase::kRunning:
-      if (!spec_.static_ranks && static_cast<int>(members_.size()) < spec_.max_nodes) {
+      // Scale up once a whole --node-unit of new nodes waits and still fits.
+      if (!spec_.static_ranks && static_cast<int>(members_.size()) < spec_.max_nodes &&
+          RoundSize() > static_cast<int>(members_.size())) {
         StopOrFail(false, "node " + info.host + " joined; scaling up", {}, now);
       }
       break;
@@ -127,6 +144,9 @@ void RendezvousState::RemoveNode(const std::string& node_id, const std::string& 
   if (finished()) return;
   if (phase_ == Phase::kForming) {
     TryCompleteRound(now);
+  } else if (member && phase_ == Phase::kChecking) {
+    check_.reset();  // the round forms again without it, and is checked again
+    StartForming(now, /*reformation=*/true);
   } else if (member && phase_ == Phase::kRunning) {
     StopOrFail(false, "node " + host + " " + why, {}, now);
   } else if (member && phase_ == Phase::kSaving) {
@@ -233,18 +253,23 @@ void RendezvousState::StartForming(TimePoint now, bool reformation) {
   TryCompleteRound(now);
 }
 
+int RendezvousState::RoundSize() const {
+  const int n = std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);
+  return n - n % std::max(1, spec_.node_unit);
+}
+
 void RendezvousState::TryCompleteRound(TimePoint now) {
   if (phase_ != Phase::kForming) return;
-  const int n = std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);
+  const int n = RoundSize();
   if (n >= spec_.max_nodes) {
-    CompleteRound();
+    CompleteRound(now);
   } else if (n >= spec_.min_nodes) {
     if (reformation_) {
-      CompleteRound();  // its members are all here already: no last call
+      CompleteRound(now);  // its members are all here already: no last call
     } else if (!last_call_deadline_) {
       last_call_deadline_ = After(now, spec_.last_call_timeout);
     } else if (now >= *last_call_deadline_) {
-      CompleteRound();
+      CompleteRound(now);
     }
   } else {
     last_call_deadline_.reset();  // fell below min again
@@ -274,11 +299,12 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
   std::sort(rest.begin(), rest.end(),
             [](auto* a, auto* b) { return a->second.join_seq < b->second.join_seq; });
   for (auto* e : rest) out.push_back(e->first);
-  if (static_cast<int>(out.size()) > spec_.max_nodes) out.resize(spec_.max_nodes);
+  // Extra nodes (beyond MAX, or beyond a multiple of --node-unit) wait for the next round.
+  if (static_cast<int>(out.size()) > RoundSize()) out.resize(RoundSize());
   return out;
 }
 
-void RendezvousState::CompleteRound() {
+void RendezvousState::CompleteRound(TimePoint now) {
   members_ = FormingCandidates();
   alive_members_ = static_cast<int>(members_.size());
   rank_of_.clear();
@@ -297,6 +323,7 @@ void RendezvousState::CompleteRound() {
   failures_.clear();
   events_.push_back({"round_formed", "", "", "", members_});
   Changed();
+  MaybeStartCheck(now);
 }
 
 void RendezvousState::Abort(const std::string& reason) {
@@ -331,6 +358,7 @@ void RendezvousState::Tick(TimePoint now) {
     save_->Tick(now);
     AfterSaveEvent(now);
   }
+  if (phase_ == Phase::kChecking && check_->Tick(now)) AfterCheckProgress(now);
   if (phase_ == Phase::kForming) {
     TryCompleteRound(now);
     if (phase_ == Phase::kForming && now - forming_since_ >= spec_.join_timeout) {
@@ -349,6 +377,7 @@ std::optional<TimePoint> RendezvousState::NextDeadline() const {
     if (last_call_deadline_) d = std::min(d, *last_call_deadline_);
   }
   if (phase_ == Phase::kSaving) d = std::min(d, save_->deadline());
+  if (phase_ == Phase::kChecking) d = std::min(d, check_->deadline());
   return d;
 }
 
@@ -375,6 +404,7 @@ NodeView RendezvousState::View(const std::string& node_id) const {
     o.finalizer = save_->finalizer();
     v.save = o;
   }
+  AddCheckTo(v, node_id);
   const bool running = phase_ != Phase::kForming;
   v.nodes_joined = running ? static_cast<int>(members_.size())
                            : std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);

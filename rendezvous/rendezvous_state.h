@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "rendezvous/job_state.h"
+#include "rendezvous/network_check_session.h"
 #include "rendezvous/result.h"
 #include "rendezvous/save_round.h"
 
@@ -39,6 +40,7 @@ struct JobSpec {
   int max_nodes = 1;
   int nproc_per_node = 0;  // 0: whatever the first node says
   int max_restarts = 0;
+  int node_unit = 1;           // a round's node count is a multiple of this (dlrover-run)
   bool static_ranks = false;   // static rendezvous: group rank = --node-rank
   std::string master_addr;     // static: every round's MASTER_ADDR
   Duration last_call_timeout{30};
@@ -48,6 +50,7 @@ struct JobSpec {
   bool fault_save = true;       // a round that must stop first saves what it can
   Duration save_timeout{180};   // --save-timeout / TTP_OT
   Duration collect_timeout{5};  // how long to wait for the nodes' progress reports
+  CheckSettings check;          // the pre-flight network check
 };
 
 // Why a Join was refused. kRetry: the node may try again later (its node rank is held by a
@@ -104,6 +107,11 @@ class RendezvousState {
                       const std::vector<RankProgress>& ranks, TimePoint now);
   void ReportSaved(const std::string& node_id, uint64_t round, uint64_t save_id, int rank,
                    bool finalize, bool ok, const std::string& error, TimePoint now);
+  // Network check: a node's results for one order of the running check.
+  void ReportCheck(const std::string& node_id, uint64_t round, uint64_t order_id,
+                   const std::vector<CheckTaskResult>& results, TimePoint now);
+  // The last finished network check (nullopt before the first).
+  const std::optional<NetworkCheckReport>& last_check() const { return last_check_; }
 
   // Applies deadlines (last call, join timeout, liveness).
   void Tick(TimePoint now);
@@ -115,6 +123,8 @@ class RendezvousState {
   // The events since the last call, oldest first.
   std::vector<StateEvent> TakeEvents() { return std::exchange(events_, {}); }
   bool IsNode(const std::string& node_id) const { return nodes_.count(node_id) != 0; }
+  // The network check kept this node out of the job (its view says why).
+  bool IsExcluded(const std::string& node_id) const { return excluded_.count(node_id) != 0; }
 
  private:
   struct Node {
@@ -127,7 +137,14 @@ class RendezvousState {
   void Changed() { ++version_; }
   void StartForming(TimePoint now, bool reformation);
   void TryCompleteRound(TimePoint now);
-  void CompleteRound();
+  // How many of the joined nodes the next round takes: at most MAX, a multiple of node_unit.
+  int RoundSize() const;
+  void CompleteRound(TimePoint now);
+  // rendezvous_state_check.cc: the pre-flight network check of a new round.
+  void MaybeStartCheck(TimePoint now);
+  void AfterCheckProgress(TimePoint now);
+  void FinishCheck(TimePoint now);
+  void AddCheckTo(NodeView& v, const std::string& node_id) const;
   void StopRound(const std::string& reason, TimePoint now);
   // What a stopping round does: save first (when enabled), then stop or fail.
   void StopOrFail(bool fail, const std::string& reason, std::vector<WorkerFailure> failures,
@@ -171,6 +188,14 @@ class RendezvousState {
   SaveRound::Stage save_stage_ = SaveRound::Stage::kDone;
   AfterSave after_save_;
   uint64_t next_save_id_ = 1;
+
+  // Checking.
+  std::optional<NetworkCheckSession> check_;
+  uint64_t next_check_order_ = 1;
+  std::set<std::string> checked_;                // passed a check: not tested again
+  std::map<std::string, std::string> excluded_;  // node -> why the check kept it out
+  uint64_t check_id_ = 0;                        // finished checks
+  std::optional<NetworkCheckReport> last_check_;
 
   // Forming.
   bool reformation_ = false;

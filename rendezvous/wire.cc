@@ -15,6 +15,7 @@ v1::Phase ToWire(Phase p) {
     case Phase::kSucceeded: return v1::PHASE_SUCCEEDED;
     case Phase::kFailed: return v1::PHASE_FAILED;
     case Phase::kSaving: return v1::PHASE_SAVING;
+    case Phase::kChecking: return v1::PHASE_CHECKING;
   }
   return v1::PHASE_UNSPECIFIED;
 }
@@ -26,6 +27,7 @@ Phase FromWire(v1::Phase p) {
     case v1::PHASE_SUCCEEDED: return Phase::kSucceeded;
     case v1::PHASE_FAILED: return Phase::kFailed;
     case v1::PHASE_SAVING: return Phase::kSaving;
+    case v1::PHASE_CHECKING: return Phase::kChecking;
     default: return Phase::kForming;
   }
 }
@@ -36,6 +38,7 @@ void ToWire(const NodeInfo& in, v1::NodeInfo* out) {
   out->set_node_rank(in.node_rank);
   out->set_nproc_per_node(in.nproc_per_node);
   out->set_free_port(in.free_port);
+  out->set_probe_port(in.probe_port);
 }
 
 NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
@@ -46,6 +49,7 @@ NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
   n.node_rank = in.node_rank();
   n.nproc_per_node = in.nproc_per_node();
   n.free_port = in.free_port();
+  n.probe_port = in.probe_port();
   return n;
 }
 
@@ -111,6 +115,7 @@ void ToWire(const NodeView& in, v1::NodeView* out) {
     o->set_finalize(in.save->finalize);
     o->set_finalizer(in.save->finalizer);
   }
+  CheckToWire(in, out);
 }
 
 void ToWire(const RankProgress& in, v1::RankProgress* out) {
@@ -159,6 +164,7 @@ NodeView FromWire(const v1::NodeView& in) {
     o.finalizer = in.save().finalizer();
     v.save = o;
   }
+  CheckFromWire(in, v);
   return v;
 }
 
@@ -216,7 +222,7 @@ Status CheckLimits(const v1::ReportRequest& req) {
     if (p.group().size() > 1024) return Error{"replica group name over 1 KiB"};
   }
   if (req.error().size() > kMaxText) return Error{"report carries an error over 64 KiB"};
-  return {};
+  return CheckResultLimits(req);
 }
 
 Status CheckLimits(const v1::NodeInfo& node) {
@@ -228,6 +234,9 @@ Status CheckLimits(const v1::NodeInfo& node) {
   }
   if (node.free_port() < 0 || node.free_port() > 65535) {
     return Error{"free_port " + std::to_string(node.free_port()) + " out of range"};
+  }
+  if (node.probe_port() < 0 || node.probe_port() > 65535) {
+    return Error{"probe_port " + std::to_string(node.probe_port()) + " out of range"};
   }
   return {};
 }

@@ -32,6 +32,13 @@ Phase FromWire(v1::Phase p);
 void ToWire(const JobStatus& in, v1::JobStatus* out);
 JobStatus FromWire(const v1::JobStatus& in);
 
+// wire_check.cc: the network check's part of a view, and of a report.
+void CheckToWire(const NodeView& in, v1::NodeView* out);
+void CheckFromWire(const v1::NodeView& in, NodeView& out);
+void ToWire(const CheckTaskResult& in, v1::CheckTaskResult* out);
+CheckTaskResult FromWire(const v1::CheckTaskResult& in);
+Status CheckResultLimits(const v1::ReportRequest& req);
+
 // Checks the size limits of a request's repeated and text fields.
 Status CheckLimits(const v1::ReportRequest& req);
 Status CheckLimits(const v1::NodeInfo& node);

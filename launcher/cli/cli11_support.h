@@ -101,7 +101,13 @@ inline void ExpandPrefixes(const CLI::App& app, std::vector<std::string>& argv,
       opt = *matches.begin();
       arg = "--" + opt->get_lnames().front() + (eq == std::string::npos ? "" : arg.substr(eq));
     }
-    if (eq == std::string::npos && opt->get_type_size() != 0) ++i;  // skip its value
+    if (eq == std::string::npos && opt->get_type_size() != 0) {
+      ++i;  // skip its value
+      // An option taking several values (nargs='+') takes every following non-option.
+      while (opt->get_expected_max() > 1 && i + 1 < argv.size() && argv[i + 1].rfind("-", 0) != 0) {
+        ++i;
+      }
+    }
   }
 }
 

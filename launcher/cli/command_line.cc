@@ -32,12 +32,17 @@ ftrun was stopped by a signal, 2 usage error. See ftrun(1).)";
 
 class Parser {
  public:
-  explicit Parser(TorchrunArgs& a) : app_("ftrun", "ftrun") {
+  Parser(TorchrunArgs& a, Personality personality) : app_("ftrun", "ftrun") {
+    const bool dlrover = personality == Personality::kDlrover;
     app_.description(
-        "ftrun: a fault-tolerant drop-in for torchrun. Starts --nproc-per-node workers per node,\n"
-        "restarts the group on failure (--max-restarts) and forwards signals.");
+        dlrover ? "ftrun dlrover-run: DLRover's dlrover-run command line (torchrun's plus DLRover's\n"
+                  "options), run by ftrun without a DLRover job master. Starts --nproc-per-node\n"
+                  "workers per node and restarts the group on failure (--max-restarts)."
+                : "ftrun: a fault-tolerant drop-in for torchrun. Starts --nproc-per-node workers per "
+                  "node,\nrestarts the group on failure (--max-restarts) and forwards signals.");
     app_.formatter(std::make_shared<HelpFormatter>(
-        "ftrun [options] training_script [training_script_args ...]"));
+        dlrover ? "dlrover-run [options] training_script [training_script_args ...]"
+                : "ftrun [options] training_script [training_script_args ...]"));
     app_.get_formatter()->column_width(34);
     app_.footer(kFooter);
     app_.prefix_command();
@@ -121,6 +126,75 @@ class Parser {
     Opt("log-level", a.log_level,
         "ftrun's own log level: debug, info, warning, error [default: LOGLEVEL or info]", g,
         "LEVEL");
+
+    g = "Pre-flight checks (ftrun)";
+    Flag("network-check", a.network_check,
+         "Before a round with new nodes starts, test every node's network pairwise and keep "
+         "faulty nodes out",
+         g);
+    Opt("network-check-bytes", a.network_check_bytes,
+        "Bytes each pair moves each way (suffixes K, M, G, KiB, MiB, GiB)", g, "BYTES");
+    Opt("network-check-timeout", a.network_check_timeout,
+        "Seconds a pair's test may take before it fails", g, "SECONDS");
+    Opt("min-network-bandwidth", a.min_network_bandwidth,
+        "A pair below this many MB/s fails [default: no minimum]", g, "MBPS");
+    Opt("straggler-fraction", a.straggler_fraction,
+        "A node below this fraction of the median bandwidth is a straggler", g, "FRACTION");
+    Flag("exclude-straggler", a.exclude_straggler,
+         "Keep stragglers out of the round like faulty nodes (else only report them)", g);
+    Opt("network-check-cmd", a.network_check_cmd,
+        "Also run this command as a 2-node job on each pair (judged by exit code and time)", g,
+        "CMD");
+    Flag("comm-perf-test", a.comm_perf_test,
+         "Also run scripts/checks/comm_check.py on each pair (a timed matmul and all-reduce)", g);
+    Opt("network-check-port", a.network_check_port,
+        "Port of this agent's network-check probe (0: any free port)", g, "PORT");
+    Flag("switchbox-check", a.switchbox_check,
+         "Before the first round, measure the GPU pairs of --box-pairs across the switchbox", g);
+    app_.add_option(Names("box-pairs"), a.box_pairs,
+                    "GPU pairs A:B, one per switch box [default: 0:1 2:4 3:5 6:7]")
+        ->expected(1, CLI::detail::expected_max_vector_size)
+        ->envname(PetName("box-pairs"))
+        ->group(g)
+        ->type_name("PAIR ...");
+    Opt("min-bandwidth", a.min_bandwidth, "A switchbox pair passes at this many MB/s", g, "MBPS");
+    Opt("min-channels", a.min_channels, "The node passes with this many passing pairs", g, "N");
+    Opt("switchbox-probe", a.switchbox_probe,
+        "The probe command (prints one JSON line per pair) [default: switchbox_probe.py]", g,
+        "CMD");
+    Opt("switchbox-timeout", a.switchbox_timeout, "Seconds all the probes may take together", g,
+        "SECONDS");
+
+    if (dlrover) {
+      g = "DLRover";
+      Opt("precheck", a.precheck,
+          "0 none, 1 the network check, 2 the network check and the comm perf test", g,
+          "{0,1,2}")
+          ->check(CLI::IsMember({0, 1, 2}));
+      Opt("node-unit", a.node_unit, "A round's node count is a multiple of this", g, "N");
+      Flag("auto-config", a.auto_config,
+           "nnodes from NODE_NUM, nproc-per-node from the GPUs; the network check from 4 nodes",
+           g);
+      Flag("auto-tunning", a.auto_tunning,
+           "DLRover master's parallelism tuning (not available without it; warns)", g);
+      Flag("save-at-breakpoint", a.save_at_breakpoint,
+           "Save the last checkpoint on a failure (ftrun's fault-time save does; see "
+           "ftrun(1))",
+           g);
+      Opt("accelerator", a.accelerator,
+          "nvidia.com/gpu, ascend-npu, mthreads.com/gpu or metax-tech.com/gpu", g, "TYPE")
+          ->check(CLI::IsMember(
+              {"nvidia.com/gpu", "ascend-npu", "mthreads.com/gpu", "metax-tech.com/gpu"}));
+      Opt("training-port", a.training_port,
+          "Ascend: first HCCL port (HCCL_IF_BASE_PORT unless set)", g, "PORT");
+      Flag("numa-affinity", a.numa_affinity,
+           "Pin each local rank to the CPUs (and memory) of its GPU's NUMA node", g);
+      Opt("membind-policy", a.membind_policy, "With --numa-affinity: bind or preferred", g,
+          "POLICY")
+          ->check(CLI::IsMember({"bind", "preferred"}));
+      Opt("ucp-device-type", a.ucp_device_type,
+          "DeepSpeed universal-checkpoint conversion device (accepted; warns)", g, "DEVICE");
+    }
 
     g = "Compatibility";
     Opt("logs-specs", a.logs_specs, "torchrun LogsSpecs plugin name (not supported; warns)", g,
@@ -248,6 +322,23 @@ class MasterParser {
     add("fault-save", a.fault_save, "on: save before a stopping round restarts; off", "on|off");
     add("log-level", a.log_level, "debug, info, warning, error [default: LOGLEVEL or info]",
         "LEVEL");
+    add("node-unit", a.node_unit, "A round's node count is a multiple of this", "N");
+    app_.add_flag(Names("network-check"), a.network_check,
+                  "Test the agents' network pairwise before a round with new nodes runs "
+                  "(start the agents with --network-check)");
+    add("network-check-bytes", a.network_check_bytes, "Bytes each pair moves each way",
+        "BYTES");
+    add("network-check-timeout", a.network_check_timeout, "Seconds a pair's test may take",
+        "SECONDS");
+    add("min-network-bandwidth", a.min_network_bandwidth,
+        "A pair below this many MB/s fails (0: no minimum)", "MBPS");
+    add("straggler-fraction", a.straggler_fraction,
+        "A node below this fraction of the median bandwidth is a straggler", "FRACTION");
+    app_.add_flag(Names("exclude-straggler"), a.exclude_straggler,
+                  "Keep stragglers out of the round like faulty nodes");
+    app_.add_flag(Names("comm-perf-test"), a.comm_perf_test,
+                  "Each pair also runs the agents' check command (their --comm-perf-test or "
+                  "--network-check-cmd)");
   }
 
   ParsedMaster Parse(std::vector<std::string> argv, MasterArgs& a) {
@@ -353,15 +444,20 @@ std::string MsrunHelp() {
   return cli11::MsrunParser(args).Help();
 }
 
-ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv) {
+ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv,
+                                    Personality personality) {
   TorchrunArgs args;
-  Parser parser(args);
-  return parser.Parse(argv, args);
+  if (personality == Personality::kDlrover) args.role = "dlrover-trainer";
+  Parser parser(args, personality);
+  ParsedCommandLine out = parser.Parse(argv, args);
+  out.personality = personality;
+  return out;
 }
 
-std::string TorchrunHelp() {
+std::string TorchrunHelp(Personality personality) {
   TorchrunArgs args;
-  return Parser(args).Help();
+  if (personality == Personality::kDlrover) args.role = "dlrover-trainer";
+  return Parser(args, personality).Help();
 }
 
 }  // namespace ftrun::launcher

@@ -20,6 +20,15 @@ struct MasterArgs {
   std::string log_level;       // "" : LOGLEVEL, else info
   std::string event_log;       // "" : FTRUN_EVENT_LOG, else none
   int metrics_port = -1;       // -1 : no metrics
+  int node_unit = 1;           // a round's node count is a multiple of this
+  // The pre-flight network check the agents run (their --network-check options).
+  bool network_check = false;
+  std::string network_check_bytes = "64MiB";
+  double network_check_timeout = 60;
+  double min_network_bandwidth = 0;  // 0: no minimum
+  double straggler_fraction = 0.5;
+  bool exclude_straggler = false;
+  bool comm_perf_test = false;       // pairs also run the agents' check command
 };
 
 struct ParsedMaster {

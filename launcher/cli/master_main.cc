@@ -10,6 +10,7 @@
 #include "launcher/cli/master_args.h"
 #include "launcher/host.h"
 #include "launcher/environment.h"
+#include "launcher/job_setup.h"
 #include "launcher/launch_config.h"
 #include "rendezvous/event_log.h"
 #include "rendezvous/log.h"
@@ -56,6 +57,27 @@ int RunMaster(const std::vector<std::string>& argv) {
   std::tie(so.job.min_nodes, so.job.max_nodes) = *nodes;
   so.job.nproc_per_node = a.nproc_per_node;
   so.job.max_restarts = a.max_restarts;
+  if (a.node_unit < 1) return UsageError("--node-unit: must be at least 1");
+  if (so.job.max_nodes % a.node_unit != 0) {
+    return UsageError("--node-unit " + std::to_string(a.node_unit) + ": --nnodes MAX " +
+                      std::to_string(so.job.max_nodes) + " is not a multiple of it");
+  }
+  so.job.node_unit = a.node_unit;
+  {
+    TorchrunArgs t;  // the agents' options, validated alike
+    t.network_check = a.network_check;
+    t.network_check_bytes = a.network_check_bytes;
+    t.network_check_timeout = a.network_check_timeout;
+    if (a.min_network_bandwidth > 0) t.min_network_bandwidth = a.min_network_bandwidth;
+    t.straggler_fraction = a.straggler_fraction;
+    t.exclude_straggler = a.exclude_straggler;
+    PreflightConfig p;
+    if (auto s = BuildPreflightConfig(t, env, "python3", p); !s) {
+      return UsageError(s.error().message);
+    }
+    if (a.comm_perf_test) p.command = {"(the agents')"};
+    so.job.check = CheckSettingsFrom(p, so.job.max_nodes);
+  }
   so.job.last_call_timeout = conf->last_call_timeout;
   so.job.join_timeout = conf->join_timeout;
   so.job.liveness_timeout = conf->keep_alive_interval * conf->keep_alive_max_attempt;

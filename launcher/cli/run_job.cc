@@ -36,6 +36,29 @@ void PrintDryRunSummary(const LaunchConfig& c, const std::string& nproc_note,
     out << fmt::format("  survivor grace: {:g}s (MindIO TTP saves before the stop)\n",
                        c.survivor_grace.count());
   }
+  const PreflightConfig& p = c.preflight;
+  out << "  network check:  ";
+  if (!p.network_check) {
+    out << "off\n";
+  } else {
+    out << fmt::format("on, {} bytes each way per pair, timeout {:g}s", p.bytes,
+                       p.timeout.count());
+    if (p.min_bandwidth_mbps > 0) out << fmt::format(", min {:g} MB/s", p.min_bandwidth_mbps);
+    out << fmt::format(", stragglers below {:g} x median {}", p.straggler_fraction,
+                       p.exclude_stragglers ? "excluded" : "reported");
+    if (!p.command.empty()) out << ", command: " << p.command.back();
+    out << (c.max_nodes == 1 ? " (single node: nothing to test)" : "") << "\n";
+  }
+  out << "  switchbox:      ";
+  if (!p.switchbox) {
+    out << "off\n";
+  } else {
+    std::string pairs;
+    for (const auto& bp : p.box_pairs) pairs += (pairs.empty() ? "" : " ") + bp.Name();
+    out << fmt::format("pairs {}, at least {} at {:g} MB/s, within {:g}s\n", pairs,
+                       p.switchbox_min_channels, p.switchbox_min_bandwidth_mbps,
+                       p.switchbox_timeout.count());
+  }
   out << "  event log:      " << (c.event_log.empty() ? "off" : c.event_log) << "\n"
       << "  metrics:        "
       << (c.metrics_port ? (*c.metrics_port == 0 ? std::string("any free port")

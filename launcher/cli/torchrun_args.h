@@ -52,6 +52,33 @@ struct TorchrunArgs {
   std::string event_log;             // empty: FTRUN_EVENT_LOG, else none
   std::optional<int> metrics_port;
   bool dry_run = false;
+  // Pre-flight checks (ftrun; also dlrover-run's).
+  bool network_check = false;
+  std::string network_check_bytes = "64MiB";
+  double network_check_timeout = 60;
+  std::optional<double> min_network_bandwidth;  // MB/s
+  double straggler_fraction = 0.5;
+  bool exclude_straggler = false;
+  std::string network_check_cmd;
+  bool comm_perf_test = false;
+  int network_check_port = 0;          // 0: any free port
+  bool switchbox_check = false;
+  std::vector<std::string> box_pairs;  // empty: "0:1 2:4 3:5 6:7"
+  double min_bandwidth = 10000;        // MB/s, per switchbox pair
+  int min_channels = 2;
+  std::string switchbox_probe;         // empty: the installed switchbox_probe.py
+  double switchbox_timeout = 60;
+  // dlrover-run only (Personality::kDlrover).
+  int precheck = 0;
+  int node_unit = 1;
+  bool auto_config = false;
+  bool auto_tunning = false;
+  bool save_at_breakpoint = false;
+  std::string accelerator = "nvidia.com/gpu";
+  int training_port = 60000;
+  bool numa_affinity = false;
+  std::string membind_policy = "preferred";
+  std::string ucp_device_type = "cpu";
   // Accepted for compatibility; see the man page for what ftrun does with them.
   std::string logs_specs;
   std::string event_log_handler = "null";
@@ -63,19 +90,24 @@ struct TorchrunArgs {
   std::vector<std::string> script_args;
 };
 
+// torchrun's command line, or dlrover-run's (torchrun's plus DLRover's options).
+enum class Personality { kTorchrun, kDlrover };
+
 // What the command line asked for.
 struct ParsedCommandLine {
   enum class Action { kRun, kPrintedHelp, kPrintedVersion, kUsageError };
   Action action = Action::kRun;
   TorchrunArgs args;
+  Personality personality = Personality::kTorchrun;
   std::string error;  // for kUsageError: one sentence naming the option
 };
 
 // Parses argv (without argv[0]). Help and version text go to stdout. Reads PET_* variables
 // from the process environment. Never throws.
-ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv);
+ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv,
+                                    Personality personality = Personality::kTorchrun);
 
 // The --help text (tests compare it with the man page).
-std::string TorchrunHelp();
+std::string TorchrunHelp(Personality personality = Personality::kTorchrun);
 
 }  // namespace ftrun::launcher

@@ -6,6 +6,8 @@
 
 #include "launcher/cli/run_job.h"
 #include "launcher/cli/torchrun_args.h"
+#include "launcher/dlrover_config.h"
+#include "launcher/numa_affinity.h"
 #include "launcher/host.h"
 #include "launcher/launch_config.h"
 #include "launcher/log_dir.h"
@@ -17,9 +19,29 @@
 namespace ftrun::launcher {
 namespace {
 
-int UsageError(const std::string& message) {
-  std::cerr << "ftrun: error: " << message << std::endl;
+int UsageError(const std::string& message, Personality p = Personality::kTorchrun) {
+  std::cerr << (p == Personality::kDlrover ? "dlrover-run" : "ftrun") << ": error: " << message
+            << std::endl;
   return 2;
+}
+
+// --numa-affinity: the numactl (or taskset) prefix of each local rank; without a GPU to place
+// the ranks by, a warning and no prefix.
+void PlaceRanksOnNuma(LaunchConfig& c, const EnvMap& env) {
+  auto log = Logger("launcher");
+  auto placements = GpuNumaPlacements(c.nproc_per_node, env);
+  if (!placements) {
+    log->warn("{}; not applied", placements.error().message);
+    return;
+  }
+  const std::string numactl = FindProgram("numactl", env);
+  if (numactl.empty()) {
+    log->warn("--numa-affinity: numactl is not installed; pinning CPUs with taskset, memory "
+              "policy {} not applied", c.membind_policy);
+  }
+  for (const auto& p : *placements) {
+    c.rank_command_prefix.push_back(NumaCommandPrefix(p, c.membind_policy, numactl));
+  }
 }
 
 // --dry-run: what would run, on stdout; nothing is started, bound or created.
@@ -36,24 +58,38 @@ int DryRun(const LaunchConfig& c, const EnvMap& env, const std::string& nproc_no
 
 }  // namespace
 
-int RunTorchrun(const std::vector<std::string>& argv) {
-  ParsedCommandLine cmd = ParseTorchrunArgs(argv);
+int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
+  ParsedCommandLine cmd = ParseTorchrunArgs(argv, personality);
   switch (cmd.action) {
     case ParsedCommandLine::Action::kPrintedHelp:
     case ParsedCommandLine::Action::kPrintedVersion:
       return 0;
     case ParsedCommandLine::Action::kUsageError:
-      return UsageError(cmd.error);
+      return UsageError(cmd.error, personality);
     case ParsedCommandLine::Action::kRun:
       break;
   }
   EnvMap env = CurrentEnvironment();
+  std::vector<std::string> warnings;
+  const bool dlrover = personality == Personality::kDlrover;
+  if (dlrover) {
+    auto rewritten = DlroverToTorchrun(cmd.args, env, DetectHostFacts(env), warnings);
+    if (!rewritten) return UsageError(rewritten.error().message, personality);
+    cmd.args = std::move(*rewritten);
+  }
   auto built = BuildLaunchConfig(cmd.args, env);
-  if (!built) return UsageError(built.error().message);
+  if (!built) return UsageError(built.error().message, personality);
   LaunchConfig& config = *built;
+  if (dlrover) {
+    if (auto s = ApplyDlroverSettings(cmd.args, env, config); !s) {
+      return UsageError(s.error().message, personality);
+    }
+  }
   InitLogging(config.log_level);
   auto log = Logger("launcher");
+  for (const auto& w : warnings) log->warn("{}", w);
   for (const auto& w : config.warnings) log->warn("{}", w);
+  for (const auto& [k, v] : config.extra_env) env[k] = v;
 
   // DNS can be slow; only failure reports and dynamic rendezvous need the name.
   std::shared_future<std::string> host =
@@ -65,6 +101,14 @@ int RunTorchrun(const std::vector<std::string>& argv) {
   if (!resolved) {
     log->error("{}", resolved.error().message);
     return 1;
+  }
+  if (config.numa_affinity) PlaceRanksOnNuma(config, env);
+  if (config.preflight.switchbox && config.preflight.default_probe) {
+    // The bundled probe measures NVIDIA GPUs; without them the check cannot run at all.
+    if (auto gpus = CheckSwitchboxGpus(env, config.preflight.box_pairs); !gpus) {
+      log->error("--switchbox-check: {}", gpus.error().message);
+      return 1;
+    }
   }
   if (ApplyOmpNumThreadsRule(env, config.nproc_per_node)) log->warn("{}", kOmpBanner);
   // torchrun's watchdog: with TORCHELASTIC_ENABLE_FILE_TIMER=1 the agent serves a FIFO whose

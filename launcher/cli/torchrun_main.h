@@ -6,8 +6,12 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cli/torchrun_args.h"
+
 namespace ftrun::launcher {
 
-int RunTorchrun(const std::vector<std::string>& argv);
+// `personality` kDlrover: dlrover-run's command line (dlrover_config.h).
+int RunTorchrun(const std::vector<std::string>& argv,
+                Personality personality = Personality::kTorchrun);
 
 }  // namespace ftrun::launcher

@@ -31,7 +31,7 @@ std::set<std::string> ManOptions(const std::string& section,
   for (size_t i = 0; i + 1 < lines.size(); ++i) {
     if (lines[i].rfind(".SH ", 0) == 0) current = lines[i].substr(4);
     if (current != section) continue;
-    if (lines[i] != ".TP" || lines[i + 1].rfind("\\fB", 0) != 0) continue;
+    if ((lines[i] != ".TP" && lines[i] != ".TQ") || lines[i + 1].rfind("\\fB", 0) != 0) continue;
     const std::string& tag = lines[i + 1];
     for (std::sregex_iterator it(tag.begin(), tag.end(), option), end; it != end; ++it) {
       std::string name = (*it)[1];
@@ -76,6 +76,19 @@ TEST(HelpAndManPage, MsrunListsTheSameOptions) {
   std::set<std::string> shown;
   for (const auto& o : help) shown.insert(o);
   ExpectSame(shown, man, "ftrun msrun");
+}
+
+TEST(HelpAndManPage, DlroverRunListsTorchrunsOptionsAndItsOwn) {
+  auto help = HelpOptions({"dlrover-run", "--help"});
+  auto man = ManOptions("OPTIONS");
+  auto own = ManOptions("DLROVER OPTIONS", "ftrun-dlrover-run.1");
+  ASSERT_TRUE(own.count("--node-unit")) << "could not read the dlrover-run man page";
+  // Options the page describes again for dlrover-run's sake are ftrun options too.
+  for (const auto& o : own) man.insert(o);
+  ExpectSame(help, man, "ftrun dlrover-run");
+  for (const char* o : {"--precheck", "--node-unit", "--auto-config", "--numa-affinity"}) {
+    EXPECT_FALSE(HelpOptions({"--help"}).count(o)) << o << " is dlrover-run's only";
+  }
 }
 
 TEST(HelpAndManPage, MsrunManPageDocumentsItsBehaviour) {

@@ -113,6 +113,44 @@ TEST_F(RendezvousStateTest, LastCallIsClearedWhenBelowMinAgain) {
   EXPECT_EQ(phase(), Phase::kRunning);
 }
 
+TEST_F(RendezvousStateTest, NodeUnitRoundsTheRoundDownToAMultiple) {
+  JobSpec spec = Spec(2, 8);
+  spec.node_unit = 2;
+  Make(spec);
+  alive_ = {"a", "b", "c"};
+  Join("a");
+  Join("b");
+  Join("c");
+  Advance(seconds(31));  // the last call ends with 3 nodes: a round of 2, c waits
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("a").assignment.group_world_size, 2);
+  EXPECT_FALSE(View("c").member);
+  EXPECT_EQ(View("c").nodes_waiting, 1);
+  // One more node makes a whole unit: the round re-forms with 4.
+  alive_.push_back("d");
+  Join("d");
+  EXPECT_EQ(phase(), Phase::kStopping);
+  StopAll(View("a").assignment.round, {"a", "b"});
+  Advance(milliseconds(10));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("a").assignment.group_world_size, 4);
+}
+
+TEST_F(RendezvousStateTest, NodeUnitWaitsWhileLessThanAUnitIsHere) {
+  JobSpec spec = Spec(1, 4);
+  spec.node_unit = 2;
+  Make(spec);
+  alive_ = {"a"};
+  Join("a");
+  Advance(seconds(60));
+  EXPECT_EQ(phase(), Phase::kForming);  // 1 node is not a unit of 2
+  alive_.push_back("b");
+  Join("b");
+  Advance(seconds(31));
+  EXPECT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("b").assignment.group_world_size, 2);
+}
+
 TEST_F(RendezvousStateTest, JoinTimeoutFailsTheJobWithAClearReason) {
   Make(Spec(2, 2));
   Join("a");
