@@ -61,6 +61,7 @@ void RemoteCoordinator::OnJoined(const RpcOutcome& out) {
   if (out.ok()) {
     joined_ = true;
     last_contact_ = now;
+    known_version_ = 0;  // a (re)join may meet a new server whose versions start again
     Log()->info("joined the job at {} node_id={} attempts={} nodes_joined={} phase={}",
                 endpoint_, opts_.client.node_id, join_attempts_, out.view.nodes_joined,
                 rendezvous::PhaseName(out.view.phase));
@@ -132,7 +133,11 @@ bool RemoteCoordinator::ServerLost(const RpcOutcome& out) {
 }
 
 void RemoteCoordinator::Apply(const NodeView& view) {
-  known_version_ = std::max(known_version_, view.version);
+  // Answers to reports and watches cross on the wire: an answer to an earlier call may
+  // arrive after a newer view, and applying it would undo what the newer one said (e.g.
+  // ask to stop the workers of a round that has just started).
+  if (view.version < known_version_) return;
+  known_version_ = view.version;
   follower_->Apply(view);
 }
 
