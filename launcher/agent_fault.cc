@@ -207,7 +207,10 @@ void Agent::CheckHangs() {
   for (const auto& w : group_->workers()) {
     if (w.local_rank < 0) continue;
     const RankControl& rc = control_->rank(w.local_rank);
-    if (!rc.progress_seen || hung_.count(w.local_rank) || !w.process || w.process->exited()) {
+    // A rank whose loop is over, or that closed its channel (it is exiting, its stack-dump
+    // handler may be gone), is not watched: the signal would kill it.
+    if (!rc.progress_seen || rc.finished || !rc.connected || hung_.count(w.local_rank) ||
+        !w.process || w.process->exited()) {
       continue;
     }
     if (now - rc.last_progress >= config_.hang_timeout) silent.push_back(w.local_rank);

@@ -265,6 +265,8 @@ std::string ControlServer::Handle(Connection& c, const std::string& line) {
     rc.updating = updating;
     rc.progress_seen = true;
     rc.last_progress = std::chrono::steady_clock::now();
+  } else if (type == "finished") {
+    rc.finished = true;
   } else if (type == "peer_failed") {
     std::string error;
     if (!GetString(msg, "error", &error, &err)) return err;

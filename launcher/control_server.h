@@ -37,6 +37,7 @@ struct RankControl {
   int64_t step = -1;         // last step reported
   bool updating = false;     // between update begin and end
   bool progress_seen = false;
+  bool finished = false;     // its training loop is over: silence is not a hang
   std::chrono::steady_clock::time_point last_progress;
   bool peer_failed = false;  // its collective failed; it waits for orders
 };

@@ -4,6 +4,8 @@
 // the others, or the job fails when fewer than MIN are left or the fault cannot be isolated.
 #include <fmt/format.h>
 
+#include <map>
+
 #include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::rendezvous {
@@ -58,6 +60,7 @@ void RendezvousState::FinishCheck(TimePoint now) {
 
   std::vector<std::string> out;        // node ids leaving the job
   std::vector<std::string> out_hosts;  // and their names, for the message
+  std::map<std::string, std::string> why;
   for (const auto& n : report.nodes) {
     const bool straggler = n.verdict == NodeVerdict::kStraggler;
     if (n.verdict != NodeVerdict::kFaulty && !(straggler && spec_.check.exclude_stragglers)) {
@@ -65,16 +68,21 @@ void RendezvousState::FinishCheck(TimePoint now) {
     }
     out.push_back(n.node);
     out_hosts.push_back(hosts[n.node]);
-    excluded_[n.node] = fmt::format("the network check found it {} ({})",
-                                    straggler ? "a straggler" : "faulty", n.reason);
+    why[n.node] = fmt::format("the network check found it {} ({})",
+                              straggler ? "a straggler" : "faulty", n.reason);
   }
-  events_.push_back({"network_check", "", "",
-                     out.empty() ? "all nodes passed" : "excluded " + CommaList(out_hosts), members_});
   if (!report.isolated) {
+    // No node is known to be the bad one: the job fails, and no agent is told to leave
+    // (exit 75 would have the scheduler replace healthy hosts).
+    events_.push_back({"network_check", "", "", "could not isolate " + CommaList(out_hosts),
+                       members_});
     Fail("the network check could not isolate the fault (no healthy node to compare with): " +
          CommaList(out_hosts) + " failed every test");
     return;
   }
+  for (const auto& [id, reason] : why) excluded_[id] = reason;
+  events_.push_back({"network_check", "", "",
+                     out.empty() ? "all nodes passed" : "excluded " + CommaList(out_hosts), members_});
   for (const auto& m : members_) {
     if (!excluded_.count(m)) checked_.insert(m);
   }

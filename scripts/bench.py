@@ -2,10 +2,15 @@
 """Benchmark ftrun against Debian's torchrun (torch 1.13) on the same work.
 
 Runs every measurement several times per launcher and prints medians, minimums and the
-ratio ftrun/torchrun. Not a test: a missed target is only reported. Exits non-zero only if
-a launcher run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
+ratio ftrun/torchrun. A second table puts ftrun variants side by side on the same job: the
+pre-flight network check on and off (4 agents on loopback), and `ftrun dlrover-run` against
+plain ftrun. Not a test: a missed target is only reported. Exits non-zero only if a launcher
+run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
+--only SECTION (torchrun, variants, save, scale; repeatable) runs part of it.
 """
 import argparse
+import datetime
+import json
 import os
 import shutil
 import socket
@@ -43,18 +48,23 @@ class Bench:
         self.ftrun = shutil.copy2(ftrun, os.path.join(self.root, "ftrun"))
         self.worker = shutil.copy2(fake_worker, os.path.join(self.root, "fake_worker"))
         self._cache: dict = {}
+        self.notes: dict = {}  # by-products of measurements (e.g. the network check's own time)
 
     def torchrun(self, monitor_interval: float) -> list:
         return [PYTHON, TORCHRUN, "--monitor_interval", str(monitor_interval)]
 
-    def ftrun_cmd(self) -> list:
-        return [self.ftrun, "--log-level", "warning"]
+    def ftrun_cmd(self, *extra: str) -> list:
+        """ftrun at its defaults; extra goes after the program name (e.g. "dlrover-run")
+        or after the options (e.g. "--network-check")."""
+        if extra and not extra[0].startswith("-"):
+            return [self.ftrun, extra[0], "--log-level", "warning", *extra[1:]]
+        return [self.ftrun, "--log-level", "warning", *extra]
 
     def command(self, launcher: list, opts: dict, worker: str, worker_args: list,
                 run_dir: str) -> list:
         cmd = list(launcher)
         for key, value in opts.items():
-            cmd += [f"--{key}", str(value)]
+            cmd += [f"--{key}", str(value).replace("{dir}", run_dir)]
         return cmd + ["--no_python", worker or self.worker,
                       *[a.replace("{dir}", run_dir) for a in worker_args]]
 
@@ -63,7 +73,8 @@ class Bench:
         """Runs `nodes` launchers of one job (c10d on loopback when nodes > 1), each with
         nproc workers (default: the fake worker); every one must exit 0.
 
-        "{dir}" in worker_args becomes the run's private dir. on_start(popen) runs while
+        "{dir}" in worker_args and in option values becomes the run's private dir (e.g.
+        event_log="{dir}/events"). on_start(popen) runs while
         the (first) launcher is alive (e.g. to sample it) and must return once it has exited.
         """
         run_dir = tempfile.mkdtemp(dir=self.root)
@@ -104,13 +115,30 @@ class Bench:
         """N values of measure(bench, launcher); cached so rows can share a launcher's samples."""
         key = (measure.__name__, tuple(launcher))
         if key not in self._cache:
-            name = "ftrun" if launcher[0] == self.ftrun else "torchrun " + " ".join(launcher[2:])
+            if launcher[0] == self.ftrun:
+                name = " ".join(["ftrun"] + [a for a in launcher[1:]
+                                             if a not in ("--log-level", "warning")])
+            else:
+                name = "torchrun " + " ".join(launcher[2:])
             values = []
             for i in range(self.runs):
                 print(f"  {measure.__name__} [{name}] run {i + 1}/{self.runs}", file=sys.stderr, flush=True)
                 values.append(measure(self, launcher))
             self._cache[key] = values
         return self._cache[key]
+
+    def paired_samples(self, measure: Callable, left: list, right: list) -> tuple:
+        """N values of measure for each of two launchers, run alternately so that a change in
+        the machine's load during the benchmark hits both alike."""
+        values = ([], [])
+        for i in range(self.runs):
+            for launcher, out in ((left, values[0]), (right, values[1])):
+                name = " ".join(["ftrun"] + [a for a in launcher[1:]
+                                             if a not in ("--log-level", "warning")])
+                print(f"  {measure.__name__} [{name}] run {i + 1}/{self.runs}", file=sys.stderr,
+                      flush=True)
+                out.append(measure(self, launcher))
+        return values
 
     def close(self):
         shutil.rmtree(self.root, ignore_errors=True)
@@ -208,6 +236,45 @@ def fault_time_save(bench: Bench, agents: int) -> tuple:
     return (received - exit_ns) / 1e6, (max(restarted) - done) / 1e6
 
 
+def event_ns(record: dict) -> int:
+    """ns since the epoch of an event-log record's "time" (UTC, millisecond resolution)."""
+    t = datetime.datetime.strptime(record["time"], "%Y-%m-%dT%H:%M:%S.%fZ")
+    return round(t.replace(tzinfo=datetime.timezone.utc).timestamp() * 1000) * 1_000_000
+
+
+def round_to_workers(bench: Bench, launcher: list) -> float:
+    """Ms from the round forming (the rendezvous host's round_formed event) to the last worker
+    started: 4 agents x 1 rank on loopback (c10d). With --network-check in `launcher` the check
+    (default 64 MiB each way per pair) runs in between; its own time (check started -> verdict)
+    is kept in bench.notes["check_ms"]. Without it, no check event may appear at all."""
+    run_dir = bench.run(launcher, 1, ["stamp", "{dir}/start"], nodes=4,
+                        event_log="{dir}/events").dir
+    events = [json.loads(l) for l in read_lines(f"{run_dir}/events")]
+    formed = [event_ns(e) for e in events if e["event"] == "round_formed"]
+    started = [event_ns(e) for e in events if e["event"] == "network_check_started"]
+    verdict = [event_ns(e) for e in events if e["event"] == "network_check"]
+    starts = [int(l.split()[2]) for l in read_lines(f"{run_dir}/start")]
+    if len(formed) != 1 or len(starts) != 4:
+        raise LauncherFailed(f"expected one round of 4 workers in {run_dir}: {formed}, {starts}")
+    if "--network-check" in launcher:
+        if len(started) != 1 or not verdict:
+            raise LauncherFailed(f"the network check did not run once in {run_dir}")
+        bench.notes.setdefault("check_ms", []).append((min(verdict) - started[0]) / 1e6)
+    elif started or verdict:
+        raise LauncherFailed(f"a network check ran without --network-check in {run_dir}")
+    return (max(starts) - formed[0]) / 1e6
+
+
+def startup(bench: Bench, launcher: list) -> float:
+    """Ms from spawning the launcher to the last of its 4 workers (fake_worker) started."""
+    spawned = time.time_ns()
+    run_dir = bench.run(launcher, 4, ["stamp", "{dir}/start"]).dir
+    starts = [int(l.split()[2]) for l in read_lines(f"{run_dir}/start")]
+    if len(starts) != 4:
+        raise LauncherFailed(f"expected 4 workers in {run_dir}, got {len(starts)}")
+    return (max(starts) - spawned) / 1e6
+
+
 def read_lines(path: str) -> list:
     with open(path) as f:
         return [l for l in f.read().splitlines() if l.strip()]
@@ -236,6 +303,61 @@ ROWS = [
     Row("2 nodes: crash on node 1 -> 4 running", two_node_restart, 0.1, "ms", "< 200 ms",
         lambda t, f: f < 200),
 ]
+
+
+@dataclass
+class PairRow:
+    """Two ftrun variants side by side on the same job (no torchrun involved)."""
+    label: str
+    measure: Callable
+    left: tuple                      # (column name, launcher(bench) -> argv prefix)
+    right: tuple
+    unit: str
+    target: str = "-"
+    met: Optional[Callable] = None   # met(left median, right median) -> bool
+
+
+PAIR_ROWS = [
+    # dlrover's --network-check (issue: the whole check for 4 nodes < 2 s; off adds nothing,
+    # which round_to_workers enforces: no check event may appear without the flag).
+    PairRow("network check, 4 nodes on loopback, default 64 MiB: round formed -> workers started",
+            round_to_workers, ("check off", lambda b: b.ftrun_cmd()),
+            ("--network-check", lambda b: b.ftrun_cmd("--network-check")), "ms",
+            "on < 2 s", lambda off, on: on < 2000),
+    PairRow("start-up, 4x fake_worker: spawn -> last worker started", startup,
+            ("ftrun", lambda b: b.ftrun_cmd()),
+            ("ftrun dlrover-run", lambda b: b.ftrun_cmd("dlrover-run")), "ms",
+            "= 1 (0.9-1.1)", lambda a, b: 0.9 <= b / a <= 1.1),
+    PairRow("whole run 4x /bin/true", whole_run,
+            ("ftrun", lambda b: b.ftrun_cmd()),
+            ("ftrun dlrover-run", lambda b: b.ftrun_cmd("dlrover-run")), "s",
+            "= 1 (0.9-1.1)", lambda a, b: 0.9 <= b / a <= 1.1),
+]
+
+
+def print_pair_rows(bench: Bench, results: list):
+    print()
+    print("ftrun variants on the same job (no torchrun), runs alternated: median (min); "
+          "ratio = right/left medians")
+    widths = (34, 22, 22, 7, 15)
+    for row, left, right in results:
+        lm, rm = statistics.median(left), statistics.median(right)
+        print(row.label)
+        cells = (f"  {row.left[0]} | {row.right[0]}",
+                 f"{fmt(lm, row.unit)} ({fmt(min(left), row.unit).split()[0]})",
+                 f"{fmt(rm, row.unit)} ({fmt(min(right), row.unit).split()[0]})",
+                 ratio(lm, rm), row.target)
+        line = "".join(c.ljust(w) if i == 0 else c.rjust(w)
+                       for i, (c, w) in enumerate(zip(cells, widths)))
+        if row.met:
+            line += "  ok" if row.met(lm, rm) else "  MISSED"
+        print(line)
+        if row.measure is round_to_workers and bench.notes.get("check_ms"):
+            check = bench.notes["check_ms"]
+            print(f"  the check itself (started -> verdict)".ljust(widths[0]) +
+                  "-".rjust(widths[1]) +
+                  f"{fmt(statistics.median(check), 'ms')} ({min(check):.1f})".rjust(widths[2]) +
+                  "; check off: no check event in any run")
 
 
 def rendezvous_scale(bench: Bench, loadgen: str, sizes: list) -> list:
@@ -283,6 +405,9 @@ def header(bench: Bench, ftrun_path: str):
     print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
 
 
+SECTIONS = ("torchrun", "variants", "save", "scale")
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--ftrun", default=os.path.join(REPO, "build/launcher/ftrun"))
@@ -290,6 +415,10 @@ def main() -> int:
     p.add_argument("--loadgen", default=os.path.join(REPO, "build/tests/rendezvous_loadgen"))
     p.add_argument("--scale", default="100,1000,10000",
                    help="simulated agents per rendezvous scale run (default 100,1000,10000)")
+    p.add_argument("--only", action="append", choices=SECTIONS,
+                   help="run only this section (repeatable): torchrun (ftrun vs torchrun), "
+                        "variants (pre-flight check, dlrover-run vs ftrun), save, scale; "
+                        "default: all")
     n = p.add_mutually_exclusive_group()
     n.add_argument("--runs", type=int, default=7, help="runs per launcher and row (default 7)")
     n.add_argument("--quick", action="store_const", const=3, dest="runs", help="3 runs")
@@ -298,17 +427,21 @@ def main() -> int:
         if not os.access(path, os.X_OK):
             p.error(f"{path} is not an executable (build first: scripts/bench.sh)")
 
+    sections = set(opts.only or SECTIONS)
     bench = Bench(opts.ftrun, opts.fake_worker, opts.runs)
-    results = []
+    results, pairs, scale, saves = [], [], [], []
     try:
         header(bench, opts.ftrun)  # also warms the page cache for torch
-        for row in ROWS:
+        for row in ROWS if "torchrun" in sections else []:
             t = bench.samples(row.measure, bench.torchrun(row.monitor_interval))
             f = bench.samples(row.measure, bench.ftrun_cmd())
             results.append((row, t, f))
-        scale = rendezvous_scale(bench, opts.loadgen, [int(n) for n in opts.scale.split(",")])
-        saves = []
-        for agents in (1, 2, 4):
+        for row in PAIR_ROWS if "variants" in sections else []:
+            pairs.append((row, *bench.paired_samples(row.measure, row.left[1](bench),
+                                                      row.right[1](bench))))
+        if "scale" in sections:
+            scale = rendezvous_scale(bench, opts.loadgen, [int(n) for n in opts.scale.split(",")])
+        for agents in (1, 2, 4) if "save" in sections else ():
             samples = []
             for i in range(bench.runs):
                 print(f"  fault_time_save [{agents} agents] run {i + 1}/{bench.runs}",
@@ -323,8 +456,10 @@ def main() -> int:
 
     widths = (34, 22, 22, 7, 9)
     cols = ("metric", "torchrun", "ftrun", "ratio", "target")
-    print()
-    print("".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(cols, widths))))
+    if results:
+        print()
+        print("".join(c.ljust(w) if i == 0 else c.rjust(w)
+                      for i, (c, w) in enumerate(zip(cols, widths))))
     for row, t, f in results:
         tm, fm = statistics.median(t), statistics.median(f)
         cells = (row.label,
@@ -336,6 +471,17 @@ def main() -> int:
             line += "  ok" if row.met(tm, fm) else "  MISSED"
         print(line)
 
+    if pairs:
+        print_pair_rows(bench, pairs)
+
+    if saves:
+        print_saves(saves)
+    if scale:
+        print_scale(scale)
+    return 0
+
+
+def print_saves(saves: list):
     print()
     print("fault-time save (ftrun only: torchrun has none), 2 ranks per agent, median (min)")
     print("agents".rjust(8) + "failure -> save order at saver".rjust(34) +
@@ -349,6 +495,8 @@ def main() -> int:
         line += "  ok" if statistics.median(order) < 20 else "  MISSED (< 20 ms)"
         print(line)
 
+
+def print_scale(scale: list):
     print()
     print("rendezvous scale: `ftrun master` + N simulated agents joining one round "
           "(target at 10000: < 5 s, < 500 MB)")
@@ -360,7 +508,6 @@ def main() -> int:
         if n == 10000:
             line += "  ok" if seconds < 5 and rss < 500 else "  MISSED"
         print(line)
-    return 0
 
 
 if __name__ == "__main__":

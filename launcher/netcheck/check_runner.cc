@@ -60,6 +60,16 @@ void CheckRunner::Run(const CheckOrder& order, Done done) {
     t->result.index = spec.index;
     t->client = spec.client;
     t->peer_host = spec.peer_host;
+    if (with_command) StartCommand(t, spec);
+    tasks_.push_back(t);
+  }
+  // The probes start only after every command has been spawned: a fork (Boost.Process calls
+  // notify_fork) stops Asio's resolver thread, and a resolve queued before it would never
+  // run; the probe would hang until its timeout and the pending resolve would keep the loop
+  // (and so the agent) alive after the check.
+  for (size_t i = 0; i < order.tasks.size(); ++i) {
+    const auto& spec = order.tasks[i];
+    const auto& t = tasks_[i];
     if (spec.client) {
       t->probe_pending = true;
       ProbeOptions po;
@@ -84,8 +94,6 @@ void CheckRunner::Run(const CheckOrder& order, Done done) {
             Finished();
           });
     }
-    if (with_command) StartCommand(t, spec);
-    tasks_.push_back(t);
   }
   if (!with_command) {
     bool client = false;

@@ -113,6 +113,7 @@ class Controller:
         tell the agent, serve its save order, and wait to be stopped instead of crashing."""
         try:
             yield
+            self._send({"type": "finished"})  # from now on, silence is not a hang
         except BaseException as e:
             if not is_peer_failure(e) or self._closed:
                 raise
@@ -126,6 +127,7 @@ class Controller:
             raise
 
     def close(self):
+        self._send({"type": "finished"})
         self._closed = True
         with contextlib.suppress(OSError):
             self._sock.close()

@@ -117,6 +117,14 @@ TEST_F(ControlServerTest, HelloProgressSavedAndPeerFailed) {
   EXPECT_FALSE(server_->Send(0, "{}")) << "rank 0 never connected";
 }
 
+TEST_F(ControlServerTest, FinishedRanksAreMarked) {
+  Client c(server_->path());
+  c.Send(hello_);
+  c.Send(R"({"type":"progress","step":7})" "\n" R"({"type":"finished"})" "\n");
+  ASSERT_TRUE(Pump([&] { return server_->rank(1).finished; }));
+  EXPECT_EQ(server_->rank(1).step, 7);
+}
+
 TEST_F(ControlServerTest, BadMessagesCloseTheConnectionWithAReason) {
   ExpectRejected("", "not json\n", "not a JSON object");
   ExpectRejected("", R"({"type":"progress","step":1})" "\n", "first message must be 'hello'");

@@ -182,6 +182,30 @@ class ControlTest(unittest.TestCase):
             with ft.guard():
                 raise ValueError("a bug in the training script")
 
+    def test_the_end_of_the_loop_and_close_say_finished(self):
+        ft = ftrun.connect()
+        with ft.guard():
+            ft.report(3)
+        self.agent.wait_for(lambda m: m == {"type": "finished"})
+        n = sum(1 for m in self.agent.lines if m["type"] == "finished")
+        ft.close()
+        self.agent.wait_for(lambda m: m["type"] == "finished" and
+                            sum(1 for x in self.agent.lines if x["type"] == "finished") > n)
+
+    def test_msrun_names_for_rank_and_world_size(self):
+        os.environ.pop("RANK")
+        os.environ.pop("WORLD_SIZE")
+        os.environ.update(RANK_ID="5", RANK_SIZE="8")
+        try:
+            ft = ftrun.connect()
+            self.assertEqual((ft.rank, ft.world_size), (5, 8))
+            hello = self.agent.wait_for(lambda m: m["type"] == "hello")
+            self.assertEqual(hello["rank"], 5)
+        finally:
+            os.environ.pop("RANK_ID")
+            os.environ.pop("RANK_SIZE")
+            os.environ.update(RANK="3", WORLD_SIZE="4")
+
     def test_stack_dump_signal_is_registered(self):
         code = ("import os, signal, sys, time; sys.path.insert(0, %r); os.environ['RANK']='0';"
                 "import ftrun; ft = ftrun.connect(); time.sleep(5)") % os.path.join(
