@@ -16,7 +16,9 @@ namespace {
 
 using rendezvous::Duration;
 
-rendezvous::JobSpec Spec(const LaunchConfig& c) {
+}  // namespace
+
+rendezvous::JobSpec JobSpecFrom(const LaunchConfig& c) {
   rendezvous::JobSpec job;
   job.run_id = c.run_id;
   job.min_nodes = c.min_nodes;
@@ -34,6 +36,8 @@ rendezvous::JobSpec Spec(const LaunchConfig& c) {
   job.check = CheckSettingsFrom(c.preflight, c.max_nodes);
   return job;
 }
+
+namespace {
 
 rendezvous::NodeInfo Node(const LaunchConfig& c, const std::string& fqdn,
                           const std::string& node_id) {
@@ -70,7 +74,7 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
     const std::string& fqdn, const std::string& node_id,
     std::shared_ptr<rendezvous::EventLog> event_log) {
   if (c.max_nodes == 1) {
-    LocalCoordinatorOptions local{Spec(c), Node(c, fqdn, node_id), c.role};
+    LocalCoordinatorOptions local{JobSpecFrom(c), Node(c, fqdn, node_id), c.role};
     local.node.node_rank = local.job.static_ranks ? 0 : -1;
     return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
   }
@@ -105,7 +109,7 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
   if (host) {
     rendezvous::ServerOptions so;
     so.port = c.endpoint_port;
-    so.job = Spec(c);
+    so.job = JobSpecFrom(c);
     so.token = client.token;
     so.max_watch_wait = Duration(10);
     so.event_log = event_log;

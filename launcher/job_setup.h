@@ -14,6 +14,7 @@
 #include "launcher/environment.h"
 #include "launcher/launch_config.h"
 #include "rendezvous/event_log.h"
+#include "rendezvous/rendezvous_state.h"
 #include "rendezvous/result.h"
 
 namespace ftrun::launcher {
@@ -24,6 +25,9 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
     boost::asio::io_context& io, const LaunchConfig& config, const EnvMap& env,
     const std::string& fqdn, const std::string& node_id,
     std::shared_ptr<rendezvous::EventLog> event_log);
+
+// The job as the rendezvous state machine sees it, from the agent's options.
+rendezvous::JobSpec JobSpecFrom(const LaunchConfig& config);
 
 // The rendezvous server's network-check settings from the agents' options.
 rendezvous::CheckSettings CheckSettingsFrom(const PreflightConfig& p, int max_nodes);

@@ -12,7 +12,17 @@ packages=(
   python3 python3-torch python3-yaml shellcheck iproute2 procps
   # packaging (cpack -G DEB): dpkg-shlibdeps
   dpkg-dev file
+  # tests: fuzz_replay compiles the fuzz targets, one of which uses LLVM's header-only
+  # FuzzedDataProvider (this package ships it)
+  libclang-rt-14-dev
 )
+# --fuzz: also clang (libFuzzer and the sanitizer runtimes come with libclang-rt-14-dev).
+for arg in "$@"; do
+  case "$arg" in
+    --fuzz) packages+=(clang) ;;
+    *) echo "usage: $0 [--fuzz]" >&2; exit 2 ;;
+  esac
+done
 
 missing=()
 for p in "${packages[@]}"; do

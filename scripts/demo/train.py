@@ -9,6 +9,9 @@ Python helper (scripts/python/ftrun):
     last step it completed (ftrun's fault-time save) before the job restarts;
   * at start every rank resumes from the newest complete checkpoint.
 --crash-rank R --crash-step K SIGKILLs rank R at the start of step K on the first attempt.
+--global-batch G makes a step's data independent of the world size (the chaos run changes it):
+the step's G samples are split evenly among the ranks, so any world size dividing G computes
+the same update.
 Under torchrun (no ftrun agent) the helper does nothing and only periodic checkpoints exist.
 
   ftrun --nproc-per-node 4 --max-restarts 2 scripts/demo/train.py --steps 60 --out /tmp/run
@@ -44,6 +47,14 @@ def parse_args():
     p.add_argument("--hang-step", type=int, default=-1)
     p.add_argument("--broken-save", choices=["raise", "hang", "partial"], default=None,
                    help="make the fault-time save handler fail (periodic saves still work)")
+    p.add_argument("--hang-save-once", default=None, metavar="FILE",
+                   help="while FILE exists, the first rank to save claims it and hangs")
+    p.add_argument("--global-batch", type=int, default=0,
+                   help="samples per step for the whole job, split among the ranks")
+    p.add_argument("--progress", default=None, metavar="FILE",
+                   help="rank 0 appends '<pid> <step>' here after each completed step")
+    p.add_argument("--attempt-log", default=None, metavar="FILE",
+                   help="rank 0 appends one JSON line per attempt (world size, resume step)")
     return p.parse_args()
 
 
@@ -57,6 +68,14 @@ def batch(step, rank, size):
     x = torch.randn(size, 8, generator=g)
     y = (x[:, :1] * 2.0 - x[:, 1:2] + 0.5 * x[:, 2:3] ** 2)
     return x, y
+
+
+def global_batch(step, rank, world, size):
+    """Rows rank, rank+world, ... of the step's `size` samples: the same data for any world."""
+    g = torch.Generator().manual_seed(step)
+    x = torch.randn(size, 8, generator=g)
+    y = (x[:, :1] * 2.0 - x[:, 1:2] + 0.5 * x[:, 2:3] ** 2)
+    return x[rank::world], y[rank::world]
 
 
 def flat_weights(model):
@@ -88,6 +107,13 @@ def main():
                    os.path.join(directory, "state.pt"))
 
     def fault_time_save(step, directory):
+        if args.hang_save_once:
+            try:
+                os.rename(args.hang_save_once, f"{args.hang_save_once}.taken.{rank}")
+                print(f"rank {rank}: fault-time save hangs (injected once)", flush=True)
+                time.sleep(3600)
+            except FileNotFoundError:
+                pass
         if args.broken_save == "raise":
             raise OSError("injected: the checkpoint storage is gone")
         if args.broken_save in ("hang", "partial"):
@@ -109,6 +135,14 @@ def main():
         ft.report(ckpt.step)
     if rank == 0:
         print(f"attempt {attempt}: world_size={world} resuming at step {start}", flush=True)
+        if args.attempt_log:
+            with open(args.attempt_log, "a") as f:
+                f.write(json.dumps({"attempt": attempt, "world_size": world, "pid": os.getpid(),
+                                    "resumed_at": start, "time": time.time()}) + "\n")
+    if args.global_batch and args.global_batch % world:
+        print(f"--global-batch {args.global_batch} is not a multiple of the world size {world}",
+              file=sys.stderr, flush=True)
+        return 2
 
     loss = torch.tensor(0.0)
     with ft.guard():
@@ -119,7 +153,10 @@ def main():
             if attempt == 0 and rank == args.hang_rank and step == args.hang_step:
                 print(f"rank {rank}: injected hang at step {step}", flush=True)
                 time.sleep(3600)
-            x, y = batch(step, rank, args.batch)
+            if args.global_batch:
+                x, y = global_batch(step, rank, world, args.global_batch)
+            else:
+                x, y = batch(step, rank, args.batch)
             opt.zero_grad()
             loss = torch.nn.functional.mse_loss(model(x), y)
             loss.backward()
@@ -127,6 +164,9 @@ def main():
                 opt.step()
             if args.step_time:
                 time.sleep(args.step_time)
+            if rank == 0 and args.progress:
+                with open(args.progress, "a") as f:
+                    f.write(f"{os.getpid()} {step}\n")
             if rank == 0 and ((step + 1) % 10 == 0 or step + 1 == args.steps):
                 print(f"step {step + 1}/{args.steps} loss {loss.item():.4f}", flush=True)
             if rank == 0 and args.ckpt_every > 0 and (step + 1) % args.ckpt_every == 0:
