@@ -1,6 +1,7 @@
 // Fuzz target: --rdzv-conf (rendezvous_conf.h). The input is the option's value. For any
 // input: no crash, no sanitizer report; an accepted configuration holds only values the
 // agent can use (positive finite durations that can be armed as timers, attempts >= 1).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -55,7 +56,11 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   // watch waits one interval, sent in milliseconds as a uint32 (rendezvous_client.cc).
   FTRUN_FUZZ_CHECK(std::isfinite((conf->keep_alive_interval * conf->keep_alive_max_attempt).count()),
                    "liveness timeout");
-  volatile uint32_t wait_ms = static_cast<uint32_t>(conf->keep_alive_interval.count() * 1000);
+  FTRUN_FUZZ_CHECK(conf->keep_alive_interval.count() * conf->keep_alive_max_attempt <=
+                       ftrun::rendezvous::kMaxSeconds,
+                   "liveness timeout above the limit");
+  volatile uint32_t wait_ms = static_cast<uint32_t>(
+      std::clamp(conf->keep_alive_interval.count() * 1000, 0.0, 3.6e6));
   (void)wait_ms;
   if (conf->rank) FTRUN_FUZZ_CHECK(*conf->rank >= 0, "rank");
   return 0;

@@ -13,6 +13,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <string>
 #include <vector>
@@ -85,6 +87,11 @@ class Harness {
     const int node = (op >> 4) % kNodes;
     Advance(milliseconds(25 * in_.ConsumeIntegral<uint8_t>()));
     const std::string id = NodeId(node);
+    if (trace_) {
+      std::fprintf(stderr, "op %d on %s at %.3fs: phase %d round %llu\n", op & 15, id.c_str(),
+                   Seconds(), static_cast<int>(state_.phase()),
+                   static_cast<unsigned long long>(state_.round()));
+    }
     switch (op & 15) {
       case 0: JoinFromWire(node); break;
       case 1: JoinWellFormed(node); break;
@@ -105,6 +112,10 @@ class Harness {
   }
 
  private:
+  double Seconds() const {
+    return std::chrono::duration<double>(now_ - TimePoint(std::chrono::hours(1000))).count();
+  }
+
   uint64_t Round() {
     // Mostly the current round (what an agent reports), sometimes a stale or future one.
     switch (in_.ConsumeIntegralInRange(0, 7)) {
@@ -123,6 +134,11 @@ class Harness {
       const TimePoint at = std::max(*next, now_);
       state_.Tick(at);
       now_ = at;
+      if (trace_) {
+        std::fprintf(stderr, "tick at %.3fs: phase %d round %llu\n", Seconds(),
+                     static_cast<int>(state_.phase()),
+                     static_cast<unsigned long long>(state_.round()));
+      }
       auto after = state_.NextDeadline();
       FTRUN_FUZZ_CHECK(!after || *after > at, "Tick left a deadline that is already due: the "
                                               "server's timer would spin");
@@ -342,6 +358,8 @@ class Harness {
   TimePoint now_;
   rdzv::RendezvousState state_;
   uint64_t last_version_ = 0;
+  // FTRUN_FUZZ_TRACE=1: every call and tick on stderr (to replay a finding by hand).
+  const bool trace_ = std::getenv("FTRUN_FUZZ_TRACE") != nullptr;
 };
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "rendezvous/log.h"
 
@@ -89,8 +90,11 @@ bool FileTimerServer::HandleLine(const std::string& line) {
   auto expiration = number("expiration_time");
   auto sig = number("signal");
   auto scope = f.find("scope_id");
+  // pid and signal must be what they claim (found by fuzzing: a huge number overflowed the
+  // conversion to int).
   if (!pid || !expiration || !sig || scope == f.end() || !scope->second.has_string_value() ||
-      *pid <= 0 || std::isnan(*expiration)) {
+      !(*pid >= 1 && *pid <= std::numeric_limits<pid_t>::max()) || std::isnan(*expiration) ||
+      !(*sig >= 0 && *sig <= SIGRTMAX)) {
     return false;
   }
   auto key = std::make_pair(static_cast<pid_t>(*pid), scope->second.string_value());

@@ -319,6 +319,7 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (!(a.monitor_interval > 0)) {
     return Error{"--monitor-interval: must be > 0 seconds, got " + std::to_string(a.monitor_interval)};
   }
+  if (auto e = rendezvous::CheckMaxSeconds("--monitor-interval", a.monitor_interval)) return *e;
   c.monitor_interval = std::chrono::duration<double>(a.monitor_interval);
   c.role = a.role;
   if (c.role.empty()) return Error{"--role: must not be empty"};
@@ -342,13 +343,15 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   c.fault_save = a.fault_save == "on";
   if (a.save_timeout) {
     if (!(*a.save_timeout > 0)) return Error{"--save-timeout: must be > 0 seconds"};
+    if (auto e = rendezvous::CheckMaxSeconds("--save-timeout", *a.save_timeout)) return *e;
     c.save_timeout = std::chrono::duration<double>(*a.save_timeout);
   } else {
     auto ttp = TtpSaveTimeout(env);
     if (!ttp) return ttp.error();
     if (*ttp) c.save_timeout = **ttp;
   }
-  if (a.hang_timeout < 0) return Error{"--hang-timeout: must be >= 0 seconds"};
+  if (!(a.hang_timeout >= 0)) return Error{"--hang-timeout: must be >= 0 seconds"};
+  if (auto e = rendezvous::CheckMaxSeconds("--hang-timeout", a.hang_timeout)) return *e;
   c.hang_timeout = std::chrono::duration<double>(a.hang_timeout);
 
   if (auto s = ParseRendezvous(a, c); !s) return s.error();

@@ -5,6 +5,8 @@
 #include <cctype>
 #include <filesystem>
 
+#include "rendezvous/rendezvous_conf.h"
+
 namespace ftrun::launcher {
 
 Result<uint64_t> ParseByteSize(const std::string& option, const std::string& text) {
@@ -49,6 +51,9 @@ Status BuildPreflightConfig(const TorchrunArgs& a, const EnvMap& env, const std:
   if (!(a.network_check_timeout > 0)) {
     return Error{"--network-check-timeout: must be > 0 seconds"};
   }
+  if (auto e = rendezvous::CheckMaxSeconds("--network-check-timeout", a.network_check_timeout)) {
+    return *e;
+  }
   p.timeout = std::chrono::duration<double>(a.network_check_timeout);
   if (a.min_network_bandwidth && !(*a.min_network_bandwidth > 0)) {
     return Error{"--min-network-bandwidth: must be > 0 MB/s"};
@@ -82,6 +87,7 @@ Status BuildPreflightConfig(const TorchrunArgs& a, const EnvMap& env, const std:
   p.switchbox_min_bandwidth_mbps = a.min_bandwidth;
   p.switchbox_min_channels = a.min_channels;
   if (!(a.switchbox_timeout > 0)) return Error{"--switchbox-timeout: must be > 0 seconds"};
+  if (auto e = rendezvous::CheckMaxSeconds("--switchbox-timeout", a.switchbox_timeout)) return *e;
   p.switchbox_timeout = std::chrono::duration<double>(a.switchbox_timeout);
   p.default_probe = a.switchbox_probe.empty();
   p.switchbox_probe = p.default_probe

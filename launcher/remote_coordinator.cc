@@ -52,6 +52,10 @@ void RemoteCoordinator::Join() {
   if (shutting_down_) return;
   ++join_attempts_;
   if (auto port = PickFreePort()) opts_.node.free_port = *port;
+  if (auto round = follower_->started_round()) {  // a server that forgot us goes on from here
+    opts_.node.next_round = *round + 1;
+    opts_.node.restart_count = follower_->last_view().restart_count;
+  }
   client_.Join(opts_.node, [this](const RpcOutcome& out) { OnJoined(out); });
 }
 

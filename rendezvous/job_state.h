@@ -124,6 +124,8 @@ struct NodeInfo {
   int nproc_per_node = 1;
   int free_port = 0;      // a port free on this node now: the round's MASTER_PORT if rank 0
   int probe_port = 0;     // its network-check probe listens here (0: none)
+  uint64_t next_round = 0;  // rejoining a restarted server: the round after its last one
+  int restart_count = 0;    // and the restarts the job had spent (carried on while forming)
 };
 
 // One node's view of the job, sent to it whenever the job changes.

@@ -3,6 +3,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <boost/asio/executor_work_guard.hpp>
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <mutex>
 #include <set>
@@ -143,7 +144,8 @@ void RendezvousClient::Watch(uint64_t known_version, Duration wait, Done done) {
   auto call = std::make_shared<C>();
   FillHeader(opts_, call->req.mutable_header());
   call->req.set_known_version(known_version);
-  call->req.set_wait_ms(static_cast<uint32_t>(wait.count() * 1000));
+  // The server caps the wait at seconds; the cap here only keeps the value in range.
+  call->req.set_wait_ms(static_cast<uint32_t>(std::clamp(wait.count() * 1000, 0.0, 3.6e6)));
   Launch(
       io_, calls_, call, wait + opts_.call_timeout, false,
       [](auto* stub, auto c, auto cb) {

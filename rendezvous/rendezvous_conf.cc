@@ -6,6 +6,8 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <fmt/format.h>
+
 namespace ftrun::rendezvous {
 namespace {
 
@@ -16,6 +18,16 @@ std::string Trim(std::string_view s) {
   return std::string(s.substr(b, e - b));
 }
 
+}  // namespace
+
+std::optional<Error> CheckMaxSeconds(const std::string& what, double seconds) {
+  if (seconds <= kMaxSeconds) return std::nullopt;
+  return Error{what + ": " + fmt::format("{:g}", seconds) +
+               " seconds is more than ftrun accepts (at most 1e9 s, about 31 years)"};
+}
+
+namespace {
+
 Result<Seconds> ParseSeconds(const std::string& key, const std::string& value) {
   char* end = nullptr;
   double v = std::strtod(value.c_str(), &end);
@@ -23,6 +35,7 @@ Result<Seconds> ParseSeconds(const std::string& key, const std::string& value) {
     return Error{"--rdzv-conf: key '" + key + "' needs a positive number of seconds, got '" +
                  value + "'"};
   }
+  if (auto e = CheckMaxSeconds("--rdzv-conf: key '" + key + "'", v)) return *e;
   return Seconds(v);
 }
 
@@ -119,6 +132,11 @@ Result<RendezvousConf> ParseRendezvousConf(std::string_view text) {
     } else {
       conf.warnings.push_back("--rdzv-conf: ignoring unknown key '" + key + "'");
     }
+  }
+  // A node is lost after interval * attempts.
+  if (auto e = CheckMaxSeconds("--rdzv-conf: keep_alive_interval * keep_alive_max_attempt",
+                               conf.keep_alive_interval.count() * conf.keep_alive_max_attempt)) {
+    return *e;
   }
   return conf;
 }

@@ -15,6 +15,13 @@ namespace ftrun::rendezvous {
 
 using Seconds = std::chrono::duration<double>;
 
+// The longest duration ftrun takes from a user, about 31 years: a longer one cannot be armed
+// as a timer (the steady clock counts nanoseconds in 64 bits, about 292 years).
+inline constexpr double kMaxSeconds = 1e9;
+// An error naming `what` when `seconds` is above kMaxSeconds (found by fuzzing: such values
+// overflowed the deadlines computed from them).
+std::optional<Error> CheckMaxSeconds(const std::string& what, double seconds);
+
 struct RendezvousConf {
   Seconds timeout{900};              // static: how long agents wait for node 0
   Seconds join_timeout{600};         // dynamic: a round must form within this

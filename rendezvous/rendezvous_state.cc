@@ -94,6 +94,13 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
   }
   nodes_[info.node_id] = Node{info, now, std::nullopt, next_join_seq_++};
   events_.push_back({"node_joined", info.node_id, info.host, "", {}});
+  if (phase_ == Phase::kForming && (info.next_round > round_ ||
+                                    info.restart_count > restart_count_)) {
+    // A node of this job's earlier server (restarted): go on from where it was.
+    round_ = std::max(round_, info.next_round);
+    restart_count_ = std::max(restart_count_, info.restart_count);
+    Changed();
+  }
   switch (phase_) {
     case Phase::kForming:
       TryCompleteRound(now);
@@ -244,6 +251,9 @@ void RendezvousState::Fail(const std::string& reason, std::vector<WorkerFailure>
 void RendezvousState::StartForming(TimePoint now, bool reformation) {
   if (reformation) ++round_;
   phase_ = Phase::kForming;
+  // members_ now only orders the next round; no node of it counts as alive in a round (the
+  // job may fail before one forms, and its view must not count them; found by fuzzing).
+  alive_members_ = 0;
   reformation_ = reformation;
   forming_since_ = now;
   last_call_deadline_.reset();
@@ -405,7 +415,7 @@ NodeView RendezvousState::View(const std::string& node_id) const {
     v.save = o;
   }
   AddCheckTo(v, node_id);
-  const bool running = phase_ != Phase::kForming;
+  const bool running = phase_ != Phase::kForming && alive_members_ > 0;
   v.nodes_joined = running ? static_cast<int>(members_.size())
                            : std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);
   v.nodes_waiting = static_cast<int>(nodes_.size()) - (running ? alive_members_ : v.nodes_joined);

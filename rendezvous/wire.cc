@@ -39,6 +39,8 @@ void ToWire(const NodeInfo& in, v1::NodeInfo* out) {
   out->set_nproc_per_node(in.nproc_per_node);
   out->set_free_port(in.free_port);
   out->set_probe_port(in.probe_port);
+  out->set_next_round(in.next_round);
+  out->set_restart_count(in.restart_count);
 }
 
 NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
@@ -50,6 +52,8 @@ NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
   n.nproc_per_node = in.nproc_per_node();
   n.free_port = in.free_port();
   n.probe_port = in.probe_port();
+  n.next_round = in.next_round();
+  n.restart_count = in.restart_count();
   return n;
 }
 
@@ -234,6 +238,9 @@ Status CheckLimits(const v1::NodeInfo& node) {
   }
   if (node.free_port() < 0 || node.free_port() > 65535) {
     return Error{"free_port " + std::to_string(node.free_port()) + " out of range"};
+  }
+  if (node.restart_count() < 0) {
+    return Error{"restart_count " + std::to_string(node.restart_count()) + " is negative"};
   }
   if (node.probe_port() < 0 || node.probe_port() > 65535) {
     return Error{"probe_port " + std::to_string(node.probe_port()) + " out of range"};

@@ -10,6 +10,9 @@ independent global batch. The faults, one after another as the training progress
   stop-rank   SIGSTOP of a rank: a hang, caught by --hang-timeout
   kill-agent  SIGKILL of an agent; its node comes back a few seconds later, as a scheduler
               would restart it (the others go on with 2 nodes, then scale back up to 3)
+  kill-master SIGKILL of `ftrun master`, the process hosting the rendezvous server; it is
+              started again at once with no state (as a Kubernetes Deployment would), the
+              agents rejoin it and the job goes on (round and restart count carried on)
   hang-save   the next fault-time save handler hangs, then a rank is killed: the save times
               out (--save-timeout) and the job restarts from the last complete checkpoint
 At the end: the job finished (exit 0), the step count is exact, the final weights equal a
@@ -33,7 +36,7 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "scripts", "demo", "train.py")
-KINDS = ["kill-rank", "stop-rank", "kill-agent", "hang-save"]
+KINDS = ["kill-rank", "stop-rank", "kill-agent", "kill-master", "hang-save"]
 
 
 def log(msg):
@@ -81,6 +84,7 @@ class Job:
         self.agents = {}  # slot -> Popen
         self.starts = 0
         self.master = None
+        self.master_starts = 0
         # is_host=0: the agents share the master's host, and none of them may serve the
         # rendezvous itself (any agent may be killed).
         conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,is_host=0"
@@ -92,12 +96,14 @@ class Job:
                 "--ckpt-every", "20", "--step-time", str(self.args.step_time), "--out", out]
 
     def start_master(self):
+        self.master_starts += 1
         self.master = subprocess.Popen(
             [self.args.ftrun, "master", "--port", str(self.port), "--nnodes", "2:3",
              "--rdzv-id", "chaos", "--max-restarts", "30", "--save-timeout", "10",
              "--rdzv-conf", "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3",
              "--event-log", os.path.join(self.out, "events.jsonl")],
-            stdout=open(os.path.join(self.out, "master.log"), "w"), stderr=subprocess.STDOUT,
+            stdout=open(os.path.join(self.out, f"master.{self.master_starts}.log"), "w"),
+            stderr=subprocess.STDOUT,
             env=self.env)
 
     def start_agent(self, slot):
@@ -193,6 +199,12 @@ def inject(job, kind, rng):
         job.agents[slot].send_signal(signal.SIGKILL)
         job.agents[slot].wait()
         return slot
+    if kind == "kill-master":
+        log(f"SIGKILL ftrun master (pid {job.master.pid}); started again at once")
+        job.master.send_signal(signal.SIGKILL)
+        job.master.wait()
+        job.start_master()
+        return None
     workers = job.workers()
     if not workers:
         return None

@@ -6,6 +6,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <fstream>
+#include <memory>
 
 #include "launcher/host.h"
 #include "tests/support/test_support.h"
@@ -250,6 +251,38 @@ TEST_F(MultiNode, StandaloneMasterServesTheJob) {
   EXPECT_NE(rm.err.find("job finished outcome=succeeded"), std::string::npos) << rm.err;
   // Neither agent hosted the server (the master holds the port).
   EXPECT_EQ(ra.err.find("rendezvous server listening"), std::string::npos);
+}
+
+TEST_F(MultiNode, ARestartedMasterIsRejoinedWithRoundAndRestartCountCarriedOn) {
+  const std::vector<std::string> master_args = {"master", "--port", port_, "--nnodes", "2",
+                                                "--rdzv-id", "job", "--max-restarts", "3",
+                                                "--rdzv-conf", kFastConf};
+  auto master = std::make_unique<ChildRun>(FtrunBinary(), master_args);
+  ASSERT_TRUE(WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s));
+  // Attempt 0: rank 1 fails (one restart spent); attempt 1 waits for "go".
+  std::vector<std::string> w = {"record", dir_ / "records", "if-attempt", "0", "if-rank", "1",
+                                "exit", "1", "wait-file", dir_ / "go"};
+  const auto conf = Dynamic("2", {"--rdzv-conf", std::string(kFastConf) + ",is_host=0"});
+  ChildRun a(FtrunBinary(), Cmd(conf, w));
+  ChildRun b(FtrunBinary(), Cmd(conf, w));
+  ASSERT_TRUE(WaitFor([&] { return Count("attempt=1") == 4; }, 30s)) << a.Err() << b.Err();
+  // The master dies and is started again at once (as a Deployment would), with no state.
+  master->Signal(SIGKILL);
+  master->Wait(10s);
+  master = std::make_unique<ChildRun>(FtrunBinary(), master_args);
+  // The agents rejoin; the new round numbers on, and the restart spent still counts.
+  ASSERT_TRUE(WaitFor([&] { return Count("attempt=1") == 8; }, 30s)) << a.Err() << master->Err();
+  std::ofstream(dir_ / "go") << "";
+  auto ra = a.Wait(30s), rb = b.Wait(30s), rm = master->Wait(30s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_NE(ra.err.find("the rendezvous server no longer knows this node"), std::string::npos)
+      << ra.err;
+  EXPECT_NE(rm.err.find("round formed round=2 nodes=2 restart_count=1"), std::string::npos)
+      << rm.err;
+  EXPECT_LE(Count("attempt=0"), 4);  // the others may be stopped before they record
+  EXPECT_EQ(Count("attempt=2"), 0) << "rejoining spent no restart";
 }
 
 TEST_F(MultiNode, PortInUseIsOneClearLine) {

@@ -235,6 +235,13 @@ TEST(LaunchConfig, ValueErrors) {
   EXPECT_NE(ErrorOf({"--max-restarts", "-1"}).find("--max-restarts"), std::string::npos);
   EXPECT_NE(ErrorOf({"--monitor-interval", "0"}).find("--monitor-interval"), std::string::npos);
   EXPECT_NE(ErrorOf({"--role", ""}).find("--role"), std::string::npos);
+  for (const char* opt : {"--monitor-interval", "--save-timeout", "--hang-timeout",
+                          "--network-check-timeout", "--switchbox-timeout"}) {
+    EXPECT_NE(ErrorOf({opt, "1e12"}).find(std::string(opt) + ": 1e+12 seconds is more than "
+                                                             "ftrun accepts"),
+              std::string::npos)
+        << opt;
+  }
 }
 
 TEST(LaunchConfig, CommaList) {

@@ -54,6 +54,9 @@ TEST(RendezvousConf, ErrorsNameTheKey) {
       {"timeout=nan", "timeout"},            {"is_host=maybe", "is_host"},
       {"keep_alive_max_attempt=0", "keep_alive_max_attempt"},
       {"rank=x", "rank"},                    {"store_type=file", "store_type"},
+      // longer than a timer can hold (found by fuzzing)
+      {"join_timeout=6e87", "join_timeout"},
+      {"keep_alive_interval=1e8,keep_alive_max_attempt=11", "keep_alive_max_attempt"},
   };
   for (const auto& [text, expect] : cases) {
     auto c = ParseRendezvousConf(text);
