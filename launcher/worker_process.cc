@@ -6,9 +6,11 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/process/v2/environment.hpp>
 #include <boost/process/v2/process.hpp>
 #include <boost/process/v2/stdio.hpp>
@@ -81,8 +83,19 @@ std::string ExitStatus::Describe() const {
   return "exit code " + std::to_string(code);
 }
 
+// The exit is awaited on a pidfd of our own rather than with Boost's process handle: on
+// "readable" that handle calls a blocking waitpid, and the chaos run caught the pidfd of a
+// live worker reported readable (after a restarted master, a worker's exit started the next
+// round's worker and then dropped its own pidfd): the agent's loop blocked until that worker
+// exited, a minute later. Here waitpid(WNOHANG) decides and a spurious wakeup waits again,
+// and the pidfd is deregistered (release) before it is closed, so that no registration can
+// outlive it.
 struct WorkerProcess::Impl {
-  bp::basic_process_handle<boost::asio::io_context::executor_type> handle;
+  explicit Impl(boost::asio::posix::stream_descriptor d) : pidfd(std::move(d)) {}
+  ~Impl() {
+    if (pidfd.is_open()) ::close(pidfd.release());
+  }
+  boost::asio::posix::stream_descriptor pidfd;
 };
 
 WorkerProcess::WorkerProcess(pid_t pid, std::unique_ptr<Impl> impl)
@@ -128,23 +141,41 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(boost::asio::io_cont
     return Error{"cannot start '" + exe + "': " + ec.message()};
   }
   pid_t pid = proc.id();
-  auto impl = std::make_unique<Impl>(Impl{proc.detach()});
+  // Boost's handle (and its pidfd) goes at once, before anything else is forked.
+  { auto boost_handle = proc.detach(); }
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));  // close-on-exec
+  if (fd < 0) {
+    const int err = errno;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);  // it was just killed: returns at once
+    return Error{"cannot watch '" + exe + "' (pidfd_open): " + std::strerror(err)};
+  }
+  auto impl = std::make_unique<Impl>(boost::asio::posix::stream_descriptor(io, fd));
   std::unique_ptr<WorkerProcess> wp(new WorkerProcess(pid, std::move(impl)));
-  WorkerProcess* self = wp.get();
-  std::weak_ptr<bool> alive = wp->alive_;
-  self->impl_->handle.async_wait(
-      [self, alive, on_exit = std::move(on_exit)](bp::error_code wait_ec, int status) {
-        auto a = alive.lock();
-        if (!a || !*a) return;  // the owner dropped us first
-        if (wait_ec) {
-          // Cannot normally happen (the pidfd is ours); report a failure rather than hang.
-          Logger("worker")->error("waiting for pid={} failed: {}", self->pid_, wait_ec.message());
-          status = 0xff00;  // exit code 255
-        }
-        self->exited_ = true;
-        on_exit(DecodeWaitStatus(status));
-      });
+  wp->on_exit_ = std::move(on_exit);
+  wp->AwaitExit();
   return wp;
+}
+
+void WorkerProcess::AwaitExit() {
+  std::weak_ptr<bool> alive = alive_;
+  impl_->pidfd.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                          [this, alive](const boost::system::error_code& ec) {
+    auto a = alive.lock();
+    if (!a || !*a) return;  // the owner dropped us first
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == 0 && !ec) return AwaitExit();  // a spurious wakeup: it still runs
+    if (r != pid_) {
+      // Cannot normally happen (the child is ours); report a failure rather than hang.
+      Logger("worker")->error("waiting for pid={} failed: {}", pid_,
+                              ec ? ec.message() : std::string(std::strerror(errno)));
+      status = 0xff00;  // exit code 255
+    }
+    exited_ = true;
+    auto on_exit = std::move(on_exit_);  // it may destroy this object
+    on_exit(DecodeWaitStatus(status));
+  });
 }
 
 void WorkerProcess::SignalGroup(int sig) {

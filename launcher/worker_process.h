@@ -2,8 +2,8 @@
 //
 // The child runs in its own process group, gets PR_SET_PDEATHSIG=SIGKILL (it never outlives
 // a SIGKILLed agent), default SIGPIPE, an empty signal mask, and inherits only fds 0-2.
-// Its exit is an event on the io_context (pidfd based, via Boost.Process v2): `on_exit` is
-// posted exactly once, unless the object is destroyed first.
+// Boost.Process v2 starts it; its exit is an event on the io_context (a pidfd): `on_exit` is
+// called exactly once, unless the object is destroyed first.
 //
 // Thread: loop only. Ownership: the owner keeps the object until on_exit has run; the
 // destructor never blocks and never kills (a child still running then keeps running, and a
@@ -71,11 +71,13 @@ class WorkerProcess {
  private:
   struct Impl;
   WorkerProcess(pid_t pid, std::unique_ptr<Impl> impl);
+  void AwaitExit();  // one wait on the pidfd; again after a spurious wakeup
 
   pid_t pid_;
   bool exited_ = false;
   std::chrono::steady_clock::time_point start_time_;
   std::unique_ptr<Impl> impl_;
+  ExitHandler on_exit_;
   std::shared_ptr<bool> alive_;  // lets a late completion see that the object is gone
 };
 
