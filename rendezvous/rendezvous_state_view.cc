@@ -1,0 +1,53 @@
+// RendezvousState, continued: what one node sees of the job (its view).
+#include "rendezvous/rendezvous_state.h"
+
+#include <algorithm>
+
+namespace ftrun::rendezvous {
+
+NodeView RendezvousState::View(const std::string& node_id) const {
+  NodeView v;
+  v.version = version_;
+  v.phase = phase_;
+  v.round = round_;
+  v.restart_count = restart_count_;
+  v.max_restarts = spec_.max_restarts;
+  v.reason = reason_;
+  if (phase_ == Phase::kStopping || phase_ == Phase::kFailed || phase_ == Phase::kSaving) {
+    v.failures = failures_;
+  }
+  if (phase_ == Phase::kSaving) {
+    SaveOrder o;
+    o.id = save_->id();
+    o.collecting = save_->stage() == SaveRound::Stage::kCollecting;
+    if (save_->decision()) {
+      o.step = save_->decision()->step;
+      o.savers = save_->decision()->savers;
+    }
+    o.finalize = save_->stage() == SaveRound::Stage::kFinalizing;
+    o.finalizer = save_->finalizer();
+    v.save = o;
+  }
+  AddCheckTo(v, node_id);
+  const bool running = phase_ != Phase::kForming && alive_members_ > 0;
+  v.nodes_joined = running ? static_cast<int>(members_.size())
+                           : std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);
+  v.nodes_waiting = static_cast<int>(nodes_.size()) - (running ? alive_members_ : v.nodes_joined);
+  auto it = rank_of_.find(node_id);
+  if (running && it != rank_of_.end()) {
+    v.member = true;
+    NodeAssignment& a = v.assignment;
+    a.round = round_;
+    a.restart_count = restart_count_;
+    a.max_restarts = spec_.max_restarts;
+    a.group_rank = it->second;
+    a.group_world_size = static_cast<int>(members_.size());
+    a.base_rank = base_rank_[it->second];
+    a.world_size = world_size_;
+    a.master_addr = master_addr_;
+    a.master_port = master_port_;
+  }
+  return v;
+}
+
+}  // namespace ftrun::rendezvous
