@@ -16,6 +16,7 @@
 #include "launcher/dlrover_config.h"
 #include "launcher/job_setup.h"
 #include "launcher/launch_config.h"
+#include "launcher/local_coordinator.h"
 #include "launcher/msrun_config.h"
 #include "rendezvous/rendezvous_state.h"
 
@@ -25,15 +26,9 @@ namespace {
 using namespace launcher;
 using rendezvous::Duration;
 
-// The job the agent's rendezvous state machine gets, with LocalCoordinator's overrides for
-// one node.
+// The job the agent's rendezvous state machine gets (LocalCoordinator's for one node).
 rendezvous::JobSpec SpecOf(const LaunchConfig& c) {
-  rendezvous::JobSpec job = JobSpecFrom(c);
-  if (c.max_nodes == 1) {
-    job.liveness_timeout = std::chrono::hours(24 * 365);
-    job.join_timeout = std::chrono::hours(24 * 365);
-  }
-  return job;
+  return c.max_nodes == 1 ? OneNodeJob(JobSpecFrom(c)) : JobSpecFrom(c);
 }
 
 // Uses an accepted configuration as the agent does; a value it cannot use is a finding.

@@ -12,6 +12,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/udp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
 
 namespace ftrun::launcher {
@@ -94,37 +95,28 @@ bool IsThisHost(const std::string& host, const std::string& fqdn) {
 }
 
 Result<std::string> ResolveIPv4(const std::string& host) {
-  in_addr a{};
-  if (::inet_pton(AF_INET, host.c_str(), &a) == 1) return Ok(host);
-  addrinfo hints{};
-  hints.ai_family = AF_INET;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  if (int rc = ::getaddrinfo(host.c_str(), nullptr, &hints, &res); rc != 0 || res == nullptr) {
-    return Error{"cannot resolve '" + host + "' to an IPv4 address: " + ::gai_strerror(rc)};
+  boost::asio::io_context io;
+  boost::system::error_code ec;
+  auto results = boost::asio::ip::tcp::resolver(io).resolve(boost::asio::ip::tcp::v4(), host,
+                                                             "", ec);
+  if (ec || results.empty()) {
+    return Error{"cannot resolve '" + host + "' to an IPv4 address: " +
+                 (ec ? ec.message() : std::string("no address"))};
   }
-  std::string ip = Numeric(res->ai_addr);
-  ::freeaddrinfo(res);
-  return Ok(ip);
+  return Ok(results.begin()->endpoint().address().to_string());
 }
 
 std::string LocalAddressToward(const std::string& ip) {
-  int fd = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) return "";
-  sockaddr_in peer{};
-  peer.sin_family = AF_INET;
-  peer.sin_port = htons(9);  // any port: connect() on UDP only picks the route
-  std::string out;
-  if (::inet_pton(AF_INET, ip.c_str(), &peer.sin_addr) == 1 &&
-      ::connect(fd, reinterpret_cast<sockaddr*>(&peer), sizeof peer) == 0) {
-    sockaddr_in self{};
-    socklen_t len = sizeof self;
-    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) == 0) {
-      out = Numeric(reinterpret_cast<sockaddr*>(&self));
-    }
-  }
-  ::close(fd);
-  return out;
+  // connect() on a UDP socket sends nothing; it only picks the route (any port will do).
+  boost::asio::io_context io;
+  boost::system::error_code ec;
+  const auto peer = boost::asio::ip::make_address_v4(ip, ec);
+  if (ec) return "";
+  boost::asio::ip::udp::socket socket(io);
+  socket.connect({peer, 9}, ec);
+  if (ec) return "";
+  const auto self = socket.local_endpoint(ec);
+  return ec ? "" : self.address().to_string();
 }
 
 Result<int> PickFreePort() {

@@ -9,9 +9,13 @@ namespace ftrun::launcher {
 
 LocalCoordinator::LocalCoordinator(boost::asio::io_context& io, LocalCoordinatorOptions options)
     : io_(io), opts_(std::move(options)), timer_(io) {
-  // One node that cannot get lost: no liveness, no deadlines that matter.
-  opts_.job.liveness_timeout = std::chrono::hours(24 * 365);
-  opts_.job.join_timeout = std::chrono::hours(24 * 365);
+  opts_.job = OneNodeJob(std::move(opts_.job));
+}
+
+rendezvous::JobSpec OneNodeJob(rendezvous::JobSpec job) {
+  job.liveness_timeout = std::chrono::hours(24 * 365);
+  job.join_timeout = std::chrono::hours(24 * 365);
+  return job;
 }
 
 uint64_t LocalCoordinator::Round() const {

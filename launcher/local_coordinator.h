@@ -18,6 +18,10 @@
 
 namespace ftrun::launcher {
 
+// `job` as this coordinator runs it: one node that cannot get lost, so no liveness and no
+// deadlines that matter.
+rendezvous::JobSpec OneNodeJob(rendezvous::JobSpec job);
+
 struct LocalCoordinatorOptions {
   rendezvous::JobSpec job;  // min = max = 1
   rendezvous::NodeInfo node;
