@@ -4,16 +4,9 @@
 #include "rendezvous/log.h"
 #include "rendezvous/metrics_server.h"
 #include "rendezvous/rendezvous_server.h"
+#include "rendezvous/rendezvous_server_call.h"
 
 namespace ftrun::rendezvous {
-namespace {
-
-auto& Log() {
-  static auto logger = Logger("rendezvous");
-  return logger;
-}
-
-}  // namespace
 
 std::string RendezvousServer::RenderMetrics() const {
   NodeView v = state_.View("");

@@ -1,67 +1,15 @@
+// RendezvousState on a fake clock: forming rounds, membership, failures, restarts, static ranks.
 #include "rendezvous/rendezvous_state.h"
 
 #include <gtest/gtest.h>
+
+#include "tests/unit/rendezvous/rendezvous_state_fixture.h"
 
 namespace ftrun::rendezvous {
 namespace {
 
 using std::chrono::milliseconds;
 using std::chrono::seconds;
-
-// A fake clock: tests move time explicitly and call Tick.
-class RendezvousStateTest : public ::testing::Test {
- protected:
-  JobSpec Spec(int min, int max, int max_restarts = 0) {
-    JobSpec s;
-    s.run_id = "job";
-    s.min_nodes = min;
-    s.max_nodes = max;
-    s.max_restarts = max_restarts;
-    s.last_call_timeout = seconds(30);
-    s.join_timeout = seconds(600);
-    s.liveness_timeout = seconds(15);
-    s.disconnect_grace = seconds(1);
-    s.fault_save = false;  // the save phase has its own tests below
-    return s;
-  }
-  void Make(JobSpec spec) { state_.emplace(std::move(spec), now_); }
-  NodeInfo Node(const std::string& id, int nproc = 2, int node_rank = -1, int port = 0) {
-    NodeInfo n;
-    n.node_id = id;
-    n.addr = id + ".addr";
-    n.host = id + ".host";
-    n.node_rank = node_rank;
-    n.nproc_per_node = nproc;
-    n.free_port = port ? port : 1000 + static_cast<int>(id[0]);
-    return n;
-  }
-  void Join(const std::string& id, int nproc = 2, int node_rank = -1) {
-    auto refusal = state_->Join(Node(id, nproc, node_rank), now_);
-    ASSERT_FALSE(refusal) << refusal->message;
-  }
-  void Advance(std::chrono::duration<double> d) {
-    now_ += std::chrono::duration_cast<Clock::duration>(d);
-    // Keep everyone alive unless a test says otherwise.
-    for (const auto& id : alive_) state_->Seen(id, now_);
-    state_->Tick(now_);
-  }
-  void StopAll(uint64_t round, const std::vector<std::string>& ids) {
-    for (const auto& id : ids) state_->ReportStopped(id, round, 0, now_);
-  }
-  Phase phase() const { return state_->phase(); }
-  NodeView View(const std::string& id) const { return state_->View(id); }
-  WorkerFailure Failure(int rank, int exitcode = 1) {
-    WorkerFailure f;
-    f.rank = rank;
-    f.exitcode = exitcode;
-    f.host = "h";
-    return f;
-  }
-
-  TimePoint now_ = TimePoint() + seconds(1000);
-  std::optional<RendezvousState> state_;
-  std::vector<std::string> alive_;
-};
 
 TEST_F(RendezvousStateTest, CompletesAtMaxAtOnce) {
   Make(Spec(2, 2));
@@ -414,146 +362,6 @@ TEST_F(RendezvousStateTest, NodesOfARestartedServerCarryRoundAndRestartsOn) {
   ASSERT_FALSE(state_->Join(c, now_));
   EXPECT_EQ(View("c").round, 7u);
   EXPECT_EQ(View("c").restart_count, 2);
-}
-
-// ---- the fault-time save between a running round and its stop ----
-
-class SaveTest : public RendezvousStateTest {
- protected:
-  void SetUp() override {
-    JobSpec s = Spec(2, 2, /*max_restarts=*/3);
-    s.fault_save = true;
-    s.save_timeout = seconds(10);
-    s.collect_timeout = seconds(2);
-    Make(s);
-    Join("a");  // ranks 0, 1
-    Join("b");  // ranks 2, 3
-    ASSERT_EQ(phase(), Phase::kRunning);
-  }
-  static RankProgress P(int rank, int64_t step, bool healthy = true, bool updating = false) {
-    return RankProgress{rank, "", step, updating, healthy, true};
-  }
-};
-
-TEST_F(SaveTest, FailureCollectsProgressThenOrdersTheSaverThenStops) {
-  state_->ReportFailed("b", 0, {Failure(3)}, now_);
-  ASSERT_EQ(phase(), Phase::kSaving);
-  auto v = View("a");
-  ASSERT_TRUE(v.save);
-  EXPECT_TRUE(v.save->collecting);
-  EXPECT_EQ(v.restart_count, 1);
-  const uint64_t id = v.save->id;
-  state_->ReportProgress("b", 0, id, {P(2, 41), P(3, 42, false, true)}, now_);
-  EXPECT_TRUE(View("a").save->collecting);  // still waiting for a
-  state_->ReportProgress("a", 0, id, {P(0, 41), P(1, 41)}, now_);
-  v = View("b");
-  ASSERT_TRUE(v.save);
-  EXPECT_FALSE(v.save->collecting);
-  EXPECT_EQ(v.save->step, 41);
-  ASSERT_EQ(v.save->savers.size(), 1u);
-  EXPECT_EQ(v.save->savers[0].rank, 0);
-  // Another node cannot answer for rank 0.
-  state_->ReportSaved("b", 0, id, 0, false, true, "", now_);
-  EXPECT_EQ(phase(), Phase::kSaving);
-  state_->ReportSaved("a", 0, id, 0, false, true, "", now_);
-  ASSERT_EQ(phase(), Phase::kStopping);
-  EXPECT_NE(View("a").reason.find("restart 1/3; saved step 41 (saver 0)"), std::string::npos)
-      << View("a").reason;
-  EXPECT_EQ(View("a").failures.size(), 1u);
-  StopAll(0, {"a", "b"});
-  EXPECT_EQ(phase(), Phase::kRunning);
-}
-
-TEST_F(SaveTest, NoHandlerMeansNoSaveAndTheRestartProceeds) {
-  state_->ReportFailed("b", 0, {Failure(3)}, now_);
-  const uint64_t id = View("a").save->id;
-  state_->ReportProgress("a", 0, id, {}, now_);
-  state_->ReportProgress("b", 0, id, {}, now_);
-  ASSERT_EQ(phase(), Phase::kStopping);
-  EXPECT_NE(View("a").reason.find("no fault-time save: no rank registered a save handler"),
-            std::string::npos)
-      << View("a").reason;
-}
-
-TEST_F(SaveTest, SilentNodeDoesNotBlockCollection) {
-  state_->ReportFailed("b", 0, {Failure(3)}, now_);
-  const uint64_t id = View("a").save->id;
-  state_->ReportProgress("a", 0, id, {P(0, 7), P(1, 7)}, now_);
-  alive_ = {"a", "b"};
-  Advance(seconds(3));  // past the collect timeout: plan with what arrived
-  ASSERT_EQ(phase(), Phase::kSaving);
-  EXPECT_EQ(View("a").save->step, 7);
-}
-
-TEST_F(SaveTest, SaverFailureOrTimeoutAbandonsTheSaveButNotTheRestart) {
-  state_->ReportFailed("b", 0, {Failure(3)}, now_);
-  const uint64_t id = View("a").save->id;
-  state_->ReportProgress("a", 0, id, {P(0, 5), P(1, 5)}, now_);
-  state_->ReportProgress("b", 0, id, {P(2, 5)}, now_);
-  state_->ReportSaved("a", 0, id, 0, false, false, "disk full", now_);
-  ASSERT_EQ(phase(), Phase::kStopping);
-  EXPECT_NE(View("a").reason.find("save of step 5 failed on rank 0: disk full"),
-            std::string::npos);
-  StopAll(0, {"a", "b"});
-  // Second fault: the saver never answers.
-  state_->ReportFailed("a", 1, {Failure(1)}, now_);
-  const uint64_t id2 = View("a").save->id;
-  EXPECT_GT(id2, id);
-  state_->ReportProgress("a", 1, id2, {P(0, 9)}, now_);
-  state_->ReportProgress("b", 1, id2, {P(2, 9), P(3, 9)}, now_);
-  alive_ = {"a", "b"};
-  Advance(seconds(11));
-  ASSERT_EQ(phase(), Phase::kStopping);
-  EXPECT_NE(View("a").reason.find("save of step 9 timed out"), std::string::npos)
-      << View("a").reason;
-  EXPECT_EQ(View("a").restart_count, 2);
-}
-
-TEST_F(SaveTest, SeveralGroupsSaveThenOneFinalizes) {
-  state_->ReportFailed("b", 0, {Failure(3)}, now_);
-  const uint64_t id = View("a").save->id;
-  auto g = [](int rank, const std::string& group, int64_t step, bool healthy = true) {
-    return RankProgress{rank, group, step, false, healthy, true};
-  };
-  state_->ReportProgress("a", 0, id, {g(0, "x", 4), g(1, "y", 4)}, now_);
-  state_->ReportProgress("b", 0, id, {g(2, "x", 4), g(3, "y", 4, false)}, now_);
-  auto v = View("a");
-  ASSERT_EQ(v.save->savers.size(), 2u);
-  EXPECT_EQ(v.save->finalizer, 0);
-  state_->ReportSaved("a", 0, id, 1, false, true, "", now_);
-  state_->ReportSaved("a", 0, id, 0, false, true, "", now_);
-  v = View("b");
-  ASSERT_EQ(phase(), Phase::kSaving);
-  EXPECT_TRUE(v.save->finalize);
-  state_->ReportSaved("a", 0, id, 0, true, true, "", now_);
-  ASSERT_EQ(phase(), Phase::kStopping);
-  EXPECT_NE(View("a").reason.find("saved step 4 (savers 0,1)"), std::string::npos);
-}
-
-TEST_F(SaveTest, LostSaverNodeAbandonsTheSave) {
-  state_->ReportFailed("a", 0, {Failure(0)}, now_);
-  const uint64_t id = View("a").save->id;
-  state_->ReportProgress("a", 0, id, {P(0, 3, false), P(1, 3, false)}, now_);
-  state_->ReportProgress("b", 0, id, {P(2, 3), P(3, 3)}, now_);
-  ASSERT_EQ(View("a").save->savers[0].rank, 2);
-  state_->Leave("b", now_);
-  ASSERT_EQ(phase(), Phase::kStopping);
-  EXPECT_NE(View("a").reason.find("saver rank 2 failed"), std::string::npos) << View("a").reason;
-}
-
-TEST_F(SaveTest, FinalFailureSavesThenFails) {
-  JobSpec s = Spec(1, 1, 0);
-  s.fault_save = true;
-  Make(s);
-  Join("a");
-  state_->ReportFailed("a", 0, {Failure(1)}, now_);
-  ASSERT_EQ(phase(), Phase::kSaving);
-  const uint64_t id = View("a").save->id;
-  state_->ReportProgress("a", 0, id, {P(0, 12), P(1, 12, false)}, now_);
-  state_->ReportSaved("a", 0, id, 0, false, true, "", now_);
-  ASSERT_EQ(phase(), Phase::kFailed);
-  EXPECT_NE(View("a").reason.find("--max-restarts is 0; saved step 12"), std::string::npos);
-  EXPECT_EQ(View("a").failures.size(), 1u);
 }
 
 }  // namespace
