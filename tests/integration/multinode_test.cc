@@ -310,7 +310,10 @@ TEST_F(MultiNode, LosingTheHostAgentFailsTheOthersQuickly) {
 TEST_F(MultiNode, SignalledHostAgentEndsTheJobForEveryone) {
   ChildRun n0(FtrunBinary(), Cmd(Static(0), {"pidfile", dir_.path(), "sleep", "60"}));
   ChildRun n1(FtrunBinary(), Cmd(Static(1), {"pidfile", dir_.path(), "sleep", "60"}));
-  ASSERT_TRUE(WaitFor([&] { return ReadPid(dir_ / "3.pid") > 0; }, 20s));
+  // Ranks 0-1 run on n0, 2-3 on n1: n0 must have started its workers, or it dies of the
+  // signal as torchrun does.
+  ASSERT_TRUE(WaitFor([&] { return ReadPid(dir_ / "1.pid") > 0 && ReadPid(dir_ / "3.pid") > 0; },
+                      20s));
   n0.Signal(SIGTERM);
   auto r1 = n1.Wait(30s), r0 = n0.Wait(30s);
   EXPECT_EQ(r0.exit_code, 1);
