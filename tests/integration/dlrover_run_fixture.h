@@ -69,6 +69,21 @@ class DlroverRun : public ::testing::Test {
                 std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
     return Start(argv, env)->Wait(timeout);
   }
+  // Two agents of one job: the second starts once the first has joined (so the first is
+  // group 0). Empty, after a test failure naming the first agent's log, if it never joins.
+  std::vector<RunResult> RunTwoAgents(const std::vector<std::string>& argv,
+                                      const std::map<std::string, std::string>& env) {
+    auto a = Start(argv, env);
+    if (!WaitFor([&] { return a->Err().find("joined the job") != std::string::npos; },
+                 std::chrono::seconds(20))) {
+      ADD_FAILURE() << "the first agent did not join: " << a->Err();
+      return {};
+    }
+    auto b = Start(argv, env);
+    RunResult ra = a->Wait(std::chrono::seconds(30));
+    RunResult rb = b->Wait(std::chrono::seconds(30));
+    return {ra, rb};
+  }
   // A dry run: the summary of what would run, on stdout.
   RunResult DryRun(std::vector<std::string> options,
                    const std::map<std::string, std::string>& env = {}) {

@@ -153,11 +153,9 @@ TEST_F(DlroverRun, AutoConfigTakesTheNodeCountFromNodeNum) {
       {"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_}, {"NODE_NUM", "2"}};
   auto opts = Cmd({"--auto-config", "--nproc-per-node", "1", "--rdzv-conf", kFastConf},
                   {"record", dir_ / "records"});
-  auto a = Start(opts, env);
-  ASSERT_TRUE(WaitFor([&] { return Has(a->Err(), "joined the job"); }, 20s)) << a->Err();
-  auto b = Start(opts, env);
-  auto ra = a->Wait(30s), rb = b->Wait(30s);
-  for (const auto* r : {&ra, &rb}) {
+  auto runs = RunTwoAgents(opts, env);
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto* r : {&runs[0], &runs[1]}) {
     EXPECT_EQ(r->exit_code, 0) << r->err;
     EXPECT_TRUE(Has(r->err, "starting nnodes=2:2")) << r->err;
     EXPECT_TRUE(Has(r->err, "group_world_size=2")) << r->err;
@@ -179,11 +177,9 @@ TEST_F(DlroverRun, PrecheckOneRunsTheNetworkCheckBeforeTheWorkers) {
   auto opts = Cmd({"--nnodes", "2", "--precheck", "1", "--nproc-per-node", "1",
                    "--network-check-bytes", "1MiB", "--rdzv-conf", kFastConf},
                   {"record", dir_ / "records"});
-  auto a = Start(opts, env);
-  ASSERT_TRUE(WaitFor([&] { return Has(a->Err(), "joined the job"); }, 20s)) << a->Err();
-  auto b = Start(opts, env);
-  auto ra = a->Wait(30s), rb = b->Wait(30s);
-  for (const auto* r : {&ra, &rb}) {
+  auto runs = RunTwoAgents(opts, env);
+  ASSERT_EQ(runs.size(), 2u);
+  for (const auto* r : {&runs[0], &runs[1]}) {
     EXPECT_EQ(r->exit_code, 0) << r->err;
     // The table (header, the pair, both nodes, the median) in every agent's log, and the
     // workers only after it.
