@@ -13,11 +13,11 @@
 #include "fuzz/fuzz_support.h"
 #include "launcher/cli/msrun_args.h"
 #include "launcher/cli/torchrun_args.h"
-#include "launcher/dlrover_config.h"
-#include "launcher/job_setup.h"
-#include "launcher/launch_config.h"
-#include "launcher/local_coordinator.h"
-#include "launcher/msrun_config.h"
+#include "launcher/personality/dlrover/dlrover_config.h"
+#include "launcher/coordinator/job_setup.h"
+#include "launcher/config/launch_config.h"
+#include "launcher/coordinator/local_coordinator.h"
+#include "launcher/personality/msrun/msrun_config.h"
 #include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::fuzz {

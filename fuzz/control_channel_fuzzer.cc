@@ -21,8 +21,8 @@
 #include <vector>
 
 #include "fuzz/fuzz_support.h"
-#include "launcher/control_server.h"
-#include "rendezvous/json_message.h"
+#include "launcher/channels/control_server.h"
+#include "common/json_message.h"
 
 namespace {
 
@@ -75,7 +75,7 @@ void CheckAnswer(const std::string& answer) {
     size_t nl = answer.find('\n', start);
     FTRUN_FUZZ_CHECK(nl != std::string::npos, "an answer line without a newline");
     const std::string line = answer.substr(start, nl - start);
-    FTRUN_FUZZ_CHECK(ftrun::rendezvous::JsonMessage::Parse(line).has_value(),
+    FTRUN_FUZZ_CHECK(ftrun::JsonMessage::Parse(line).has_value(),
                      "the agent sent a line that is not JSON: " + line.substr(0, 200));
     start = nl + 1;
   }

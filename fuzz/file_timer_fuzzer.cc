@@ -16,7 +16,7 @@
 #include <string>
 
 #include "fuzz/fuzz_support.h"
-#include "launcher/file_timer_server.h"
+#include "launcher/channels/file_timer_server.h"
 
 namespace {
 

@@ -19,7 +19,7 @@
 #include <string_view>
 #include <vector>
 
-#include "rendezvous/log.h"
+#include "common/log.h"
 
 namespace ftrun::fuzz {
 

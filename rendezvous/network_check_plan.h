@@ -39,7 +39,7 @@
 #include <string>
 #include <vector>
 
-#include "rendezvous/json_message.h"
+#include "common/json_message.h"
 
 namespace ftrun::rendezvous {
 

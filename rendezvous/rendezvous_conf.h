@@ -9,7 +9,7 @@
 #include <string_view>
 #include <vector>
 
-#include "rendezvous/result.h"
+#include "common/result.h"
 
 namespace ftrun::rendezvous {
 

@@ -8,8 +8,8 @@
 #include <set>
 
 #include "ftrun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/log.h"
-#include "rendezvous/metrics_server.h"
+#include "common/log.h"
+#include "common/metrics_server.h"
 #include "rendezvous/rendezvous_server_call.h"
 #include "rendezvous/wire.h"
 

@@ -23,9 +23,9 @@
 #include <string>
 #include <thread>
 
-#include "rendezvous/event_log.h"
+#include "common/event_log.h"
 #include "rendezvous/rendezvous_state.h"
-#include "rendezvous/result.h"
+#include "common/result.h"
 
 namespace grpc {
 class Server;

@@ -10,7 +10,7 @@
 #include <string>
 
 #include "ftrun/v1/rendezvous.grpc.pb.h"
-#include "rendezvous/log.h"
+#include "common/log.h"
 #include "rendezvous/rendezvous_server.h"
 
 namespace ftrun::rendezvous {

@@ -1,8 +1,8 @@
 // RendezvousServer, continued: what it tells operators (logs, the event log, metrics).
 #include <fmt/format.h>
 
-#include "rendezvous/log.h"
-#include "rendezvous/metrics_server.h"
+#include "common/log.h"
+#include "common/metrics_server.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/rendezvous_server_call.h"
 

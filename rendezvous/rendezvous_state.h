@@ -29,7 +29,7 @@
 
 #include "rendezvous/job_state.h"
 #include "rendezvous/network_check_session.h"
-#include "rendezvous/result.h"
+#include "common/result.h"
 #include "rendezvous/save_round.h"
 
 namespace ftrun::rendezvous {

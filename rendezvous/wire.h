@@ -5,7 +5,7 @@
 
 #include "ftrun/v1/rendezvous.pb.h"
 #include "rendezvous/job_state.h"
-#include "rendezvous/result.h"
+#include "common/result.h"
 
 namespace ftrun::rendezvous {
 

@@ -10,7 +10,7 @@
 
 #include "launcher/cli/cli11_support.h"
 #include "launcher/cli/msrun_parser.h"
-#include "launcher/version.h"
+#include "common/version.h"
 
 namespace ftrun::launcher {
 namespace {

@@ -8,13 +8,13 @@
 #include <iostream>
 
 #include "launcher/cli/master_args.h"
-#include "launcher/host.h"
-#include "launcher/environment.h"
-#include "launcher/job_setup.h"
-#include "launcher/launch_config.h"
-#include "rendezvous/event_log.h"
-#include "rendezvous/log.h"
-#include "rendezvous/metrics_server.h"
+#include "launcher/config/host.h"
+#include "common/environment.h"
+#include "launcher/coordinator/job_setup.h"
+#include "launcher/config/launch_config.h"
+#include "common/event_log.h"
+#include "common/log.h"
+#include "common/metrics_server.h"
 #include "rendezvous/rendezvous_conf.h"
 #include "rendezvous/rendezvous_server.h"
 
@@ -97,7 +97,7 @@ int RunMaster(const std::vector<std::string>& argv) {
   std::string event_log = a.event_log.empty() ? Lookup(env, "FTRUN_EVENT_LOG").value_or("")
                                               : a.event_log;
   if (!event_log.empty()) {
-    auto opened = rendezvous::EventLog::Open(
+    auto opened = EventLog::Open(
         event_log, a.rdzv_id, "master:" + FullyQualifiedHostname() + ":" + std::to_string(::getpid()));
     if (!opened) {
       log->error("{}", opened.error().message);
@@ -122,9 +122,9 @@ int RunMaster(const std::vector<std::string>& argv) {
     log->error("{}", port.error().message);
     return 1;
   }
-  std::unique_ptr<rendezvous::MetricsServer> metrics;
+  std::unique_ptr<MetricsServer> metrics;
   if (a.metrics_port >= 0) {
-    metrics = std::make_unique<rendezvous::MetricsServer>(io, [&] { return server.RenderMetrics(); });
+    metrics = std::make_unique<MetricsServer>(io, [&] { return server.RenderMetrics(); });
     auto mport = metrics->Start(a.metrics_port);
     if (!mport) {
       log->error("{}", mport.error().message);

@@ -17,12 +17,12 @@
 
 #include "launcher/cli/msrun_args.h"
 #include "launcher/cli/run_job.h"
-#include "launcher/host.h"
-#include "launcher/msrun_config.h"
-#include "launcher/msrun_plan.h"
-#include "launcher/output_tee.h"
-#include "launcher/worker_process.h"
-#include "rendezvous/log.h"
+#include "launcher/config/host.h"
+#include "launcher/personality/msrun/msrun_config.h"
+#include "launcher/personality/msrun/msrun_plan.h"
+#include "launcher/workers/output_tee.h"
+#include "launcher/workers/worker_process.h"
+#include "common/log.h"
 
 namespace ftrun::launcher {
 namespace {

@@ -11,7 +11,7 @@
 
 #include "launcher/cli/cli11_support.h"
 #include "launcher/cli/msrun_args.h"
-#include "launcher/version.h"
+#include "common/version.h"
 
 namespace ftrun::launcher::cli11 {
 

@@ -2,11 +2,11 @@
 
 #include <csignal>
 
-#include "launcher/agent.h"
-#include "launcher/job_setup.h"
-#include "rendezvous/endpoint.h"
-#include "rendezvous/event_log.h"
-#include "rendezvous/log.h"
+#include "launcher/agent/agent.h"
+#include "launcher/coordinator/job_setup.h"
+#include "common/endpoint.h"
+#include "common/event_log.h"
+#include "common/log.h"
 
 namespace ftrun::launcher {
 
@@ -14,7 +14,7 @@ void PrintDryRunSummary(const LaunchConfig& c, const std::string& nproc_note,
                         std::ostream& out) {
   const bool is_static = c.backend == RendezvousBackend::kStatic;
   const std::string endpoint =
-      rendezvous::Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
+      Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
   out << "ftrun --dry-run: the command line is valid\n"
       << "  nodes:          " << c.min_nodes << ":" << c.max_nodes << "\n"
       << "  workers/node:   "
@@ -75,9 +75,9 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   std::signal(SIGPIPE, SIG_IGN);
 
   const std::string node_id = MakeNodeId(host.get());
-  std::shared_ptr<rendezvous::EventLog> events;
+  std::shared_ptr<EventLog> events;
   if (!config.event_log.empty()) {
-    auto opened = rendezvous::EventLog::Open(config.event_log, config.run_id, node_id);
+    auto opened = EventLog::Open(config.event_log, config.run_id, node_id);
     if (!opened) {
       log->error("{}", opened.error().message);
       return 1;

@@ -9,10 +9,10 @@
 #include <ostream>
 #include <string>
 
-#include "launcher/environment.h"
-#include "launcher/launch_config.h"
-#include "launcher/worker_plan.h"
-#include "rendezvous/result.h"
+#include "common/environment.h"
+#include "launcher/config/launch_config.h"
+#include "launcher/workers/worker_plan.h"
+#include "common/result.h"
 
 namespace ftrun::launcher {
 

@@ -4,17 +4,16 @@
 #include <sstream>
 
 #include "launcher/cli/status_args.h"
-#include "launcher/environment.h"
-#include "rendezvous/endpoint.h"
-#include "rendezvous/json_message.h"
-#include "rendezvous/log.h"
+#include "common/environment.h"
+#include "common/endpoint.h"
+#include "common/json_message.h"
+#include "common/log.h"
 #include "rendezvous/rendezvous_client.h"
 
 namespace ftrun::launcher {
 namespace {
 
 using rendezvous::JobStatus;
-using rendezvous::JsonMessage;
 
 std::string Ranks(const rendezvous::NodeStatus& n) {
   if (n.group_rank < 0) return "-";
@@ -81,7 +80,7 @@ int RunStatus(const std::vector<std::string>& argv) {
     return 2;
   }
   const StatusArgs& a = cmd.args;
-  auto ep = rendezvous::ParseEndpoint(a.endpoint, 29400, "endpoint");
+  auto ep = ParseEndpoint(a.endpoint, 29400, "endpoint");
   if (!ep) {
     std::cerr << "ftrun status: error: " << ep.error().message << std::endl;
     return 2;

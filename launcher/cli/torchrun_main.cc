@@ -6,15 +6,15 @@
 
 #include "launcher/cli/run_job.h"
 #include "launcher/cli/torchrun_args.h"
-#include "launcher/dlrover_config.h"
-#include "launcher/numa_affinity.h"
-#include "launcher/host.h"
-#include "launcher/launch_config.h"
-#include "launcher/log_dir.h"
-#include "launcher/torchrun_plan.h"
-#include "launcher/worker_env.h"
-#include "launcher/worker_process.h"
-#include "rendezvous/log.h"
+#include "launcher/personality/dlrover/dlrover_config.h"
+#include "launcher/personality/dlrover/numa_affinity.h"
+#include "launcher/config/host.h"
+#include "launcher/config/launch_config.h"
+#include "launcher/workers/log_dir.h"
+#include "launcher/personality/torchrun/torchrun_plan.h"
+#include "launcher/workers/worker_env.h"
+#include "launcher/workers/worker_process.h"
+#include "common/log.h"
 
 namespace ftrun::launcher {
 namespace {

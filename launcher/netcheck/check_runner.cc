@@ -7,7 +7,7 @@
 #include <boost/asio/steady_timer.hpp>
 #include <map>
 
-#include "rendezvous/log.h"
+#include "common/log.h"
 
 namespace ftrun::launcher {
 

@@ -15,9 +15,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/environment.h"
+#include "common/environment.h"
 #include "launcher/netcheck/pair_probe.h"
-#include "launcher/worker_process.h"
+#include "launcher/workers/worker_process.h"
 #include "rendezvous/job_state.h"
 
 namespace ftrun::launcher {

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "launcher/netcheck/probe_wire.h"
-#include "rendezvous/log.h"
+#include "common/log.h"
 
 namespace ftrun::launcher {
 

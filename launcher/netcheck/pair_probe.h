@@ -33,7 +33,7 @@
 #include <memory>
 #include <string>
 
-#include "rendezvous/result.h"
+#include "common/result.h"
 
 namespace ftrun::launcher {
 

@@ -11,7 +11,7 @@
 
 #include "launcher/netcheck/pair_probe.h"
 #include "launcher/netcheck/probe_wire.h"
-#include "rendezvous/log.h"
+#include "common/log.h"
 
 namespace ftrun::launcher {
 

@@ -11,7 +11,7 @@
 #include <optional>
 #include <set>
 
-#include "launcher/launch_config.h"
+#include "launcher/config/launch_config.h"
 
 namespace ftrun::launcher {
 namespace {

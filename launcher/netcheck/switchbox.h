@@ -27,8 +27,8 @@
 #include <string>
 #include <vector>
 
-#include "launcher/environment.h"
-#include "rendezvous/result.h"
+#include "common/environment.h"
+#include "common/result.h"
 
 namespace ftrun::launcher {
 

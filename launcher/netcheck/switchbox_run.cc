@@ -13,9 +13,9 @@
 #include <map>
 
 #include "launcher/netcheck/switchbox.h"
-#include "launcher/template.h"
-#include "launcher/worker_process.h"
-#include "rendezvous/log.h"
+#include "launcher/workers/template.h"
+#include "launcher/workers/worker_process.h"
+#include "common/log.h"
 
 namespace ftrun::launcher {
 namespace {

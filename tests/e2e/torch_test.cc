@@ -9,7 +9,7 @@
 #include <set>
 #include <regex>
 
-#include "launcher/host.h"
+#include "launcher/config/host.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "launcher/environment.h"
-#include "launcher/host.h"
-#include "launcher/launch_config.h"
+#include "common/environment.h"
+#include "launcher/config/host.h"
+#include "launcher/config/launch_config.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
@@ -31,7 +31,7 @@ inline bool Has(const std::string& text, const std::string& needle) {
 
 // This host has an NVIDIA GPU (then --numa-affinity and --auto-config behave differently).
 inline bool HostHasGpu() {
-  return launcher::DetectHostFacts(launcher::CurrentEnvironment()).gpu_count > 0;
+  return launcher::DetectHostFacts(CurrentEnvironment()).gpu_count > 0;
 }
 
 class DlroverRun : public ::testing::Test {
@@ -44,7 +44,7 @@ class DlroverRun : public ::testing::Test {
     std::vector<std::string> out = {"DLROVER_MASTER_ADDR", "ELASTIC_JOB_NAME", "NODE_NUM",
                                     "HCCL_IF_BASE_PORT", "DLROVER_TRAINING_ELASTIC_MODE",
                                     "LOGLEVEL", "CUDA_VISIBLE_DEVICES", "FTRUN_EVENT_LOG"};
-    for (const auto& [k, v] : launcher::CurrentEnvironment()) {
+    for (const auto& [k, v] : CurrentEnvironment()) {
       if (k.rfind("PET_", 0) == 0) out.push_back(k);
     }
     return out;

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "launcher/host.h"
+#include "launcher/config/host.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {

@@ -16,7 +16,7 @@
 #include <system_error>
 #include <vector>
 
-#include "launcher/host.h"
+#include "launcher/config/host.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {

@@ -8,7 +8,7 @@
 #include <fstream>
 #include <memory>
 
-#include "launcher/host.h"
+#include "launcher/config/host.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {

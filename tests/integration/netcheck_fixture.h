@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "launcher/host.h"
+#include "launcher/config/host.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {

@@ -11,7 +11,7 @@
 #include <fstream>
 #include <regex>
 
-#include "launcher/host.h"
+#include "launcher/config/host.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {

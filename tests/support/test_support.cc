@@ -12,9 +12,9 @@
 #include <sstream>
 #include <thread>
 
-#include "launcher/environment.h"
-#include "launcher/output_tee.h"
-#include "launcher/worker_process.h"
+#include "common/environment.h"
+#include "launcher/workers/output_tee.h"
+#include "launcher/workers/worker_process.h"
 
 namespace ftrun::testing {
 
@@ -118,7 +118,7 @@ ChildRun::ChildRun(const std::string& program, const std::vector<std::string>& a
   launcher::ProcessSpec spec;
   spec.program = program;
   spec.args = args;
-  spec.env = launcher::CurrentEnvironment();
+  spec.env = CurrentEnvironment();
   for (const auto& k : unset_env) spec.env.erase(k);
   for (const auto& [k, v] : extra_env) spec.env[k] = v;
   int out = launcher::OpenLogFile(impl_->dir / "out");

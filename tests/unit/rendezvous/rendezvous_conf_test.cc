@@ -2,7 +2,7 @@
 
 #include <gtest/gtest.h>
 
-#include "rendezvous/endpoint.h"
+#include "common/endpoint.h"
 
 namespace ftrun::rendezvous {
 namespace {

@@ -1,0 +1,70 @@
+#include "common/log.h"
+
+#include <spdlog/cfg/env.h>
+#include <spdlog/sinks/stdout_color_sinks.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <mutex>
+#include <stdexcept>
+
+namespace ftrun {
+
+void throw_exception_from_error(const Error& e, const boost::source_location&) {
+  throw std::logic_error("unchecked ftrun::Result: " + e.message);
+}
+
+namespace {
+
+constexpr const char* kLoggerNames[] = {"launcher", "worker", "rendezvous"};
+
+std::mutex g_mu;
+spdlog::level::level_enum g_level = spdlog::level::info;
+
+std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name) {
+  static auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  auto logger = std::make_shared<spdlog::logger>(name, sink);
+  // Timestamp, level, logger and our pid: several agents often share one terminal.
+  // %P: the pid when the line is written (a detached msrun supervisor is a forked child).
+  logger->set_pattern("[%Y-%m-%d %H:%M:%S.%e] [%l] [ftrun:%P] [%n] %v");
+  logger->set_level(g_level);
+  logger->flush_on(spdlog::level::trace);
+  spdlog::register_logger(logger);
+  return logger;
+}
+
+}  // namespace
+
+Result<spdlog::level::level_enum> ParseLogLevel(std::string_view text) {
+  std::string t(text);
+  std::transform(t.begin(), t.end(), t.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (t == "trace") return spdlog::level::trace;
+  if (t == "debug") return spdlog::level::debug;
+  if (t == "info") return spdlog::level::info;
+  if (t == "warning" || t == "warn") return spdlog::level::warn;
+  if (t == "error") return spdlog::level::err;
+  if (t == "critical" || t == "fatal") return spdlog::level::critical;
+  if (t == "off") return spdlog::level::off;
+  return Error{"unknown log level '" + std::string(text) +
+               "' (expected trace, debug, info, warning, error, critical or off)"};
+}
+
+void InitLogging(spdlog::level::level_enum level) {
+  std::lock_guard lock(g_mu);
+  g_level = level;
+  for (const char* name : kLoggerNames) {
+    auto logger = spdlog::get(name);
+    if (!logger) logger = MakeLogger(name);
+    logger->set_level(level);
+  }
+  spdlog::cfg::load_env_levels();
+}
+
+std::shared_ptr<spdlog::logger> Logger(const std::string& name) {
+  std::lock_guard lock(g_mu);
+  auto logger = spdlog::get(name);
+  return logger ? logger : MakeLogger(name);
+}
+
+}  // namespace ftrun

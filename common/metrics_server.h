@@ -1,0 +1,38 @@
+// MetricsServer: --metrics-port. A minimal HTTP/1.1 responder on Boost.Asio serving
+// Prometheus' text format at GET /metrics (404 elsewhere, one request per connection). The
+// body comes from a callback, so the agent and `ftrun master` render their own figures.
+// Thread: loop only. Errors: Start() names the port; a bad request closes its connection.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+
+namespace ftrun {
+
+class MetricsServer {
+ public:
+  using Render = std::function<std::string()>;
+  MetricsServer(boost::asio::io_context& io, Render render);
+  ~MetricsServer();
+  // Listens on every address; port 0 picks one. Returns the port.
+  Result<int> Start(int port);
+  void Stop();
+
+ private:
+  void Accept();
+  boost::asio::io_context& io_;
+  Render render_;
+  boost::asio::ip::tcp::acceptor acceptor_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+// Prometheus text format: "# HELP", "# TYPE" and one sample line.
+std::string PromMetric(const std::string& name, const std::string& type, const std::string& help,
+                       double value, const std::string& labels = "");
+
+}  // namespace ftrun

@@ -1,0 +1,95 @@
+// ControlServer: the agent end of the worker control channel (ftrun-control(7)). A Unix
+// domain socket in a private directory (mode 0700), path in FTRUN_CONTROL_SOCKET; one JSON
+// object per line, at most 64 KiB. A connection is bound to a local rank by its first
+// message ("hello"), checked against the kernel's view of the peer (SO_PEERCRED: the peer
+// must be in that worker's process group). Workers that never connect are unaffected.
+//
+// Thread: loop only. Errors: a malformed, oversized, out-of-order or unknown message closes
+// that connection with a logged reason (and an "error" line to the peer); the agent goes on.
+#pragma once
+
+#include <sys/types.h>
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/local/stream_protocol.hpp>
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/json_message.h"
+#include "common/result.h"
+
+namespace ftrun::launcher {
+
+
+inline constexpr int kControlProtocolVersion = 1;
+inline constexpr size_t kMaxControlLine = 64 * 1024;
+
+// What the agent knows about one local rank of the current attempt.
+struct RankControl {
+  bool connected = false;
+  bool has_handler = false;
+  std::string group;
+  int64_t step = -1;         // last step reported
+  bool updating = false;     // between update begin and end
+  bool progress_seen = false;
+  bool finished = false;     // its training loop is over: silence is not a hang
+  std::chrono::steady_clock::time_point last_progress;
+  bool peer_failed = false;  // its collective failed; it waits for orders
+};
+
+class ControlServer {
+ public:
+  struct Events {
+    std::function<void(int local_rank, uint64_t id, bool finalize, bool ok,
+                       const std::string& error)>
+        on_saved;
+    std::function<void(int local_rank, const std::string& error)> on_peer_failed;
+  };
+
+  ControlServer(boost::asio::io_context& io, Events events);
+  ~ControlServer();
+  ControlServer(const ControlServer&) = delete;
+  ControlServer& operator=(const ControlServer&) = delete;
+
+  // Creates the private directory under `tmp_root` and starts listening.
+  Status Start(const std::string& tmp_root);
+  const std::string& path() const { return path_; }
+  // Closes every connection, removes the socket and its directory.
+  void Stop();
+
+  // A new attempt: the workers' pids (= process groups) by local rank. Forgets every rank's
+  // state and drops the previous attempt's connections.
+  void SetWorkers(const std::vector<pid_t>& pids, int base_rank, int attempt);
+  const RankControl& rank(int local_rank) const;
+  int rank_count() const { return static_cast<int>(ranks_.size()); }
+  // Sends one message (a JSON object without the newline); false if the rank is not connected.
+  bool Send(int local_rank, const std::string& json);
+
+ private:
+  struct Connection;
+  void Accept();
+  void Read(std::shared_ptr<Connection> c);
+  void Write(std::shared_ptr<Connection> c);
+  std::string Handle(Connection& c, const std::string& line);
+  void Close(const std::shared_ptr<Connection>& c, const std::string& why);
+  int RankOfPeer(pid_t pid) const;
+
+  boost::asio::io_context& io_;
+  Events events_;
+  std::string dir_;
+  std::string path_;
+  std::unique_ptr<boost::asio::local::stream_protocol::acceptor> acceptor_;
+  std::vector<pid_t> pids_;
+  int base_rank_ = 0;
+  int attempt_ = 0;
+  std::vector<RankControl> ranks_;
+  std::map<int, std::shared_ptr<Connection>> by_rank_;
+  std::vector<std::shared_ptr<Connection>> connections_;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,380 @@
+#include "launcher/config/launch_config.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <csignal>
+#include <cstring>
+#include <random>
+#include <regex>
+#include <tuple>
+
+#include "common/endpoint.h"
+#include "common/log.h"
+
+namespace ftrun::launcher {
+namespace {
+
+struct SignalEntry {
+  const char* name;
+  int number;
+};
+constexpr SignalEntry kSignals[] = {
+    {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},     {"SIGQUIT", SIGQUIT}, {"SIGILL", SIGILL},
+    {"SIGTRAP", SIGTRAP}, {"SIGABRT", SIGABRT},   {"SIGBUS", SIGBUS},   {"SIGFPE", SIGFPE},
+    {"SIGKILL", SIGKILL}, {"SIGUSR1", SIGUSR1},   {"SIGSEGV", SIGSEGV}, {"SIGUSR2", SIGUSR2},
+    {"SIGPIPE", SIGPIPE}, {"SIGALRM", SIGALRM},   {"SIGTERM", SIGTERM}, {"SIGCHLD", SIGCHLD},
+    {"SIGCONT", SIGCONT}, {"SIGSTOP", SIGSTOP},   {"SIGTSTP", SIGTSTP}, {"SIGTTIN", SIGTTIN},
+    {"SIGTTOU", SIGTTOU}, {"SIGURG", SIGURG},     {"SIGXCPU", SIGXCPU}, {"SIGXFSZ", SIGXFSZ},
+    {"SIGVTALRM", SIGVTALRM}, {"SIGPROF", SIGPROF}, {"SIGWINCH", SIGWINCH}, {"SIGIO", SIGIO},
+    {"SIGPWR", SIGPWR},   {"SIGSYS", SIGSYS},
+};
+
+
+Status ParseEntryPoint(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
+  if (a.module && a.no_python) {
+    return Error{"--no-python cannot be combined with -m/--module"};
+  }
+  c.script = a.script;
+  c.script_args = a.script_args;
+  c.python = Lookup(env, "PYTHON_EXEC").value_or("python3");
+  if (c.python.empty()) return Error{"PYTHON_EXEC is set but empty"};
+  if (a.run_path) {
+    c.entry = EntryKind::kRunPath;  // takes precedence over --no-python, as in torchrun
+    if (a.module) return Error{"--run-path cannot be combined with -m/--module"};
+  } else if (a.no_python) {
+    c.entry = EntryKind::kNoPython;
+  } else if (a.module) {
+    c.entry = EntryKind::kModule;
+  } else {
+    c.entry = EntryKind::kPython;
+  }
+  return {};
+}
+
+Status ParseRendezvous(const TorchrunArgs& a, LaunchConfig& c) {
+  auto conf = rendezvous::ParseRendezvousConf(a.rdzv_conf);
+  if (!conf) return conf.error();
+  c.rdzv = *conf;
+  for (auto& w : c.rdzv.warnings) c.warnings.push_back(w);
+  c.node_rank = a.node_rank;
+  c.master_addr = a.master_addr;
+  c.master_port = a.master_port;
+  c.local_addr = a.local_addr.empty() ? c.rdzv.local_addr : a.local_addr;
+  c.run_id = a.rdzv_id;
+  if (c.run_id.empty()) return Error{"--rdzv-id: must not be empty"};
+  if (c.master_port < 0 || c.master_port > 65535) {
+    return Error{"--master-port: " + std::to_string(c.master_port) +
+                 " is not a port number (0-65535)"};
+  }
+  if (c.node_rank < 0) return Error{"--node-rank: must be >= 0, got " + std::to_string(c.node_rank)};
+  if (c.master_addr.empty()) return Error{"--master-addr: must not be empty"};
+
+  if (a.standalone) {
+    if (c.max_nodes > 1) {
+      return Error{"--standalone runs a single-node job, but --nnodes asks for up to " +
+                   std::to_string(c.max_nodes) + " nodes"};
+    }
+    if (a.rdzv_backend != "static" || !a.rdzv_endpoint.empty() || a.rdzv_id != "none") {
+      c.warnings.push_back(
+          "--standalone: ignoring the given --rdzv-backend/--rdzv-endpoint/--rdzv-id");
+    }
+    c.standalone = true;
+    c.backend = RendezvousBackend::kDynamic;
+    c.endpoint_host = "localhost";
+    c.endpoint_port = 0;
+    c.run_id = RandomUuid4();
+    return {};
+  }
+
+  const std::string& b = a.rdzv_backend;
+  if (b == "static") {
+    c.backend = RendezvousBackend::kStatic;
+    if (a.rdzv_endpoint.empty()) {
+      c.endpoint_host = c.master_addr;
+      c.endpoint_port = c.master_port;
+    } else {
+      auto ep = ParseEndpoint(a.rdzv_endpoint, -1, "--rdzv-endpoint");
+      if (!ep) return ep.error();
+      c.endpoint_host = ep->host;
+      c.endpoint_port = ep->port;
+    }
+    if (c.node_rank >= c.max_nodes) {
+      return Error{"--node-rank: " + std::to_string(c.node_rank) + " is not below --nnodes " +
+                   std::to_string(c.max_nodes)};
+    }
+    if (c.rdzv.rank && *c.rdzv.rank != c.node_rank) {
+      c.warnings.push_back("--rdzv-conf: rank is set from --node-rank for the static backend");
+    }
+    c.rdzv.rank = c.node_rank;
+    if (c.min_nodes != c.max_nodes) {
+      c.warnings.push_back("--nnodes " + std::to_string(c.min_nodes) + ":" +
+                           std::to_string(c.max_nodes) +
+                           ": the static backend is not elastic; waiting for all " +
+                           std::to_string(c.max_nodes) + " nodes");
+      c.min_nodes = c.max_nodes;
+    }
+  } else if (b == "c10d" || b == "ftrun") {
+    c.backend = RendezvousBackend::kDynamic;
+    if (a.rdzv_endpoint.empty()) {
+      return Error{"--rdzv-endpoint: required with --rdzv-backend " + b + " (host:port)"};
+    }
+    auto ep = ParseEndpoint(a.rdzv_endpoint, 29400, "--rdzv-endpoint");
+    if (!ep) return ep.error();
+    c.endpoint_host = ep->host;
+    c.endpoint_port = ep->port;
+  } else if (b == "etcd" || b == "etcd-v2") {
+    return Error{"--rdzv-backend: '" + b +
+                 "' is not supported; use c10d (ftrun serves the rendezvous itself, no etcd)"};
+  } else {
+    return Error{"--rdzv-backend: unknown backend '" + b + "' (expected static or c10d)"};
+  }
+  return {};
+}
+
+Status ParseLogs(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
+  c.log_dir = a.log_dir;
+  // Validated here so that a bad spec is a usage error, resolved per rank once nproc is known.
+  if (auto r = ParseStdSpec("--redirects", a.redirects, 1); !r) return r.error();
+  if (auto t = ParseStdSpec("--tee", a.tee, 1); !t) return t.error();
+  c.redirects_spec = a.redirects;
+  c.tee_spec = a.tee;
+  if (!a.local_ranks_filter.empty()) {
+    std::set<int> ranks;
+    for (const auto& item : SplitCommaList(a.local_ranks_filter)) {
+      auto n = ToInt(item);
+      if (!n || *n < 0) {
+        return Error{"--local-ranks-filter: '" + item + "' is not a local rank (expected e.g. 0,1)"};
+      }
+      ranks.insert(*n);
+    }
+    c.local_ranks_filter = ranks;
+  }
+  // An empty filter list (or an empty item) duplicates nothing.
+  for (auto [text, out] : {std::pair{&a.duplicate_stdout_filters, &c.duplicate_stdout_filters},
+                           std::pair{&a.duplicate_stderr_filters, &c.duplicate_stderr_filters}}) {
+    for (auto& f : SplitCommaList(*text)) {
+      if (!f.empty()) out->push_back(f);
+    }
+  }
+  c.line_prefix_template = Lookup(env, "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE").value_or("");
+  std::string level = a.log_level;
+  std::string level_source = "--log-level";
+  if (level.empty()) {
+    level = Lookup(env, "LOGLEVEL").value_or("info");
+    level_source = "LOGLEVEL";
+  }
+  auto lvl = ParseLogLevel(level);
+  if (!lvl) return lvl.error().Wrap(level_source);
+  c.log_level = *lvl;
+  c.event_log = a.event_log.empty() ? Lookup(env, "FTRUN_EVENT_LOG").value_or("") : a.event_log;
+  if (a.metrics_port && (*a.metrics_port < 0 || *a.metrics_port > 65535)) {
+    return Error{"--metrics-port: " + std::to_string(*a.metrics_port) +
+                 " is not a port number (0-65535)"};
+  }
+  c.metrics_port = a.metrics_port;
+  c.dry_run = a.dry_run;
+  if (!a.logs_specs.empty()) {
+    c.warnings.push_back("--logs-specs '" + a.logs_specs +
+                         "': Python LogsSpecs plugins cannot be loaded by ftrun; using the "
+                         "default log layout");
+  }
+  if (!a.numa_binding.empty()) {
+    c.warnings.push_back("--numa-binding " + a.numa_binding +
+                         ": not applied by ftrun (workers inherit ftrun's CPU affinity)");
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<std::pair<int, int>> ParseNnodes(const std::string& text) {
+  auto bad = [&](const std::string& why) {
+    return Error{"--nnodes: '" + text + "' " + why + " (expected N or MIN:MAX with 0 < MIN <= MAX)"};
+  };
+  int lo = 0, hi = 0;
+  size_t colon = text.find(':');
+  if (colon == std::string::npos) {
+    auto n = ToInt(text);
+    if (!n) return bad("is not a number");
+    lo = hi = *n;
+  } else {
+    if (text.find(':', colon + 1) != std::string::npos) return bad("has more than one ':'");
+    auto l = ToInt(text.substr(0, colon));
+    auto h = ToInt(text.substr(colon + 1));
+    if (!l || !h) return bad("is not of the form MIN:MAX");
+    lo = *l;
+    hi = *h;
+  }
+  if (lo <= 0) return bad("needs at least one node");
+  if (lo > hi) return bad("has MIN > MAX");
+  return std::pair{lo, hi};
+}
+
+std::vector<std::string> SplitCommaList(const std::string& text) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (size_t i = 0; i < text.size(); ++i) {
+    if (text[i] == ',') {
+      if (i + 1 < text.size() && text[i + 1] == ',') {
+        cur += ',';
+        ++i;
+      } else {
+        out.push_back(cur);
+        cur.clear();
+      }
+    } else {
+      cur += text[i];
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+std::string SignalName(int sig) {
+  for (const auto& s : kSignals) {
+    if (s.number == sig) return s.name;
+  }
+  return "SIG" + std::to_string(sig);
+}
+
+Result<std::vector<int>> ParseSignalList(const std::string& text) {
+  std::vector<int> out;
+  for (std::string item : SplitCommaList(text)) {
+    item.erase(std::remove_if(item.begin(), item.end(), ::isspace), item.end());
+    if (item.empty()) continue;
+    std::string upper = item;
+    std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
+    if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
+    std::optional<int> sig = ToInt(item);
+    for (const auto& s : kSignals) {
+      if (upper == s.name) sig = s.number;
+    }
+    if (!sig || *sig <= 0 || *sig >= NSIG) {
+      return Error{"--signals-to-handle: unknown signal '" + item + "'"};
+    }
+    if (*sig == SIGKILL || *sig == SIGSTOP || *sig == SIGCHLD) {
+      return Error{"--signals-to-handle: " + SignalName(*sig) + " cannot be handled"};
+    }
+    if (std::find(out.begin(), out.end(), *sig) == out.end()) out.push_back(*sig);
+  }
+  return out;
+}
+
+Result<std::vector<int>> ParseStdSpec(const std::string& option, const std::string& spec,
+                                      int nproc) {
+  static const std::regex kValue("^[0-3]$");
+  static const std::regex kMapping("^(\\d:[0-3],)*(\\d:[0-3])$");
+  if (std::regex_match(spec, kValue)) return std::vector<int>(nproc, spec[0] - '0');
+  if (std::regex_match(spec, kMapping)) {
+    std::vector<int> out(nproc, kStdNone);
+    for (size_t i = 0; i < spec.size(); i += 4) {
+      int rank = spec[i] - '0';
+      if (rank < nproc) out[rank] = spec[i + 2] - '0';
+    }
+    return out;
+  }
+  return Error{option + ": '" + spec +
+               "' is not 0-3 or a local_rank:value list such as 0:3,1:1 (ranks are one digit)"};
+}
+
+std::string RandomUuid4() {
+  std::random_device rd;
+  unsigned char b[16];
+  for (auto& x : b) x = static_cast<unsigned char>(rd());
+  b[6] = (b[6] & 0x0f) | 0x40;
+  b[8] = (b[8] & 0x3f) | 0x80;
+  std::string out;
+  static const char* hex = "0123456789abcdef";
+  for (int i = 0; i < 16; ++i) {
+    if (i == 4 || i == 6 || i == 8 || i == 10) out += '-';
+    out += hex[b[i] >> 4];
+    out += hex[b[i] & 15];
+  }
+  return out;
+}
+
+Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env) {
+  LaunchConfig c;
+  auto nodes = ParseNnodes(a.nnodes);
+  if (!nodes) return nodes.error();
+  std::tie(c.min_nodes, c.max_nodes) = *nodes;
+  c.nproc_spec = a.nproc_per_node;
+  if (auto n = ToInt(a.nproc_per_node)) {
+    if (*n <= 0) return Error{"--nproc-per-node: must be at least 1, got " + a.nproc_per_node};
+    c.nproc_per_node = *n;
+  } else if (a.nproc_per_node != "cpu" && a.nproc_per_node != "gpu" &&
+             a.nproc_per_node != "auto") {
+    return Error{"--nproc-per-node: '" + a.nproc_per_node +
+                 "' is not a number, cpu, gpu or auto"};
+  }
+  if (a.max_restarts < 0) {
+    return Error{"--max-restarts: must be >= 0, got " + std::to_string(a.max_restarts)};
+  }
+  c.max_restarts = a.max_restarts;
+  if (!(a.monitor_interval > 0)) {
+    return Error{"--monitor-interval: must be > 0 seconds, got " + std::to_string(a.monitor_interval)};
+  }
+  if (auto e = rendezvous::CheckMaxSeconds("--monitor-interval", a.monitor_interval)) return *e;
+  c.monitor_interval = std::chrono::duration<double>(a.monitor_interval);
+  c.role = a.role;
+  if (c.role.empty()) return Error{"--role: must not be empty"};
+
+  int shutdown_s = 30;
+  if (a.shutdown_timeout) {
+    shutdown_s = *a.shutdown_timeout;
+    if (shutdown_s < 0) return Error{"--shutdown-timeout: must be >= 0 seconds"};
+  } else if (auto e = Lookup(env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
+    auto n = ToInt(*e);
+    if (!n || *n < 0) {
+      return Error{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT: '" + *e + "' is not a number of seconds"};
+    }
+    shutdown_s = *n;
+  }
+  c.shutdown_timeout = std::chrono::seconds(shutdown_s);
+  auto sigs = ParseSignalList(a.signals_to_handle);
+  if (!sigs) return sigs.error();
+  c.signals = *sigs;
+  c.virtual_local_rank = a.virtual_local_rank;
+  c.fault_save = a.fault_save == "on";
+  if (a.save_timeout) {
+    if (!(*a.save_timeout > 0)) return Error{"--save-timeout: must be > 0 seconds"};
+    if (auto e = rendezvous::CheckMaxSeconds("--save-timeout", *a.save_timeout)) return *e;
+    c.save_timeout = std::chrono::duration<double>(*a.save_timeout);
+  } else {
+    auto ttp = TtpSaveTimeout(env);
+    if (!ttp) return ttp.error();
+    if (*ttp) c.save_timeout = **ttp;
+  }
+  if (!(a.hang_timeout >= 0)) return Error{"--hang-timeout: must be >= 0 seconds"};
+  if (auto e = rendezvous::CheckMaxSeconds("--hang-timeout", a.hang_timeout)) return *e;
+  c.hang_timeout = std::chrono::duration<double>(a.hang_timeout);
+
+  if (auto s = ParseRendezvous(a, c); !s) return s.error();
+  if (auto s = ParseEntryPoint(a, env, c); !s) return s.error();
+  if (auto s = ParseLogs(a, env, c); !s) return s.error();
+  if (auto s = BuildPreflightConfig(a, env, c.python, c.preflight); !s) return s.error();
+  return c;
+}
+
+std::optional<int> ToInt(std::string_view s) {
+  int v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (s.empty() || ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return v;
+}
+
+Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap& env) {
+  for (const char* name : {"TTP_OT", "TTP_NORMAL_ACTION_TIME_LIMIT"}) {
+    auto v = Lookup(env, name);
+    if (!v) continue;
+    auto n = ToInt(*v);
+    if (!n || *n <= 0) {
+      return Error{std::string(name) + ": '" + *v + "' is not a number of seconds"};
+    }
+    return std::optional<std::chrono::duration<double>>(std::chrono::seconds(*n));
+  }
+  return std::optional<std::chrono::duration<double>>();
+}
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,149 @@
+// LaunchConfig: what the agent runs, derived from the torchrun command line and the
+// environment exactly as torchrun's config_from_args does. Pure: the environment and the host
+// facts are passed in. Every error is a usage error whose message names the option.
+#pragma once
+
+#include <spdlog/common.h>
+
+#include <chrono>
+#include <optional>
+#include <set>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "launcher/cli/torchrun_args.h"
+#include "common/environment.h"
+#include "launcher/config/preflight_config.h"
+#include "rendezvous/rendezvous_conf.h"
+#include "common/result.h"
+
+namespace ftrun::launcher {
+
+// Bit mask of the worker streams a redirect or tee applies to (torchrun's Std).
+enum StdMask : int { kStdNone = 0, kStdOut = 1, kStdErr = 2, kStdAll = 3 };
+
+enum class EntryKind { kPython, kModule, kNoPython, kRunPath };
+
+enum class RendezvousBackend { kStatic, kDynamic };
+
+struct LaunchConfig {
+  // Nodes and workers.
+  int min_nodes = 1;
+  int max_nodes = 1;
+  std::string nproc_spec = "1";  // as given; resolved by ResolveNprocPerNode
+  int nproc_per_node = 1;
+  int max_restarts = 0;
+  std::chrono::duration<double> monitor_interval{0.1};
+  std::string role = "default";
+  std::chrono::milliseconds shutdown_timeout{30000};
+  std::vector<int> signals;  // forwarded to the workers, then ftrun stops
+  bool virtual_local_rank = false;
+
+  // Fault tolerance.
+  bool fault_save = true;
+  std::chrono::duration<double> save_timeout{180};
+  std::chrono::duration<double> hang_timeout{0};  // 0: off
+  // After a failure the surviving workers run on this long, to save (MindIO TTP) and exit by
+  // themselves, before they are stopped; 0: stop them at once. Set by the msrun personality.
+  std::chrono::duration<double> survivor_grace{0};
+
+  // Rendezvous.
+  RendezvousBackend backend = RendezvousBackend::kStatic;
+  bool standalone = false;
+  std::string endpoint_host;  // static: --master-addr; dynamic: --rdzv-endpoint
+  int endpoint_port = 29500;
+  // Host the rendezvous where endpoint_host names this host (the first agent there), whatever
+  // the backend, rather than on static node rank 0 (msrun: the master node hosts it).
+  bool host_by_address = false;
+  std::string run_id = "none";
+  rendezvous::RendezvousConf rdzv;
+  int node_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+  std::string local_addr;
+
+  // What each worker runs: program + args (before ${local_rank} substitution).
+  EntryKind entry = EntryKind::kPython;
+  std::string python;  // PYTHON_EXEC or python3
+  std::string script;
+  std::vector<std::string> script_args;
+
+  // Logs.
+  std::string log_dir;        // empty: a fresh torchelastic_* directory under TMPDIR
+  std::string redirects_spec = "0";
+  std::string tee_spec = "0";
+  std::optional<std::set<int>> local_ranks_filter;
+  std::vector<std::string> duplicate_stdout_filters;
+  std::vector<std::string> duplicate_stderr_filters;
+  std::string line_prefix_template;  // TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE
+  spdlog::level::level_enum log_level = spdlog::level::info;
+
+  // Operations.
+  std::string event_log;            // "" : none
+  std::optional<int> metrics_port;  // none : no metrics endpoint
+  bool dry_run = false;
+
+  // Pre-flight checks (preflight_config.h).
+  PreflightConfig preflight;
+
+  // dlrover-run (dlrover_config.h).
+  int node_unit = 1;               // a round's node count is a multiple of this
+  bool numa_affinity = false;      // pin each local rank to its GPU's NUMA node
+  std::string membind_policy = "preferred";
+  EnvMap extra_env;                // added to the workers' environment
+  // Per local rank, what runs the worker command (e.g. numactl ...); empty: nothing.
+  std::vector<std::vector<std::string>> rank_command_prefix;
+
+  // Things worth one warning line once logging is up.
+  std::vector<std::string> warnings;
+};
+
+// Builds and validates the configuration. Does not resolve --nproc-per-node gpu/cpu/auto.
+Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& args, const EnvMap& env);
+
+// A whole decimal int ("12", "-3"); nullopt for anything else ("", "1.5", "12x").
+std::optional<int> ToInt(std::string_view s);
+
+// MindIO's wait for the dying-gasp save: TTP_OT (older name) or TTP_NORMAL_ACTION_TIME_LIMIT
+// (current), in whole seconds; nullopt when neither is set. Errors name the variable.
+Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap& env);
+
+// What the host has, for --nproc-per-node cpu|gpu|auto.
+struct HostFacts {
+  int cpu_count = 1;
+  int gpu_count = 0;
+  std::string gpu_source;  // where GPUs were looked for, for the error message
+};
+
+// Counts CPUs and NVIDIA GPUs (from /proc/driver/nvidia/gpus, no CUDA linked), honouring
+// CUDA_VISIBLE_DEVICES as torch.cuda.device_count() does.
+HostFacts DetectHostFacts(const EnvMap& env, const std::string& nvidia_proc_dir =
+                                                 "/proc/driver/nvidia/gpus");
+
+// torch's rule for CUDA_VISIBLE_DEVICES: entries up to the first invalid one.
+int CountVisibleGpus(int physical, const std::optional<std::string>& cuda_visible_devices);
+
+// Sets config.nproc_per_node from nproc_spec; "gpu" with no GPU is an error.
+Status ResolveNprocPerNode(LaunchConfig& config, const HostFacts& host);
+
+// Per-local-rank stream masks from a "0".."3" or "0:3,1:1" spec (torchrun's Std.from_str).
+Result<std::vector<int>> ParseStdSpec(const std::string& option, const std::string& spec,
+                                      int nproc);
+
+// "SIGTERM,SIGINT" -> signal numbers; SIG prefix optional, numbers accepted.
+Result<std::vector<int>> ParseSignalList(const std::string& text);
+
+// The name of a signal, e.g. "SIGTERM" (SIG<n> when unknown).
+std::string SignalName(int sig);
+
+// "N" or "MIN:MAX" with 0 < MIN <= MAX; errors name --nnodes.
+Result<std::pair<int, int>> ParseNnodes(const std::string& text);
+
+// "a,b,,c" -> {"a", "b,c"}: torchrun's comma_separated_list.
+std::vector<std::string> SplitCommaList(const std::string& text);
+
+// A fresh random UUID (version 4) as torch's --standalone uses for the run id.
+std::string RandomUuid4();
+
+}  // namespace ftrun::launcher

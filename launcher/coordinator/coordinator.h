@@ -1,0 +1,77 @@
+// Coordinator: the agent's view of the job. It forms rounds (rendezvous), decides whether a
+// failure restarts the job or ends it, and tells the agent. The single-node implementation
+// decides locally; the multi-node ones ask the rendezvous server. Either way the agent only
+// reacts to these events, so the same agent code runs everywhere.
+//
+// Thread: loop only; every Listener call happens on the loop, never from inside a
+// Coordinator call (they are posted).
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "launcher/workers/failure_report.h"
+#include "rendezvous/assignment.h"
+#include "rendezvous/job_state.h"
+
+namespace ftrun::launcher {
+
+struct JobResult {
+  bool succeeded = false;
+  std::vector<WorkerFailure> failures;  // the job's failures, for the root-cause summary
+  std::string reason;                   // one line, e.g. "restarts exhausted (3/3)"
+};
+
+class Coordinator {
+ public:
+  class Listener {
+   public:
+    virtual ~Listener() = default;
+    // A round formed: start this node's workers for it.
+    virtual void OnRoundStarted(const rendezvous::NodeAssignment& assignment) = 0;
+    // Stop this node's workers, then call WorkersStopped().
+    virtual void OnRestartRequested(const std::string& reason) = 0;
+    // The job is over; stop any workers and exit with the job's outcome.
+    virtual void OnJobFinished(const JobResult& result) = 0;
+    // The round saves before it stops (rendezvous::SaveOrder): report this node's ranks'
+    // progress while collecting, then forward "save"/"finalize" to this node's chosen ranks.
+    virtual void OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) = 0;
+    // The round is stopping (saving first, or not) and why; for logs and the event log.
+    virtual void OnRoundStopping(uint64_t /*round*/, const std::string& /*reason*/,
+                                 int /*restart_count*/) {}
+    // Network check (phase checking): this node's part of the current wave; run it, then
+    // ReportCheck. Once per order.
+    virtual void OnCheckOrder(uint64_t /*round*/, const rendezvous::CheckOrder& /*order*/) {}
+    // A network check finished: its results table and event-log record, once per check.
+    virtual void OnCheckFinished(uint64_t /*check_id*/, const std::vector<std::string>& /*table*/,
+                                 const std::string& /*json*/) {}
+    // The network check keeps this node out of the job: stop and exit saying why.
+    virtual void OnExcluded(const std::string& /*reason*/) {}
+  };
+
+  virtual ~Coordinator() = default;
+  // Joins the job; the first OnRoundStarted follows when the round forms.
+  virtual void Start(Listener* listener) = 0;
+  // This node's workers failed (the agent is already stopping the others).
+  virtual void WorkersFailed(const std::vector<WorkerFailure>& failures) = 0;
+  // Every worker of this node exited 0.
+  virtual void WorkersSucceeded() = 0;
+  // This node's workers have all exited after OnRestartRequested or a failure.
+  virtual void WorkersStopped() = 0;
+  // Fault-time save: this node's ranks' progress, and a saver's answer.
+  virtual void ReportProgress(uint64_t save_id,
+                              const std::vector<rendezvous::RankProgress>& ranks) = 0;
+  virtual void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
+                           const std::string& error) = 0;
+  // Network check: this node's results for one order.
+  virtual void ReportCheck(uint64_t /*order_id*/,
+                           const std::vector<rendezvous::CheckTaskResult>& /*results*/) {}
+  // The agent is going away (a signal): leave the job, cancel every pending operation.
+  virtual void Shutdown() = 0;
+  // Prometheus text of a rendezvous server hosted here ("" when none).
+  virtual std::string ServerMetrics() const { return ""; }
+  // Whether this agent serves the job's rendezvous (single node: always).
+  virtual bool HostsRendezvous() const = 0;
+};
+
+}  // namespace ftrun::launcher

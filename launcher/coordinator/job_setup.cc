@@ -1,0 +1,135 @@
+#include "launcher/coordinator/job_setup.h"
+
+#include <unistd.h>
+
+#include <random>
+
+#include "launcher/config/host.h"
+#include "launcher/coordinator/local_coordinator.h"
+#include "launcher/coordinator/remote_coordinator.h"
+#include "common/endpoint.h"
+#include "common/log.h"
+#include "rendezvous/rendezvous_server.h"
+
+namespace ftrun::launcher {
+namespace {
+
+using rendezvous::Duration;
+
+}  // namespace
+
+rendezvous::JobSpec JobSpecFrom(const LaunchConfig& c) {
+  rendezvous::JobSpec job;
+  job.run_id = c.run_id;
+  job.min_nodes = c.min_nodes;
+  job.max_nodes = c.max_nodes;
+  job.nproc_per_node = c.nproc_per_node;
+  job.max_restarts = c.max_restarts;
+  job.node_unit = c.node_unit;
+  job.static_ranks = c.backend == RendezvousBackend::kStatic;
+  if (job.static_ranks) job.master_addr = c.master_addr;
+  job.last_call_timeout = c.rdzv.last_call_timeout;
+  job.join_timeout = job.static_ranks ? c.rdzv.timeout : c.rdzv.join_timeout;
+  job.liveness_timeout = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
+  job.fault_save = c.fault_save;
+  job.save_timeout = c.save_timeout;
+  job.check = CheckSettingsFrom(c.preflight, c.max_nodes);
+  return job;
+}
+
+namespace {
+
+rendezvous::NodeInfo Node(const LaunchConfig& c, const std::string& fqdn,
+                          const std::string& node_id) {
+  rendezvous::NodeInfo n;
+  n.node_id = node_id;
+  n.addr = c.local_addr.empty() ? fqdn : c.local_addr;
+  n.host = fqdn;
+  n.node_rank = c.backend == RendezvousBackend::kStatic ? c.node_rank : -1;
+  n.nproc_per_node = c.nproc_per_node;
+  return n;
+}
+
+}  // namespace
+
+rendezvous::CheckSettings CheckSettingsFrom(const PreflightConfig& p, int max_nodes) {
+  rendezvous::CheckSettings s;
+  s.enabled = p.network_check && max_nodes > 1;  // one node: nothing to pair
+  s.bytes = p.bytes;
+  s.pair_timeout = p.timeout;
+  s.straggler_fraction = p.straggler_fraction;
+  s.min_bandwidth_mbps = p.min_bandwidth_mbps;
+  s.exclude_stragglers = p.exclude_stragglers;
+  s.run_command = !p.command.empty();
+  return s;
+}
+
+std::string MakeNodeId(const std::string& fqdn) {
+  std::random_device rd;
+  return fmt::format("{}:{}:{:08x}", fqdn, ::getpid(), rd());
+}
+
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(
+    boost::asio::io_context& io, const LaunchConfig& c, const EnvMap& env,
+    const std::string& fqdn, const std::string& node_id,
+    std::shared_ptr<EventLog> event_log) {
+  if (c.max_nodes == 1) {
+    LocalCoordinatorOptions local{JobSpecFrom(c), Node(c, fqdn, node_id), c.role};
+    local.node.node_rank = local.job.static_ranks ? 0 : -1;
+    return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
+  }
+  auto log = Logger("launcher");
+  RemoteCoordinatorOptions opts;
+  opts.role = c.role;
+  opts.node = Node(c, fqdn, node_id);
+  opts.connect_timeout = c.rdzv.timeout;
+  opts.lost_after = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
+  opts.watch_wait = c.rdzv.keep_alive_interval;
+  rendezvous::ClientOptions& client = opts.client;
+  client.target = Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
+  client.run_id = c.run_id;
+  client.token = c.rdzv.token.empty() ? Lookup(env, "FTRUN_RDZV_TOKEN").value_or("") : c.rdzv.token;
+  client.node_id = opts.node.node_id;
+  client.min_nodes = c.min_nodes;
+  client.max_nodes = c.max_nodes;
+  client.call_timeout = std::min<Duration>(c.rdzv.read_timeout, Duration(10));
+
+  if (c.preflight.network_check) {
+    // Listens on every interface: the others reach it at this node's address (node.addr).
+    auto probe = ProbeServer::Listen(io, "", static_cast<uint16_t>(c.preflight.probe_port));
+    if (!probe) return Error{probe.error().message + " (--network-check-port)"};
+    opts.node.probe_port = (*probe)->port();
+    opts.probe_server = std::move(*probe);
+  }
+  const bool is_static = c.backend == RendezvousBackend::kStatic;
+  const bool explicit_host = c.rdzv.is_host.has_value();
+  const bool by_address = !is_static || c.host_by_address;
+  const bool host = by_address ? c.rdzv.is_host.value_or(IsThisHost(c.endpoint_host, fqdn))
+                               : c.node_rank == 0;
+  if (host) {
+    rendezvous::ServerOptions so;
+    so.port = c.endpoint_port;
+    so.job = JobSpecFrom(c);
+    so.token = client.token;
+    so.max_watch_wait = Duration(10);
+    so.event_log = event_log;
+    auto server = std::make_unique<rendezvous::RendezvousServer>(io, so);
+    auto port = server->Start();
+    if (port) {
+      client.target = "127.0.0.1:" + std::to_string(*port);
+      opts.server = std::move(server);
+    } else if (!by_address || explicit_host) {
+      return Error{port.error().message +
+                   (!by_address          ? " (--master-port, node rank 0)"
+                    : c.host_by_address ? " (ftrun's rendezvous port on the master node)"
+                                        : " (--rdzv-endpoint, is_host=1)")};
+    } else {
+      // Several agents on one host: the first one hosts, the others join it.
+      log->info("{}; another agent on this host serves the rendezvous, joining it", 
+                port.error().message);
+    }
+  }
+  return std::unique_ptr<Coordinator>(std::make_unique<RemoteCoordinator>(io, std::move(opts)));
+}
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,38 @@
+// Chooses and builds the coordinator that fits the job's shape:
+//   --nnodes 1 (and --standalone): LocalCoordinator, the rendezvous state machine in-process;
+//   several nodes: RemoteCoordinator, hosting the rendezvous server when this node owns the
+//   rendezvous address (static: --node-rank 0 on --master-port; c10d: --rdzv-endpoint names
+//   this host, or is_host=1), else joining it.
+// Blocking (DNS, binding) at start-up only. Errors name the culprit (e.g. the port in use).
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <memory>
+#include <string>
+
+#include "launcher/coordinator/coordinator.h"
+#include "common/environment.h"
+#include "launcher/config/launch_config.h"
+#include "common/event_log.h"
+#include "rendezvous/rendezvous_state.h"
+#include "common/result.h"
+
+namespace ftrun::launcher {
+
+// `node_id` names this agent (MakeNodeId); `event_log` (may be null) also receives the
+// hosted rendezvous server's events.
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(
+    boost::asio::io_context& io, const LaunchConfig& config, const EnvMap& env,
+    const std::string& fqdn, const std::string& node_id,
+    std::shared_ptr<EventLog> event_log);
+
+// The job as the rendezvous state machine sees it, from the agent's options.
+rendezvous::JobSpec JobSpecFrom(const LaunchConfig& config);
+
+// The rendezvous server's network-check settings from the agents' options.
+rendezvous::CheckSettings CheckSettingsFrom(const PreflightConfig& p, int max_nodes);
+
+// A node id unique to this agent process: <fqdn>:<pid>:<random>.
+std::string MakeNodeId(const std::string& fqdn);
+
+}  // namespace ftrun::launcher

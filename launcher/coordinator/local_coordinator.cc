@@ -1,0 +1,97 @@
+#include "launcher/coordinator/local_coordinator.h"
+
+#include <boost/asio/post.hpp>
+
+#include "launcher/config/host.h"
+#include "common/log.h"
+
+namespace ftrun::launcher {
+
+LocalCoordinator::LocalCoordinator(boost::asio::io_context& io, LocalCoordinatorOptions options)
+    : io_(io), opts_(std::move(options)), timer_(io) {
+  opts_.job = OneNodeJob(std::move(opts_.job));
+}
+
+rendezvous::JobSpec OneNodeJob(rendezvous::JobSpec job) {
+  job.liveness_timeout = std::chrono::hours(24 * 365);
+  job.join_timeout = std::chrono::hours(24 * 365);
+  return job;
+}
+
+uint64_t LocalCoordinator::Round() const {
+  return follower_->started_round().value_or(state_->round());
+}
+
+void LocalCoordinator::Start(Listener* listener) {
+  follower_.emplace(
+      listener,
+      [this](uint64_t round) {
+        auto port = PickFreePort();
+        state_->ReportStopped(opts_.node.node_id, round, port ? *port : 0, Now());
+        Publish();
+      },
+      opts_.role);
+  state_.emplace(opts_.job, Now());
+  if (auto port = PickFreePort()) opts_.node.free_port = *port;
+  if (auto refusal = state_->Join(opts_.node, Now())) {
+    Logger("launcher")->error("{}", refusal->message);  // cannot happen with one node
+  }
+  Publish();
+}
+
+void LocalCoordinator::Publish() {
+  // Only the save has a deadline that matters for a single node.
+  if (state_->phase() == rendezvous::Phase::kSaving) {
+    if (auto d = state_->NextDeadline()) {
+      timer_.expires_at(*d);
+      timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](auto ec) {
+        if (auto a = alive.lock(); !ec && a && *a) {
+          state_->Tick(Now());
+          Publish();
+        }
+      });
+    }
+  } else {
+    timer_.cancel();
+  }
+  std::weak_ptr<bool> alive = alive_;
+  boost::asio::post(io_, [this, alive, v = state_->View(opts_.node.node_id)] {
+    if (auto a = alive.lock(); a && *a) follower_->Apply(v);
+  });
+}
+
+void LocalCoordinator::WorkersFailed(const std::vector<WorkerFailure>& failures) {
+  state_->ReportFailed(opts_.node.node_id, Round(), failures, Now());
+  Publish();
+}
+
+void LocalCoordinator::WorkersSucceeded() {
+  state_->ReportSucceeded(opts_.node.node_id, Round(), Now());
+  Publish();
+}
+
+void LocalCoordinator::WorkersStopped() {
+  std::weak_ptr<bool> alive = alive_;
+  boost::asio::post(io_, [this, alive] {
+    if (auto a = alive.lock(); a && *a) follower_->WorkersStopped();
+  });
+}
+
+void LocalCoordinator::ReportProgress(uint64_t save_id,
+                                      const std::vector<rendezvous::RankProgress>& ranks) {
+  state_->ReportProgress(opts_.node.node_id, Round(), save_id, ranks, Now());
+  Publish();
+}
+
+void LocalCoordinator::ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
+                                   const std::string& error) {
+  state_->ReportSaved(opts_.node.node_id, Round(), save_id, rank, finalize, ok, error, Now());
+  Publish();
+}
+
+void LocalCoordinator::Shutdown() {
+  *alive_ = false;
+  timer_.cancel();
+}
+
+}  // namespace ftrun::launcher

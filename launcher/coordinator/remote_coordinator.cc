@@ -1,0 +1,258 @@
+#include "launcher/coordinator/remote_coordinator.h"
+
+#include <boost/asio/post.hpp>
+
+#include "launcher/config/host.h"
+#include "common/log.h"
+
+namespace ftrun::launcher {
+namespace {
+
+using rendezvous::Clock;
+using rendezvous::Duration;
+using rendezvous::NodeView;
+using rendezvous::Phase;
+using rendezvous::ReportKind;
+using rendezvous::RpcOutcome;
+
+auto& Log() {
+  static auto logger = Logger("launcher");
+  return logger;
+}
+
+std::string Secs(Duration d) { return fmt::format("{:.3g}s", d.count()); }
+
+}  // namespace
+
+RemoteCoordinator::RemoteCoordinator(boost::asio::io_context& io, RemoteCoordinatorOptions options)
+    : io_(io),
+      opts_(std::move(options)),
+      endpoint_(opts_.client.target),
+      client_(io, opts_.client),
+      join_timer_(io),
+      watch_timer_(io),
+      report_timer_(io) {}
+
+RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
+
+void RemoteCoordinator::Start(Listener* listener) {
+  follower_.emplace(
+      listener, [this](uint64_t round) { Enqueue({ReportKind::kStopped, round, {}, {}}); },
+      opts_.role);
+  join_started_ = Clock::now();
+  last_wait_log_ = join_started_;
+  Join();
+}
+
+uint64_t RemoteCoordinator::CurrentRound() const {
+  return follower_->started_round().value_or(follower_->last_view().round);
+}
+
+void RemoteCoordinator::Join() {
+  if (shutting_down_) return;
+  ++join_attempts_;
+  if (auto port = PickFreePort()) opts_.node.free_port = *port;
+  if (auto round = follower_->started_round()) {  // a server that forgot us goes on from here
+    opts_.node.next_round = *round + 1;
+    opts_.node.restart_count = follower_->last_view().restart_count;
+  }
+  client_.Join(opts_.node, [this](const RpcOutcome& out) { OnJoined(out); });
+}
+
+void RemoteCoordinator::OnJoined(const RpcOutcome& out) {
+  if (shutting_down_) return;
+  const auto now = Clock::now();
+  if (out.ok()) {
+    joined_ = true;
+    last_contact_ = now;
+    known_version_ = 0;  // a (re)join may meet a new server whose versions start again
+    Log()->info("joined the job at {} node_id={} attempts={} nodes_joined={} phase={}",
+                endpoint_, opts_.client.node_id, join_attempts_, out.view.nodes_joined,
+                rendezvous::PhaseName(out.view.phase));
+    Apply(out.view);
+    if (!watching_) {
+      watching_ = true;
+      Watch();
+    }
+    return;
+  }
+  if (out.transient() || out.rank_held()) {
+    const Duration waited = now - join_started_;
+    if (waited > opts_.connect_timeout) {
+      return Fail("cannot join the rendezvous at " + endpoint_ + " within timeout=" +
+                  Secs(opts_.connect_timeout) + ": " + out.message);
+    }
+    if (now - last_wait_log_ >= std::chrono::seconds(1) || join_attempts_ == 1) {
+      last_wait_log_ = now;
+      Log()->info("waiting for the rendezvous server at {} attempt={} elapsed={} timeout={}: {}",
+                  endpoint_, join_attempts_, Secs(waited), Secs(opts_.connect_timeout),
+                  out.message);
+    }
+    // Quick retries first: the hosting agent usually starts a moment later.
+    Duration delay = join_attempts_ < 10 ? Duration(0.05) : Duration(0.5);
+    return RetryAfter(join_timer_, delay, &RemoteCoordinator::Join);
+  }
+  Fail("the rendezvous server at " + endpoint_ + " refused this node: " + out.message);
+}
+
+void RemoteCoordinator::Watch() {
+  if (shutting_down_) return;
+  client_.Watch(known_version_, opts_.watch_wait,
+                [this](const RpcOutcome& out) { OnWatched(out); });
+}
+
+void RemoteCoordinator::OnWatched(const RpcOutcome& out) {
+  if (shutting_down_ || follower_->finished()) return;
+  if (out.ok()) {
+    last_contact_ = Clock::now();
+    if (out.view.version > known_version_ || out.view.phase != follower_->last_view().phase) {
+      Apply(out.view);
+    }
+    return Watch();
+  }
+  if (out.unknown_node()) {
+    Log()->warn("the rendezvous server no longer knows this node ({}); joining again",
+                out.message);
+    joined_ = false;
+    watching_ = false;
+    join_started_ = Clock::now();
+    join_attempts_ = 0;
+    return Join();
+  }
+  if (ServerLost(out)) return;
+  RetryAfter(watch_timer_, Duration(0.2), &RemoteCoordinator::Watch);
+}
+
+bool RemoteCoordinator::ServerLost(const RpcOutcome& out) {
+  if (!out.transient()) {
+    Fail("the rendezvous server at " + endpoint_ + " answered: " + out.message);
+    return true;
+  }
+  if (Clock::now() - last_contact_ > opts_.lost_after) {
+    Fail("lost contact with the rendezvous server at " + endpoint_ + " for " +
+         Secs(opts_.lost_after) + ": " + out.message);
+    return true;
+  }
+  return false;
+}
+
+void RemoteCoordinator::Apply(const NodeView& view) {
+  // Answers to reports and watches cross on the wire: an answer to an earlier call may
+  // arrive after a newer view, and applying it would undo what the newer one said (e.g.
+  // ask to stop the workers of a round that has just started).
+  if (view.version < known_version_) return;
+  known_version_ = view.version;
+  follower_->Apply(view);
+}
+
+void RemoteCoordinator::Enqueue(PendingReport report) {
+  reports_.push_back(std::move(report));
+  SendNextReport();
+}
+
+void RemoteCoordinator::SendNextReport() {
+  if (shutting_down_ || report_in_flight_ || reports_.empty()) return;
+  report_in_flight_ = true;
+  const PendingReport& r = reports_.front();
+  int free_port = 0;
+  if (r.kind == ReportKind::kStopped) {
+    if (auto port = PickFreePort()) free_port = *port;
+  }
+  client_.Report(r.kind, r.round, r.failures, free_port, r.save,
+                 [this](const RpcOutcome& out) { OnReported(out); });
+}
+
+void RemoteCoordinator::OnReported(const RpcOutcome& out) {
+  report_in_flight_ = false;
+  if (shutting_down_) return;
+  if (out.ok() || out.unknown_node()) {
+    reports_.pop_front();  // an unknown node rejoins through its watch
+    if (out.ok()) {
+      last_contact_ = Clock::now();
+      Apply(out.view);
+    }
+    return SendNextReport();
+  }
+  if (ServerLost(out)) return;
+  RetryAfter(report_timer_, Duration(0.2), &RemoteCoordinator::SendNextReport);
+}
+
+void RemoteCoordinator::RetryAfter(boost::asio::steady_timer& timer, Duration delay,
+                                   void (RemoteCoordinator::*what)()) {
+  timer.expires_after(std::chrono::duration_cast<Clock::duration>(delay));
+  timer.async_wait([this, what](const boost::system::error_code& ec) {
+    if (!ec && !shutting_down_) (this->*what)();
+  });
+}
+
+void RemoteCoordinator::Fail(const std::string& reason) {
+  NodeView v = follower_->last_view();
+  v.phase = Phase::kFailed;
+  v.reason = reason;
+  v.failures.clear();
+  follower_->Apply(v);
+}
+
+void RemoteCoordinator::WorkersFailed(const std::vector<WorkerFailure>& failures) {
+  Enqueue({ReportKind::kFailed, CurrentRound(), failures, {}});
+}
+
+void RemoteCoordinator::WorkersSucceeded() {
+  Enqueue({ReportKind::kSucceeded, CurrentRound(), {}, {}});
+}
+
+void RemoteCoordinator::ReportProgress(uint64_t save_id,
+                                       const std::vector<rendezvous::RankProgress>& ranks) {
+  rendezvous::ReportDetails s;
+  s.save_id = save_id;
+  s.progress = ranks;
+  Enqueue({ReportKind::kProgress, CurrentRound(), {}, s});
+}
+
+void RemoteCoordinator::ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
+                                    const std::string& error) {
+  rendezvous::ReportDetails s;
+  s.save_id = save_id;
+  s.rank = rank;
+  s.finalize = finalize;
+  s.ok = ok;
+  s.error = error;
+  Enqueue({ReportKind::kSaved, CurrentRound(), {}, s});
+}
+
+void RemoteCoordinator::ReportCheck(uint64_t order_id,
+                                    const std::vector<rendezvous::CheckTaskResult>& results) {
+  rendezvous::ReportDetails d;
+  d.check_id = order_id;
+  d.check_results = results;
+  // The check belongs to the round being formed, not to the last one this node ran.
+  Enqueue({ReportKind::kChecked, follower_->last_view().round, {}, d});
+}
+
+void RemoteCoordinator::WorkersStopped() {
+  std::weak_ptr<bool> alive = alive_;
+  boost::asio::post(io_, [this, alive] {
+    if (auto a = alive.lock(); a && *a && !shutting_down_) follower_->WorkersStopped();
+  });
+}
+
+void RemoteCoordinator::Shutdown() {
+  if (shutting_down_) return;
+  shutting_down_ = true;
+  join_timer_.cancel();
+  watch_timer_.cancel();
+  report_timer_.cancel();
+  client_.CancelAll();
+  if (joined_ && !(follower_ && follower_->finished())) {
+    // Leaving tells the others at once; they re-form without us (or wait for a replacement).
+    client_.Leave(Duration(1), [](const RpcOutcome&) {});
+  }
+  if (opts_.probe_server) opts_.probe_server->Stop();
+  if (opts_.server) {
+    opts_.server->FinishAndShutdown("the agent hosting the rendezvous (" + opts_.node.host +
+                                        ") stopped",
+                                    opts_.linger);
+  }
+}
+
+}  // namespace ftrun::launcher

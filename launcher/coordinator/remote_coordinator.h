@@ -1,0 +1,104 @@
+// RemoteCoordinator: a node of a multi-node job. Joins the rendezvous server (retrying while
+// it is not up yet, until connect_timeout), follows the job through long-poll watches, and
+// reports this node's worker outcomes in order (one report in flight). When this agent hosts
+// the server, it owns it and shuts it down once every node has seen the job's end.
+//
+// Thread: loop only. Listener calls happen in RPC completions or posted, never inside a
+// Coordinator call. Errors: a refusal (token, run id, --nnodes/--nproc-per-node mismatch) or
+// a server lost for longer than lost_after ends the job with a reason naming it.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "launcher/coordinator/coordinator.h"
+#include "launcher/coordinator/view_follower.h"
+#include "launcher/netcheck/pair_probe.h"
+#include "rendezvous/rendezvous_client.h"
+#include "rendezvous/rendezvous_server.h"
+
+namespace ftrun::launcher {
+
+struct RemoteCoordinatorOptions {
+  rendezvous::ClientOptions client;
+  rendezvous::NodeInfo node;
+  rendezvous::Duration connect_timeout{900};  // the server is not reachable yet
+  rendezvous::Duration lost_after{15};        // the server stopped answering
+  rendezvous::Duration watch_wait{5};
+  rendezvous::Duration linger{10};            // hosting: wait for every node to see the end
+  std::unique_ptr<rendezvous::RendezvousServer> server;  // started; hosted by this agent
+  std::unique_ptr<ProbeServer> probe_server;  // --network-check: answers the other agents
+  std::string role = "default";
+};
+
+class RemoteCoordinator : public Coordinator {
+ public:
+  RemoteCoordinator(boost::asio::io_context& io, RemoteCoordinatorOptions options);
+  ~RemoteCoordinator() override;
+
+  void Start(Listener* listener) override;
+  void WorkersFailed(const std::vector<WorkerFailure>& failures) override;
+  void WorkersSucceeded() override;
+  void WorkersStopped() override;
+  void ReportProgress(uint64_t save_id,
+                      const std::vector<rendezvous::RankProgress>& ranks) override;
+  void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
+                   const std::string& error) override;
+  void ReportCheck(uint64_t order_id,
+                   const std::vector<rendezvous::CheckTaskResult>& results) override;
+  void Shutdown() override;
+  std::string ServerMetrics() const override {
+    return opts_.server ? opts_.server->RenderMetrics() : "";
+  }
+  bool HostsRendezvous() const override { return opts_.server != nullptr; }
+
+ private:
+  struct PendingReport {
+    rendezvous::ReportKind kind;
+    uint64_t round;
+    std::vector<WorkerFailure> failures;
+    rendezvous::ReportDetails save;  // kProgress, kSaved
+  };
+
+  void Join();
+  void OnJoined(const rendezvous::RpcOutcome& out);
+  void Watch();
+  void OnWatched(const rendezvous::RpcOutcome& out);
+  void Enqueue(PendingReport report);
+  void SendNextReport();
+  void OnReported(const rendezvous::RpcOutcome& out);
+  void Apply(const rendezvous::NodeView& view);
+  void Fail(const std::string& reason);
+  void RetryAfter(boost::asio::steady_timer& timer, rendezvous::Duration delay,
+                  void (RemoteCoordinator::*what)());
+  bool ServerLost(const rendezvous::RpcOutcome& out);
+  uint64_t CurrentRound() const;
+
+  boost::asio::io_context& io_;
+  RemoteCoordinatorOptions opts_;
+  std::string endpoint_;
+  rendezvous::RendezvousClient client_;
+  std::optional<ViewFollower> follower_;
+
+  // State below is touched only on the loop.
+  boost::asio::steady_timer join_timer_;
+  boost::asio::steady_timer watch_timer_;
+  boost::asio::steady_timer report_timer_;
+  rendezvous::TimePoint join_started_;
+  rendezvous::TimePoint last_contact_;
+  rendezvous::TimePoint last_wait_log_;
+  int join_attempts_ = 0;
+  bool joined_ = false;
+  bool watching_ = false;
+  uint64_t known_version_ = 0;
+  std::deque<PendingReport> reports_;
+  bool report_in_flight_ = false;
+  bool shutting_down_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace ftrun::launcher

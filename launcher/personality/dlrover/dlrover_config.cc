@@ -1,0 +1,91 @@
+#include "launcher/personality/dlrover/dlrover_config.h"
+
+namespace ftrun::launcher {
+
+Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs a, const EnvMap& env,
+                                       const HostFacts& host,
+                                       std::vector<std::string>& warnings) {
+  if (a.precheck >= 1) a.network_check = true;
+  if (a.precheck >= 2) a.comm_perf_test = true;
+
+  if (a.auto_config) {
+    auto num = Lookup(env, "NODE_NUM");
+    auto n = ToInt(num.value_or(""));
+    if (!n || *n <= 0) {
+      return Error{"--auto-config: NODE_NUM must be the number of nodes, got '" +
+                   num.value_or("") + "'"};
+    }
+    a.nnodes = std::to_string(*n);
+    if (host.gpu_count > 0) {
+      a.nproc_per_node = std::to_string(host.gpu_count);
+    } else {
+      warnings.push_back("--auto-config: no GPU found (" + host.gpu_source +
+                         "); keeping --nproc-per-node " + a.nproc_per_node);
+    }
+    if (*n >= 4) a.network_check = true;
+  }
+
+  auto nodes = ParseNnodes(a.nnodes);
+  if (!nodes) return nodes.error();
+  if (nodes->second > 1 && !a.standalone && a.rdzv_endpoint.empty()) {
+    if (auto master = Lookup(env, "DLROVER_MASTER_ADDR"); master && !master->empty()) {
+      a.rdzv_backend = "c10d";
+      a.rdzv_endpoint = *master;
+    } else {
+      warnings.push_back(
+          "dlrover-run: DLROVER_MASTER_ADDR is not set; using torchrun's static rendezvous at "
+          "--master-addr " + a.master_addr + ":" + std::to_string(a.master_port) +
+          " with --node-rank " + std::to_string(a.node_rank));
+    }
+  }
+  if (auto job = Lookup(env, "ELASTIC_JOB_NAME"); job && !job->empty() && a.rdzv_id == "none") {
+    a.rdzv_id = *job;
+  }
+
+  if (a.save_at_breakpoint) {
+    a.fault_save = "on";
+    warnings.push_back(
+        "--save-at-breakpoint: ftrun's fault-time save does this for workers using the ftrun "
+        "helper (see ftrun-control(7)); DLRover's flash-checkpoint shared memory is not read");
+  }
+  if (a.auto_tunning) {
+    warnings.push_back(
+        "--auto-tunning needs DLRover's job master (its strategy generator); ftrun ignores it");
+  }
+  if (Lookup(env, "DLROVER_TRAINING_ELASTIC_MODE") == "ucp") {
+    warnings.push_back("--ucp-device-type " + a.ucp_device_type +
+                       ": ftrun does not convert DeepSpeed universal checkpoints "
+                       "(DLROVER_TRAINING_ELASTIC_MODE=ucp is ignored)");
+  }
+  if (a.accelerator != "nvidia.com/gpu" && a.nproc_per_node == "gpu") {
+    warnings.push_back("--accelerator " + a.accelerator +
+                       ": --nproc-per-node gpu counts NVIDIA GPUs only; give a number");
+  }
+  return a;
+}
+
+Status ApplyDlroverSettings(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
+  if (a.node_unit < 1) {
+    return Error{"--node-unit: must be at least 1, got " + std::to_string(a.node_unit)};
+  }
+  if (c.max_nodes % a.node_unit != 0) {
+    return Error{"--node-unit " + std::to_string(a.node_unit) + ": --nnodes MAX " +
+                 std::to_string(c.max_nodes) + " is not a multiple of it"};
+  }
+  c.node_unit = a.node_unit;
+  // A round smaller than one unit can never form.
+  c.min_nodes = std::max(c.min_nodes, c.node_unit);
+  c.min_nodes += (c.node_unit - c.min_nodes % c.node_unit) % c.node_unit;
+  c.numa_affinity = a.numa_affinity;
+  c.membind_policy = a.membind_policy;
+  if (a.accelerator == "ascend-npu" && !Lookup(env, "HCCL_IF_BASE_PORT")) {
+    if (a.training_port < 1 || a.training_port > 65535) {
+      return Error{"--training-port: " + std::to_string(a.training_port) +
+                   " is not a port number"};
+    }
+    c.extra_env["HCCL_IF_BASE_PORT"] = std::to_string(a.training_port);
+  }
+  return {};
+}
+
+}  // namespace ftrun::launcher

@@ -1,6 +1,0 @@
-// ftrun's version, from CMake's project(VERSION).
-#pragma once
-
-namespace ftrun::launcher {
-inline constexpr const char* kVersion = FTRUN_VERSION;
-}

@@ -1,0 +1,203 @@
+#include "launcher/workers/worker_group.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <boost/asio/post.hpp>
+#include <cerrno>
+#include <csignal>
+#include <cstring>
+#include <filesystem>
+
+#include "launcher/config/launch_config.h"
+#include "common/log.h"
+
+namespace ftrun::launcher {
+namespace {
+
+// A closed-on-scope-exit descriptor.
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+
+// "worker local_rank=N", or the auxiliary process's name.
+std::string Label(const WorkerGroup::Worker& w) {
+  return w.local_rank >= 0 ? "worker local_rank=" + std::to_string(w.local_rank) : w.name;
+}
+
+}  // namespace
+
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, rendezvous::NodeAssignment assignment,
+                         std::vector<ProcessPlan> plans, ExitHandler on_exit,
+                         std::function<void()> on_all_exited)
+    : io_(io),
+      assignment_(std::move(assignment)),
+      plans_(std::move(plans)),
+      on_exit_(std::move(on_exit)),
+      on_all_exited_(std::move(on_all_exited)),
+      grace_timer_(io) {}
+
+WorkerGroup::~WorkerGroup() { grace_timer_.cancel(); }
+
+Status WorkerGroup::Start() {
+  workers_.resize(plans_.size());  // never reallocated: exit handlers keep indices
+  for (size_t i = 0; i < plans_.size(); ++i) {
+    if (auto s = StartOne(i, std::move(plans_[i])); !s) {
+      const std::string name = workers_[i].name;
+      workers_.resize(i);  // only the started ones count
+      Stop(SIGKILL, std::chrono::milliseconds(0));
+      if (started_ == 0) {
+        boost::asio::post(io_, [this] {
+          if (!all_exited_reported_) {
+            all_exited_reported_ = true;
+            on_all_exited_();
+          }
+        });
+      }
+      return s.error().Wrap(name);
+    }
+  }
+  plans_.clear();
+  return {};
+}
+
+Result<int> WorkerGroup::StreamFd(Worker& w, const StreamPlan& s) {
+  switch (s.kind) {
+    case StreamPlan::Kind::kInherit:
+      return -1;
+    case StreamPlan::Kind::kFile: {
+      int fd = OpenLogFile(s.file, s.append);
+      if (fd < 0) return Error{"cannot open " + s.file + ": " + std::strerror(errno)};
+      return fd;
+    }
+    case StreamPlan::Kind::kTee: {
+      auto tee = OutputTee::Create(io_, s.tee);
+      if (!tee) return tee.error();
+      int fd = (*tee)->write_fd();
+      w.tees.push_back(std::move(*tee));
+      return fd;
+    }
+  }
+  return -1;
+}
+
+Status WorkerGroup::StartOne(size_t index, ProcessPlan plan) {
+  Worker& w = workers_[index];
+  w.local_rank = plan.local_rank;
+  w.rank = plan.rank;
+  w.name = plan.name;
+  w.program = plan.program;
+  w.error_file = plan.error_file;
+  // Tee pipes are owned by their OutputTee; plain files are closed once the child has them.
+  Fd out, err;
+  auto o = StreamFd(w, plan.out);
+  if (!o) return o.error();
+  if (plan.out.kind == StreamPlan::Kind::kFile) out.fd = *o;
+  Result<int> e = *o;
+  if (!plan.err_to_out) {
+    e = StreamFd(w, plan.err);
+    if (!e) {
+      w.tees.clear();
+      return e.error();
+    }
+    if (plan.err.kind == StreamPlan::Kind::kFile) err.fd = *e;
+  }
+  ProcessSpec spec;
+  spec.program = plan.program;
+  spec.args = std::move(plan.args);
+  spec.env = std::move(plan.env);
+  spec.stdout_fd = *o;
+  spec.stderr_fd = *e;
+  auto proc = WorkerProcess::Spawn(io_, spec, [this, index](const ExitStatus& s) {
+    OnExit(index, s);
+  });
+  for (auto& t : w.tees) t->CloseWriteEnd();
+  if (!proc) {
+    w.tees.clear();
+    return proc.error();
+  }
+  w.process = std::move(*proc);
+  ++started_;
+  for (auto& t : w.tees) t->Start();
+  Logger("launcher")
+      ->info("{} started rank={} pid={} attempt={} round={}", Label(w), w.rank, w.process->pid(), assignment_.restart_count, assignment_.round);
+  return {};
+}
+
+void WorkerGroup::OnExit(size_t index, const ExitStatus& status) {
+  Worker& w = workers_[index];
+  w.status = status;
+  for (auto& t : w.tees) t->Drain();
+  on_exit_(w);
+  if (live_count() == 0 && !all_exited_reported_) {
+    all_exited_reported_ = true;
+    grace_timer_.cancel();
+    // Leftover grandchildren in the workers' process groups must not outlive the attempt.
+    for (auto& other : workers_) {
+      if (other.process) other.process->SignalGroup(SIGKILL);
+    }
+    on_all_exited_();
+  }
+}
+
+size_t WorkerGroup::live_count() const {
+  size_t n = 0;
+  for (const auto& w : workers_) {
+    if (w.process && !w.process->exited()) ++n;
+  }
+  return n;
+}
+
+size_t WorkerGroup::rank_count() const {
+  size_t n = 0;
+  for (const auto& w : workers_) {
+    if (w.local_rank >= 0) ++n;
+  }
+  return n;
+}
+
+void WorkerGroup::Stop(int sig, std::chrono::milliseconds grace) {
+  const bool first = !stopping_;
+  if (!first && sig == stop_signal_) return;  // already on its way
+  stopping_ = true;
+  stop_signal_ = sig;
+  if (sig != SIGKILL) {
+    for (auto& w : workers_) {
+      if (!w.process) continue;
+      if (!w.process->exited()) {
+        Logger("launcher")->info("sending {} to {} pid={}", SignalName(sig), Label(w),
+                                 w.process->pid());
+      }
+      w.process->SignalGroup(sig);  // an exited worker's group may still hold grandchildren
+    }
+  }
+  if (sig == SIGKILL || grace.count() == 0) {
+    KillRemaining();
+    return;
+  }
+  if (!first || live_count() == 0) return;
+  grace_timer_.expires_after(grace);
+  grace_timer_.async_wait([this, grace](const boost::system::error_code& ec) {
+    if (ec) return;
+    for (auto& w : workers_) {
+      if (w.process && !w.process->exited()) {
+        Logger("launcher")->warn(
+            "{} pid={} still running {} ms after the stop signal; sending SIGKILL", Label(w),
+            w.process->pid(), grace.count());
+      }
+    }
+    KillRemaining();
+  });
+}
+
+void WorkerGroup::KillRemaining() {
+  grace_timer_.cancel();
+  for (auto& w : workers_) {
+    if (w.process && !w.process->exited()) w.process->SignalGroup(SIGKILL);
+  }
+}
+
+}  // namespace ftrun::launcher

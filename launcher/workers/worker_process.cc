@@ -1,0 +1,196 @@
+// The one translation unit that includes Boost.Process (v2, header-only; slow to compile).
+#include "launcher/workers/worker_process.h"
+
+#include <fcntl.h>
+#include <linux/close_range.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/asio/posix/stream_descriptor.hpp>
+#include <boost/process/v2/environment.hpp>
+#include <boost/process/v2/process.hpp>
+#include <boost/process/v2/stdio.hpp>
+#include <cerrno>
+#include <cstring>
+
+#include "common/log.h"
+
+namespace bp = boost::process::v2;
+
+namespace ftrun::launcher {
+namespace {
+
+// Runs in the child between fork and exec, so only async-signal-safe calls (no allocation,
+// no logging): the parent is multi-threaded (gRPC).
+struct ChildSetup {
+  pid_t parent;
+  const char* const* envp;
+
+  bp::error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
+                          const char* const*) {
+    launcher.env = envp;
+    return {};
+  }
+
+  bp::error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&,
+                               const char* const*) {
+    if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
+    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return {errno, bp::system_category()};
+    // The agent may have died before prctl took effect; then nobody would ever kill us.
+    if (::getppid() != parent) ::_exit(127);
+    // The agent ignores SIGPIPE for its sockets; workers get the default back (as Python's
+    // subprocess restores it), and nothing blocked.
+    struct sigaction dfl {};
+    dfl.sa_handler = SIG_DFL;
+    ::sigaction(SIGPIPE, &dfl, nullptr);
+    ::sigaction(SIGXFSZ, &dfl, nullptr);
+    sigset_t none;
+    ::sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    // Only fds 0-2 cross exec. Boost's own close_range pass skips descriptors below its
+    // internal error pipe, so mark everything above 2 close-on-exec here first.
+    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+      struct rlimit rl {};
+      rlim_t max_fd = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+      if (max_fd > 65536) max_fd = 65536;
+      for (int fd = 3; fd < static_cast<int>(max_fd); ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    return {};
+  }
+};
+
+ExitStatus DecodeWaitStatus(int status) {
+  ExitStatus s;
+  if (WIFSIGNALED(status)) {
+    s.signal = WTERMSIG(status);
+  } else if (WIFEXITED(status)) {
+    s.code = WEXITSTATUS(status);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::string ExitStatus::Describe() const {
+  if (signal != 0) {
+    const char* name = ::sigabbrev_np(signal);
+    return "signal " + std::to_string(signal) + " (SIG" + (name ? name : "?") + ")";
+  }
+  return "exit code " + std::to_string(code);
+}
+
+// The exit is awaited on a pidfd of our own rather than with Boost's process handle: on
+// "readable" that handle calls a blocking waitpid, and the chaos run caught the pidfd of a
+// live worker reported readable (after a restarted master, a worker's exit started the next
+// round's worker and then dropped its own pidfd): the agent's loop blocked until that worker
+// exited, a minute later. Here waitpid(WNOHANG) decides and a spurious wakeup waits again,
+// and the pidfd is deregistered (release) before it is closed, so that no registration can
+// outlive it.
+struct WorkerProcess::Impl {
+  explicit Impl(boost::asio::posix::stream_descriptor d) : pidfd(std::move(d)) {}
+  ~Impl() {
+    if (pidfd.is_open()) ::close(pidfd.release());
+  }
+  boost::asio::posix::stream_descriptor pidfd;
+};
+
+WorkerProcess::WorkerProcess(pid_t pid, std::unique_ptr<Impl> impl)
+    : pid_(pid),
+      start_time_(std::chrono::steady_clock::now()),
+      impl_(std::move(impl)),
+      alive_(std::make_shared<bool>(true)) {}
+
+WorkerProcess::~WorkerProcess() {
+  *alive_ = false;
+  if (!exited_) {
+    Logger("worker")->warn("worker process object dropped while pid={} still runs", pid_);
+  }
+}
+
+std::string FindProgram(const std::string& program, const EnvMap& env) {
+  if (program.find('/') != std::string::npos) return program;
+  return bp::environment::find_executable(program, env).string();
+}
+
+Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(boost::asio::io_context& io,
+                                                            const ProcessSpec& spec,
+                                                            ExitHandler on_exit) {
+  std::string exe = FindProgram(spec.program, spec.env);
+  if (exe.empty()) {
+    return Error{"cannot start '" + spec.program + "': not found in PATH"};
+  }
+  std::vector<std::string> env_strings = ToEnvStrings(spec.env);
+  std::vector<const char*> envp;
+  envp.reserve(env_strings.size() + 1);
+  for (const auto& e : env_strings) envp.push_back(e.c_str());
+  envp.push_back(nullptr);
+
+  bp::process_stdio stdio{{}, {}, {}};
+  if (spec.stdout_fd >= 0) stdio.out = spec.stdout_fd;
+  if (spec.stderr_fd >= 0) stdio.err = spec.stderr_fd;
+
+  bp::error_code ec;
+  bp::posix::default_launcher launcher;
+  bp::basic_process<boost::asio::io_context::executor_type> proc = launcher(
+      io.get_executor(), ec, exe, spec.args, ChildSetup{::getpid(), envp.data()}, stdio);
+  if (ec) {
+    return Error{"cannot start '" + exe + "': " + ec.message()};
+  }
+  pid_t pid = proc.id();
+  // Boost's handle (and its pidfd) goes at once, before anything else is forked.
+  { auto boost_handle = proc.detach(); }
+  const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));  // close-on-exec
+  if (fd < 0) {
+    const int err = errno;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);  // it was just killed: returns at once
+    return Error{"cannot watch '" + exe + "' (pidfd_open): " + std::strerror(err)};
+  }
+  auto impl = std::make_unique<Impl>(boost::asio::posix::stream_descriptor(io, fd));
+  std::unique_ptr<WorkerProcess> wp(new WorkerProcess(pid, std::move(impl)));
+  wp->on_exit_ = std::move(on_exit);
+  wp->AwaitExit();
+  return wp;
+}
+
+void WorkerProcess::AwaitExit() {
+  std::weak_ptr<bool> alive = alive_;
+  impl_->pidfd.async_wait(boost::asio::posix::stream_descriptor::wait_read,
+                          [this, alive](const boost::system::error_code& ec) {
+    auto a = alive.lock();
+    if (!a || !*a) return;  // the owner dropped us first
+    int status = 0;
+    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+    if (r == 0 && !ec) return AwaitExit();  // a spurious wakeup: it still runs
+    if (r != pid_) {
+      // Cannot normally happen (the child is ours); report a failure rather than hang.
+      Logger("worker")->error("waiting for pid={} failed: {}", pid_,
+                              ec ? ec.message() : std::string(std::strerror(errno)));
+      status = 0xff00;  // exit code 255
+    }
+    exited_ = true;
+    auto on_exit = std::move(on_exit_);  // it may destroy this object
+    on_exit(DecodeWaitStatus(status));
+  });
+}
+
+void WorkerProcess::SignalGroup(int sig) {
+  if (exited_) {
+    // The leader is reaped, so its pid may be reused; the group id stays reserved while any
+    // member lives, so signalling the group is still safe and reaches leftover grandchildren.
+    if (::kill(-pid_, sig) != 0 && errno != ESRCH) {
+      Logger("worker")->debug("kill(-{}, {}) failed: {}", pid_, sig, std::strerror(errno));
+    }
+    return;
+  }
+  if (::kill(-pid_, sig) != 0) {
+    // Between fork and setpgid the group does not exist yet: signal the child itself.
+    if (errno == ESRCH) ::kill(pid_, sig);
+  }
+}
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,168 @@
+#include "launcher/channels/control_server.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "tests/support/test_support.h"
+
+namespace ftrun::launcher {
+namespace {
+
+using namespace std::chrono_literals;
+
+// A worker's end of the channel: a plain blocking Unix socket in this process.
+class Client {
+ public:
+  explicit Client(const std::string& path) {
+    fd_ = ::socket(AF_UNIX, SOCK_STREAM, 0);
+    sockaddr_un a{};
+    a.sun_family = AF_UNIX;
+    std::snprintf(a.sun_path, sizeof a.sun_path, "%s", path.c_str());
+    EXPECT_EQ(::connect(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    ::fcntl(fd_, F_SETFL, O_NONBLOCK);
+  }
+  ~Client() { ::close(fd_); }
+  void Send(const std::string& s) { ASSERT_EQ(::write(fd_, s.data(), s.size()), (ssize_t)s.size()); }
+  // What arrived so far; sets closed when the agent hung up.
+  std::string Received() {
+    char buf[4096];
+    for (ssize_t n; (n = ::read(fd_, buf, sizeof buf)) != 0;) {
+      if (n < 0) return got_;
+      got_.append(buf, n);
+    }
+    closed_ = true;
+    return got_;
+  }
+  bool closed() {
+    Received();
+    return closed_;
+  }
+
+ private:
+  int fd_ = -1;
+  std::string got_;
+  bool closed_ = false;
+};
+
+class ControlServerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ControlServer::Events ev;
+    ev.on_saved = [this](int lr, uint64_t id, bool fin, bool ok, const std::string& err) {
+      saved_.push_back(std::to_string(lr) + ":" + std::to_string(id) + ":" + (fin ? "F" : "S") +
+                       ":" + (ok ? "ok" : "fail:" + err));
+    };
+    ev.on_peer_failed = [this](int lr, const std::string& err) {
+      peer_failed_.push_back(std::to_string(lr) + ":" + err);
+    };
+    server_ = std::make_unique<ControlServer>(io_, ev);
+    ASSERT_TRUE(server_->Start(dir_.path()));
+    // This test process plays local rank 1 of a node whose ranks start at 4.
+    server_->SetWorkers({999999, ::getpgid(0)}, 4, 2);
+  }
+  bool Pump(const std::function<bool()>& cond) {
+    return testing::WaitFor([&] {
+      io_.run_for(2ms);
+      return cond();
+    }, 5s);
+  }
+  void ExpectRejected(const std::string& hello, const std::string& line, const std::string& why) {
+    Client c(server_->path());
+    if (!hello.empty()) c.Send(hello);
+    c.Send(line);
+    ASSERT_TRUE(Pump([&] { return c.closed(); })) << line;
+    EXPECT_NE(c.Received().find(why), std::string::npos) << line << " -> " << c.Received();
+  }
+
+  testing::TempDir dir_;
+  boost::asio::io_context io_;
+  std::unique_ptr<ControlServer> server_;
+  std::vector<std::string> saved_, peer_failed_;
+  const std::string hello_ = R"({"type":"hello","version":1,"rank":5,"handler":true,"group":"g1"})" "\n";
+};
+
+TEST_F(ControlServerTest, SocketIsPrivate) {
+  struct stat st {};
+  ASSERT_EQ(::stat(std::filesystem::path(server_->path()).parent_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700);
+}
+
+TEST_F(ControlServerTest, HelloProgressSavedAndPeerFailed) {
+  Client c(server_->path());
+  c.Send(hello_);
+  ASSERT_TRUE(Pump([&] { return c.Received().find("welcome") != std::string::npos; }));
+  EXPECT_NE(c.Received().find(R"("attempt":2)"), std::string::npos) << c.Received();
+  EXPECT_TRUE(server_->rank(1).connected);
+  EXPECT_TRUE(server_->rank(1).has_handler);
+  EXPECT_EQ(server_->rank(1).group, "g1");
+  c.Send(R"({"type":"progress","step":41,"updating":true})" "\n");
+  ASSERT_TRUE(Pump([&] { return server_->rank(1).step == 41; }));
+  EXPECT_TRUE(server_->rank(1).updating);
+  c.Send(R"({"type":"progress","step":41})" "\n" R"({"type":"peer_failed","error":"gloo: Connection closed by peer"})" "\n");
+  ASSERT_TRUE(Pump([&] { return !peer_failed_.empty(); }));
+  EXPECT_FALSE(server_->rank(1).updating);
+  EXPECT_EQ(peer_failed_[0], "1:gloo: Connection closed by peer");
+  ASSERT_TRUE(server_->Send(1, JsonMessage("save").Set("id", int64_t{3}).Set("step", int64_t{41}).str()));
+  ASSERT_TRUE(Pump([&] { return c.Received().find(R"("type":"save")") != std::string::npos; }));
+  c.Send(R"({"type":"saved","id":3,"ok":false,"error":"disk full"})" "\n");
+  ASSERT_TRUE(Pump([&] { return !saved_.empty(); }));
+  EXPECT_EQ(saved_[0], "1:3:S:fail:disk full");
+  EXPECT_FALSE(server_->Send(0, "{}")) << "rank 0 never connected";
+}
+
+TEST_F(ControlServerTest, FinishedRanksAreMarked) {
+  Client c(server_->path());
+  c.Send(hello_);
+  c.Send(R"({"type":"progress","step":7})" "\n" R"({"type":"finished"})" "\n");
+  ASSERT_TRUE(Pump([&] { return server_->rank(1).finished; }));
+  EXPECT_EQ(server_->rank(1).step, 7);
+}
+
+TEST_F(ControlServerTest, BadMessagesCloseTheConnectionWithAReason) {
+  ExpectRejected("", "not json\n", "not a JSON object");
+  ExpectRejected("", R"({"type":"progress","step":1})" "\n", "first message must be 'hello'");
+  ExpectRejected("", R"({"type":"hello","version":2,"rank":5})" "\n", "protocol version 2");
+  ExpectRejected("", R"({"type":"hello","version":1,"rank":7})" "\n", "says rank 7 but is rank 5");
+  ExpectRejected(hello_, R"({"type":"dance"})" "\n", "unknown message type 'dance'");
+  ExpectRejected(hello_, R"({"type":"progress","step":"ten"})" "\n", "'step' must be an integer");
+  ExpectRejected(hello_, R"({"type":"progress","step":1.5})" "\n", "'step' must be an integer");
+  ExpectRejected(hello_, R"({"type":"progress"})" "\n", "without 'step'");
+  ExpectRejected(hello_, R"({"type":"saved","ok":true})" "\n", "needs 'id' and 'ok'");
+  ExpectRejected(hello_, R"({"nope":1})" "\n", "without a 'type'");
+  ExpectRejected(hello_, std::string(70000, 'x') + "\n", "over 64 KiB");
+  // The agent still serves a well-behaved worker.
+  Client ok(server_->path());
+  ok.Send(hello_);
+  EXPECT_TRUE(Pump([&] { return server_->rank(1).connected; }));
+}
+
+TEST_F(ControlServerTest, StrangersAreRejected) {
+  server_->SetWorkers({999998, 999999}, 4, 3);  // this process is not a worker now
+  ExpectRejected("", R"({"type":"hello","version":1,"rank":5})" "\n", "is not one of this agent's workers");
+}
+
+TEST_F(ControlServerTest, NewAttemptForgetsTheOldConnections) {
+  Client c(server_->path());
+  c.Send(hello_);
+  ASSERT_TRUE(Pump([&] { return server_->rank(1).connected; }));
+  server_->SetWorkers({999999, ::getpgid(0)}, 4, 3);
+  EXPECT_FALSE(server_->rank(1).connected);
+  EXPECT_TRUE(Pump([&] { return c.closed(); }));
+}
+
+TEST_F(ControlServerTest, StopRemovesTheSocket) {
+  std::string path = server_->path();
+  server_->Stop();
+  EXPECT_FALSE(testing::FileExists(path));
+  EXPECT_FALSE(testing::FileExists(std::filesystem::path(path).parent_path()));
+}
+
+}  // namespace
+}  // namespace ftrun::launcher
