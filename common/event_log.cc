@@ -52,7 +52,7 @@ void EventLog::Write(JsonMessage record, std::optional<uint64_t> round) {
   if (::write(fd_, line.data(), line.size()) != static_cast<ssize_t>(line.size()) &&
       !reported_error_) {
     reported_error_ = true;
-    Logger("launcher")->warn("cannot write the event log: {}", std::strerror(errno));
+    LauncherLog()->warn("cannot write the event log: {}", std::strerror(errno));
   }
 }
 

@@ -67,4 +67,21 @@ std::shared_ptr<spdlog::logger> Logger(const std::string& name) {
   return logger ? logger : MakeLogger(name);
 }
 
+const std::shared_ptr<spdlog::logger>& LauncherLog() {
+  static const auto logger = Logger("launcher");
+  return logger;
+}
+const std::shared_ptr<spdlog::logger>& WorkerLog() {
+  static const auto logger = Logger("worker");
+  return logger;
+}
+const std::shared_ptr<spdlog::logger>& RendezvousLog() {
+  static const auto logger = Logger("rendezvous");
+  return logger;
+}
+const std::shared_ptr<spdlog::logger>& MsrunLog() {
+  static const auto logger = Logger("msrun");
+  return logger;
+}
+
 }  // namespace ftrun

@@ -23,4 +23,10 @@ void InitLogging(spdlog::level::level_enum level);
 // The named logger; creates it on first use (so unit tests need no InitLogging).
 std::shared_ptr<spdlog::logger> Logger(const std::string& name);
 
+// The loggers each part of ftrun writes through, looked up once per process.
+const std::shared_ptr<spdlog::logger>& LauncherLog();    // the agent and its helpers
+const std::shared_ptr<spdlog::logger>& WorkerLog();      // worker processes and their channel
+const std::shared_ptr<spdlog::logger>& RendezvousLog();  // the rendezvous server and master
+const std::shared_ptr<spdlog::logger>& MsrunLog();       // the msrun personality
+
 }  // namespace ftrun

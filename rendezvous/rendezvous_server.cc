@@ -107,7 +107,7 @@ RendezvousServer::RendezvousServer(boost::asio::io_context& io, ServerOptions op
 RendezvousServer::~RendezvousServer() {
   if (shutdown_thread_.joinable()) shutdown_thread_.join();
   if (server_ && !shutting_down_) {
-    Log()->error("rendezvous server destroyed without Shutdown(); stopping it now");
+    RendezvousLog()->error("rendezvous server destroyed without Shutdown(); stopping it now");
     server_->Shutdown(std::chrono::system_clock::now());
   }
 }
@@ -147,7 +147,7 @@ Result<int> RendezvousServer::Start() {
     server_ = builder.BuildAndStart();
     if (server_ && port > 0) {
       work_.emplace(io_.get_executor());
-      Log()->info("rendezvous server listening addr={}:{} run_id={} nnodes={}:{} max_restarts={}",
+      RendezvousLog()->info("rendezvous server listening addr={}:{} run_id={} nnodes={}:{} max_restarts={}",
                   host, port, opts_.job.run_id, opts_.job.min_nodes, opts_.job.max_nodes,
                   opts_.job.max_restarts);
       ArmTimer();
@@ -188,7 +188,7 @@ void RendezvousServer::Handle(std::shared_ptr<Call> call) {
   try {
     Process(call);
   } catch (const std::exception& e) {  // never let a request take the loop down
-    Log()->error("internal error handling a request from {}: {}", call->peer, e.what());
+    RendezvousLog()->error("internal error handling a request from {}: {}", call->peer, e.what());
     call->reactor->Finish(grpc::Status(grpc::StatusCode::INTERNAL, e.what()));
   }
 }
@@ -200,7 +200,7 @@ void RendezvousServer::OnWatchCancelled(uint64_t watch_id) {
   watch_deadlines_.erase(it->second->deadline);
   watches_.erase(it);
   const std::string& node = call->watch.header().node_id();
-  Log()->debug("watch cancelled by the transport node={} peer={}", node, call->peer);
+  RendezvousLog()->debug("watch cancelled by the transport node={} peer={}", node, call->peer);
   state_.Disconnected(node, Clock::now());
   call->reactor->Finish(grpc::Status::CANCELLED);
   AfterEvent();
@@ -238,7 +238,7 @@ void RendezvousServer::FinishAndShutdown(const std::string& abort_reason, Durati
   linger_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(linger));
   linger_timer_.async_wait([this, finish](const boost::system::error_code& ec) {
     if (ec || shutting_down_) return;
-    Log()->info("not every node has seen the job's end after the linger; stopping anyway");
+    RendezvousLog()->info("not every node has seen the job's end after the linger; stopping anyway");
     on_all_informed_ = nullptr;
     (*finish)();
   });

@@ -16,11 +16,6 @@
 namespace ftrun::rendezvous {
 
 // The server's logger, shared by rendezvous_server*.cc.
-inline auto& Log() {
-  static auto logger = Logger("rendezvous");
-  return logger;
-}
-
 struct RendezvousServer::Call {
   enum class Kind { kJoin, kWatch, kReport, kLeave, kStatus } kind = Kind::kJoin;
   grpc::ServerUnaryReactor* reactor = nullptr;

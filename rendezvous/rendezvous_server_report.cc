@@ -40,7 +40,7 @@ void RendezvousServer::LogTransitions() {
   };
   for (const StateEvent& e : state_.TakeEvents()) {
     if (e.event == "round_formed") {
-      Log()->info("round formed round={} nodes={} restart_count={} world_size={}", round,
+      RendezvousLog()->info("round formed round={} nodes={} restart_count={} world_size={}", round,
                   e.members.size(), v.restart_count, v.nodes_joined ? v.assignment.world_size : 0);
       write(EventLog::Event("round_formed")
                 .Set("members", e.members)
@@ -49,17 +49,17 @@ void RendezvousServer::LogTransitions() {
       continue;
     }
     if (e.event == "network_check_started") {
-      Log()->info("network check round={} nodes={}", round, e.members.size());
+      RendezvousLog()->info("network check round={} nodes={}", round, e.members.size());
       write(EventLog::Event("network_check_started").Set("members", e.members), round);
       continue;
     }
     if (e.event == "network_check" && state_.last_check()) {
-      Log()->info("network check finished round={}: {}", round, e.detail);
-      for (const auto& line : RenderTable(*state_.last_check())) Log()->info("  {}", line);
+      RendezvousLog()->info("network check finished round={}: {}", round, e.detail);
+      for (const auto& line : RenderTable(*state_.last_check())) RendezvousLog()->info("  {}", line);
       write(ToJson(*state_.last_check()), round);
       continue;
     }
-    Log()->info("{} node={} host={} nodes={}{}", e.event, e.node, e.host, state_.node_count(),
+    RendezvousLog()->info("{} node={} host={} nodes={}{}", e.event, e.node, e.host, state_.node_count(),
                 e.detail.empty() ? "" : " why=" + e.detail);
     auto m = EventLog::Event(e.event).Set("member", e.node).Set("host", e.host);
     if (!e.detail.empty()) m.Set("why", e.detail);
@@ -75,9 +75,9 @@ void RendezvousServer::LogTransitions() {
       const double ms =
           std::chrono::duration<double, std::milli>(Clock::now() - save_started_).count();
       if (o.collecting) {
-        Log()->info("fault-time save {}: collecting the ranks' progress", o.id);
+        RendezvousLog()->info("fault-time save {}: collecting the ranks' progress", o.id);
       } else if (o.finalize) {
-        Log()->info("fault-time save {}: every group saved step {}; rank {} completes it "
+        RendezvousLog()->info("fault-time save {}: every group saved step {}; rank {} completes it "
                     "(+{:.1f} ms)",
                     o.id, o.step, o.finalizer, ms);
       } else {
@@ -85,7 +85,7 @@ void RendezvousServer::LogTransitions() {
         for (const auto& sv : o.savers) {
           savers += (savers.empty() ? "" : ",") + std::to_string(sv.rank);
         }
-        Log()->info("fault-time save {}: step {} by rank(s) {} (+{:.1f} ms)", o.id, o.step,
+        RendezvousLog()->info("fault-time save {}: step {} by rank(s) {} (+{:.1f} ms)", o.id, o.step,
                     savers, ms);
       }
     }
@@ -95,22 +95,22 @@ void RendezvousServer::LogTransitions() {
   logged_round_ = round;
   switch (phase) {
     case Phase::kForming:
-      Log()->info("forming round={} nodes={}", round, state_.node_count());
+      RendezvousLog()->info("forming round={} nodes={}", round, state_.node_count());
       break;
     case Phase::kRunning:
     case Phase::kChecking:
       break;  // logged from the round_formed and network_check events
     case Phase::kStopping:
-      Log()->info("round stopping round={} reason=\"{}\"", round, v.reason);
+      RendezvousLog()->info("round stopping round={} reason=\"{}\"", round, v.reason);
       write(EventLog::Event("round_stopping").Set("reason", v.reason), round);
       break;
     case Phase::kSaving:
-      Log()->info("round saving before it stops round={} reason=\"{}\"", round, v.reason);
+      RendezvousLog()->info("round saving before it stops round={} reason=\"{}\"", round, v.reason);
       write(EventLog::Event("round_saving").Set("reason", v.reason), round);
       break;
     case Phase::kSucceeded:
     case Phase::kFailed:
-      Log()->info("job finished outcome={} reason=\"{}\"", PhaseName(phase), v.reason);
+      RendezvousLog()->info("job finished outcome={} reason=\"{}\"", PhaseName(phase), v.reason);
       write(EventLog::Event("job_finished")
                 .Set("outcome", std::string(PhaseName(phase)))
                 .Set("reason", v.reason),

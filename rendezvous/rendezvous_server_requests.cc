@@ -11,7 +11,7 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   using grpc::StatusCode;
   Call& call = *call_ptr;
   auto reject = [&](StatusCode code, const std::string& message) {
-    Log()->warn("rejected {} from node={} peer={}: {}",
+    RendezvousLog()->warn("rejected {} from node={} peer={}: {}",
                 call.kind == Call::Kind::kJoin ? "join" : "request", call.header().node_id(),
                 call.peer, message);
     call.reactor->Finish(grpc::Status(code, message));

@@ -13,11 +13,6 @@
 namespace ftrun::launcher {
 namespace {
 
-auto& Log() {
-  static auto logger = Logger("launcher");
-  return logger;
-}
-
 // "worker", or the auxiliary process's name ("scheduler"), and its ranks for the log.
 std::string Kind(const WorkerGroup::Worker& w) { return w.local_rank >= 0 ? "worker" : w.name; }
 std::string Ranks(const WorkerGroup::Worker& w) {
@@ -63,10 +58,10 @@ int Agent::Run() {
         std::make_unique<MetricsServer>(io_, [this] { return RenderMetrics(); });
     auto port = metrics_server_->Start(*config_.metrics_port);
     if (!port) {
-      Log()->error("{}", port.error().message);
+      LauncherLog()->error("{}", port.error().message);
       return 1;
     }
-    Log()->info("metrics at http://{}:{}/metrics", opts_.host.get(), *port);
+    LauncherLog()->info("metrics at http://{}:{}/metrics", opts_.host.get(), *port);
   }
   Emit(EventLog::Event("agent_started")
            .Set("version", std::string(kVersion))
@@ -79,7 +74,7 @@ int Agent::Run() {
     watchdog_ = std::make_unique<FileTimerServer>(io_, opts_.watchdog_fifo,
                                                   [this](pid_t p) { return IsWorkerProcess(p); });
     if (auto s = watchdog_->Start(); !s) {
-      Log()->error("TORCHELASTIC_ENABLE_FILE_TIMER=1: {}", s.error().message);
+      LauncherLog()->error("TORCHELASTIC_ENABLE_FILE_TIMER=1: {}", s.error().message);
       return 1;
     }
   }
@@ -109,12 +104,12 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
   if (state_ == State::kFinished) return;
   auto attempt = opts_.planner->PrepareLogs(a);
   if (!attempt) {
-    Log()->error("{}", attempt.error().message);
+    LauncherLog()->error("{}", attempt.error().message);
     result_ = JobResult{false, {}, attempt.error().message};
     Finish(1);
     return;
   }
-  Log()->info(
+  LauncherLog()->info(
       "round started round={} restart_count={} group_rank={} group_world_size={} "
       "world_size={} master_addr={} master_port={} attempt_dir={}",
       a.round, a.restart_count, a.group_rank, a.group_world_size, a.world_size, a.master_addr,
@@ -142,7 +137,7 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
   ever_started_ = true;
   if (auto s = group_->Start(); !s) {
     // The program cannot be started (not found, not executable): no restart would help.
-    Log()->error("{}", s.error().message);
+    LauncherLog()->error("{}", s.error().message);
     result_ = JobResult{false, {}, s.error().message};
     StopGroup(SIGKILL, AfterStop::kFinish);
     return;
@@ -190,24 +185,24 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
                                        : state_ == State::kRunning ? "failed"
                                                                    : "stopped")));
   if (st.Succeeded()) {
-    Log()->info("{} exited {}pid={} attempt={} status={}", Kind(w), Ranks(w), w.process->pid(),
+    LauncherLog()->info("{} exited {}pid={} attempt={} status={}", Kind(w), Ranks(w), w.process->pid(),
                 attempt, st.Describe());
     if (in_survivor_grace_ && LiveRanks() == 0) EndSurvivorGrace();
     if (state_ != State::kRunning || group_->live_count() != 0) return;
     for (const auto& other : group_->workers()) {
       if (!other.status || !other.status->Succeeded()) return;
     }
-    Log()->info("worker group succeeded attempt={}", attempt);
+    LauncherLog()->info("worker group succeeded attempt={}", attempt);
     coordinator_->WorkersSucceeded();
     return;
   }
   if (state_ != State::kRunning) {
-    Log()->info("{} stopped {}pid={} attempt={} status={}", Kind(w), Ranks(w), w.process->pid(),
+    LauncherLog()->info("{} stopped {}pid={} attempt={} status={}", Kind(w), Ranks(w), w.process->pid(),
                 attempt, st.Describe());
     if (in_survivor_grace_ && LiveRanks() == 0) EndSurvivorGrace();
     return;
   }
-  Log()->error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {} rank={} attempt={}",
+  LauncherLog()->error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {} rank={} attempt={}",
                st.TorchExitCode(), w.local_rank, w.process->pid(), w.program, w.rank, attempt);
   opts_.planner->OnProcessFailed(w.process->pid(), w.local_rank, st.TorchExitCode());
   OnLocalFailure(DescribeFailure(w.local_rank, w.rank, w.process->pid(), st, w.error_file,
@@ -215,7 +210,7 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
 }
 
 void Agent::OnRestartRequested(const std::string& reason) {
-  Log()->info("restart requested reason=\"{}\" state={}", reason, StateName());
+  LauncherLog()->info("restart requested reason=\"{}\" state={}", reason, StateName());
   if (metrics_.fault_at == std::chrono::steady_clock::time_point{}) {
     metrics_.fault_at = std::chrono::steady_clock::now();  // a stop without a local fault
   }
@@ -266,7 +261,7 @@ void Agent::StopGroup(int sig, AfterStop after, bool survivors_may_save) {
   if (first && survivors_may_save && config_.survivor_grace.count() > 0 && LiveRanks() > 0) {
     // MindIO TTP saves on its own and then exits the survivors: stop them only if it has not
     // finished within the grace (TTP_OT).
-    Log()->info("waiting up to {:g}s for the surviving workers to save and exit attempt={}",
+    LauncherLog()->info("waiting up to {:g}s for the surviving workers to save and exit attempt={}",
                 config_.survivor_grace.count(), group_->assignment().restart_count);
     in_survivor_grace_ = true;
     grace_signal_ = sig;
@@ -274,7 +269,7 @@ void Agent::StopGroup(int sig, AfterStop after, bool survivors_may_save) {
         config_.survivor_grace));
     fault_timer_.async_wait([this](const boost::system::error_code& ec) {
       if (ec || !in_survivor_grace_) return;
-      Log()->warn("the surviving workers are still running after {:g}s; stopping them",
+      LauncherLog()->warn("the surviving workers are still running after {:g}s; stopping them",
                   config_.survivor_grace.count());
       EndSurvivorGrace();
     });
@@ -286,7 +281,7 @@ void Agent::StopGroup(int sig, AfterStop after, bool survivors_may_save) {
     return;  // the grace goes on
   }
   if (first) {
-    Log()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(sig),
+    LauncherLog()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(sig),
                 config_.shutdown_timeout.count(), group_->assignment().restart_count);
   }
   fault_timer_.cancel();
@@ -298,7 +293,7 @@ void Agent::EndSurvivorGrace() {
   in_survivor_grace_ = false;
   fault_timer_.cancel();
   if (!group_) return;
-  Log()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(grace_signal_),
+  LauncherLog()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(grace_signal_),
               config_.shutdown_timeout.count(), group_->assignment().restart_count);
   group_->Stop(grace_signal_, config_.shutdown_timeout);
 }
@@ -340,17 +335,17 @@ void Agent::OnSignal(int sig) {
   Emit(EventLog::Event("signal").Set("signal", SignalName(sig)));
   if (!ever_started_) {
     // Before any worker started, torchrun dies of the signal itself; so do we.
-    Log()->warn("received {} before any worker started; exiting", SignalName(sig));
+    LauncherLog()->warn("received {} before any worker started; exiting", SignalName(sig));
     std::signal(sig, SIG_DFL);
     ::raise(sig);
     return;
   }
   if (stop_signal_ != 0 && group_ && group_->live_count() > 0) {
-    Log()->warn("received {} again; killing the workers now", SignalName(sig));
+    LauncherLog()->warn("received {} again; killing the workers now", SignalName(sig));
     group_->Stop(SIGKILL, std::chrono::milliseconds(0));
     return;
   }
-  Log()->warn("Received {} death signal ({}), shutting down workers", sig, SignalName(sig));
+  LauncherLog()->warn("Received {} death signal ({}), shutting down workers", sig, SignalName(sig));
   stop_signal_ = sig;
   coordinator_->Shutdown();
   result_ = JobResult{false, {}, "stopped by " + SignalName(sig)};
@@ -381,15 +376,15 @@ void Agent::ReportOutcome(const JobResult& r) {
            .Set("exit_code", exit_code_)
            .Set("reason", r.reason));
   if (r.succeeded && exit_code_ == 0) {
-    Log()->info("job finished outcome=succeeded exit_code=0");
+    LauncherLog()->info("job finished outcome=succeeded exit_code=0");
     return;
   }
-  Log()->error("job finished outcome=failed exit_code={} reason=\"{}\"", exit_code_, r.reason);
+  LauncherLog()->error("job finished outcome=failed exit_code={} reason=\"{}\"", exit_code_, r.reason);
   if (r.failures.empty()) return;
   opts_.planner->ReportFailure(r.failures, std::cerr);
   if (auto path = Lookup(opts_.agent_env, "TORCHELASTIC_ERROR_FILE")) {
     const WorkerFailure& root = r.failures[RootCauseIndex(r.failures)];
-    if (auto s = WriteAgentErrorFile(*path, root); !s) Log()->warn("{}", s.error().message);
+    if (auto s = WriteAgentErrorFile(*path, root); !s) LauncherLog()->warn("{}", s.error().message);
   }
 }
 

@@ -9,11 +9,6 @@
 namespace ftrun::launcher {
 namespace {
 
-auto& Log() {
-  static auto logger = Logger("launcher");
-  return logger;
-}
-
 }  // namespace
 
 void Agent::StartPreflight() {
@@ -21,7 +16,7 @@ void Agent::StartPreflight() {
   if (p.network_check && config_.max_nodes > 1) {
     check_runner_ = std::make_unique<CheckRunner>(io_, p.command, opts_.agent_env);
   } else if (p.network_check) {
-    Log()->info("network check: a single-node job has no pair to test; skipped");
+    LauncherLog()->info("network check: a single-node job has no pair to test; skipped");
   }
   if (!p.switchbox) {
     coordinator_->Start(this);
@@ -34,13 +29,13 @@ void Agent::StartPreflight() {
   so.probe_command = p.switchbox_probe;
   so.env = opts_.agent_env;
   so.time_limit = std::chrono::duration_cast<std::chrono::milliseconds>(p.switchbox_timeout);
-  Log()->info("switchbox check: {} GPU pair(s), at least {} at {:g} MB/s", so.pairs.size(),
+  LauncherLog()->info("switchbox check: {} GPU pair(s), at least {} at {:g} MB/s", so.pairs.size(),
               so.min_channels, so.min_bandwidth_mbps);
   auto check = SwitchboxCheck::Start(io_, so, [this](SwitchboxReport report) {
     OnSwitchboxDone(report);
   });
   if (!check) {
-    Log()->error("--switchbox-probe: {}", check.error().message);
+    LauncherLog()->error("--switchbox-probe: {}", check.error().message);
     result_ = JobResult{false, {}, check.error().message};
     Finish(1);
     return;
@@ -50,7 +45,7 @@ void Agent::StartPreflight() {
 
 void Agent::OnSwitchboxDone(const SwitchboxReport& report) {
   for (const auto& r : report.pairs) {
-    Log()->info("  switchbox pair {}: {}", r.pair.Name(),
+    LauncherLog()->info("  switchbox pair {}: {}", r.pair.Name(),
                 r.ok ? fmt::format("{:.1f} MB/s{}", r.mbps,
                                    r.Passes(report.min_bandwidth_mbps) ? "" : " (too slow)")
                      : r.reason);
@@ -71,7 +66,7 @@ void Agent::OnSwitchboxDone(const SwitchboxReport& report) {
     ExitExcluded("the switchbox check failed: " + report.Summary());
     return;
   }
-  Log()->info("switchbox check passed: {}", report.Summary());
+  LauncherLog()->info("switchbox check passed: {}", report.Summary());
   coordinator_->Start(this);
 }
 
@@ -82,7 +77,7 @@ void Agent::OnCheckOrder(uint64_t round, const rendezvous::CheckOrder& order) {
     peers += fmt::format("{}{} {}", peers.empty() ? "" : ", ", t.client ? "probing" : "answering",
                          t.peer_host);
   }
-  Log()->info("network check round={} check_round={} wave={}: {}", round, order.round,
+  LauncherLog()->info("network check round={} check_round={} wave={}: {}", round, order.round,
               order.wave, peers.empty() ? "waiting for the other pairs" : peers);
   check_runner_->Run(order, [this](uint64_t id, std::vector<rendezvous::CheckTaskResult> r) {
     coordinator_->ReportCheck(id, r);
@@ -95,8 +90,8 @@ void Agent::OnCheckFinished(uint64_t check_id, const std::vector<std::string>& t
   // The rendezvous server hosted here logs and records the check itself (the same log and
   // event log).
   if (coordinator_->HostsRendezvous()) return;
-  Log()->info("network check {} results:", check_id);
-  for (const auto& line : table) Log()->info("  {}", line);
+  LauncherLog()->info("network check {} results:", check_id);
+  for (const auto& line : table) LauncherLog()->info("  {}", line);
   if (opts_.events) {
     if (auto record = JsonMessage::Parse(json)) opts_.events->Write(*record);
   }
@@ -108,7 +103,7 @@ void Agent::OnExcluded(const std::string& reason) {
 
 void Agent::ExitExcluded(const std::string& reason) {
   if (state_ == State::kFinished) return;
-  Log()->error("this node leaves the job: {} (exit code {})", reason, kExitExcluded);
+  LauncherLog()->error("this node leaves the job: {} (exit code {})", reason, kExitExcluded);
   Emit(EventLog::Event("node_excluded").Set("why", reason));
   if (group_ && group_->live_count() > 0) group_->Stop(SIGKILL, std::chrono::milliseconds(0));
   Finish(kExitExcluded);

@@ -10,11 +10,6 @@
 namespace ftrun::launcher {
 namespace {
 
-auto& Log() {
-  static auto logger = Logger("launcher");
-  return logger;
-}
-
 // The signal on which the Python helper dumps every thread's stack (faulthandler).
 int StackDumpSignal() { return SIGRTMIN + 2; }
 
@@ -26,19 +21,19 @@ void Agent::StartControlChannel() {
     OnRankSaved(lr, id, finalize, ok, err);
   };
   ev.on_peer_failed = [this](int lr, const std::string& err) {
-    Log()->info("local_rank={} reports a failed collective ({}); it waits for orders", lr, err);
+    LauncherLog()->info("local_rank={} reports a failed collective ({}); it waits for orders", lr, err);
   };
   control_ = std::make_unique<ControlServer>(io_, ev);
   std::string root = Lookup(opts_.agent_env, "XDG_RUNTIME_DIR")
                          .value_or(Lookup(opts_.agent_env, "TMPDIR").value_or("/tmp"));
   if (auto s = control_->Start(root); !s) {
     if (auto fallback = control_->Start("/tmp"); !fallback) {
-      Log()->warn("no worker control channel ({}); fault-time saves are off", s.error().message);
+      LauncherLog()->warn("no worker control channel ({}); fault-time saves are off", s.error().message);
       control_.reset();
       return;
     }
   }
-  Log()->debug("control channel ready path={}", control_->path());
+  LauncherLog()->debug("control channel ready path={}", control_->path());
 }
 
 EnvMap Agent::ControlEnv() const {
@@ -80,13 +75,13 @@ void Agent::OnLocalFailure(const WorkerFailure& failure) {
   // no order comes (the server is gone), stop anyway.
   if (awaiting_stop_order_) return;
   awaiting_stop_order_ = true;
-  Log()->info("keeping the surviving workers for the fault-time save (up to {:g}s)",
+  LauncherLog()->info("keeping the surviving workers for the fault-time save (up to {:g}s)",
               config_.save_timeout.count());
   fault_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
       config_.save_timeout + std::chrono::seconds(10)));
   fault_timer_.async_wait([this](const boost::system::error_code& ec) {
     if (ec || state_ != State::kRunning) return;
-    Log()->warn("no stop order after the failure; stopping the workers");
+    LauncherLog()->warn("no stop order after the failure; stopping the workers");
     StopGroup(SIGTERM, AfterStop::kReportStopped);
   });
 }
@@ -111,7 +106,7 @@ void Agent::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) {
         ranks.push_back(p);
       }
     }
-    Log()->info("fault-time save {}: reporting the progress of {} rank(s)", order.id,
+    LauncherLog()->info("fault-time save {}: reporting the progress of {} rank(s)", order.id,
                 ranks.size());
     Emit(EventLog::Event("save_progress_reported")
              .Set("save_id", order.id)
@@ -127,7 +122,7 @@ void Agent::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) {
     if (!local(order.finalizer)) return;
     std::vector<std::string> groups;
     for (const auto& s : order.savers) groups.push_back(s.group);
-    Log()->info("fault-time save {}: asking rank {} to complete the checkpoint of step {}",
+    LauncherLog()->info("fault-time save {}: asking rank {} to complete the checkpoint of step {}",
                 order.id, order.finalizer, order.step);
     JsonMessage m("finalize");
     m.Set("id", static_cast<int64_t>(order.id))
@@ -141,7 +136,7 @@ void Agent::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) {
   }
   for (const auto& s : order.savers) {
     if (!local(s.rank)) continue;
-    Log()->info("fault-time save {}: asking rank {} (group '{}') to save step {}", order.id,
+    LauncherLog()->info("fault-time save {}: asking rank {} (group '{}') to save step {}", order.id,
                 s.rank, s.group, order.step);
     metrics_.save_ordered_at[order.id] = std::chrono::steady_clock::now();
     Emit(EventLog::Event("save_requested")
@@ -167,9 +162,9 @@ void Agent::OnRankSaved(int local_rank, uint64_t id, bool finalize, bool ok,
   if (!group_) return;
   const int rank = group_->assignment().base_rank + local_rank;
   if (ok) {
-    Log()->info("fault-time save {}: rank {} {}", id, rank, finalize ? "completed it" : "saved");
+    LauncherLog()->info("fault-time save {}: rank {} {}", id, rank, finalize ? "completed it" : "saved");
   } else {
-    Log()->warn("fault-time save {}: rank {} failed: {}", id, rank, error);
+    LauncherLog()->warn("fault-time save {}: rank {} failed: {}", id, rank, error);
   }
   double secs = -1;
   if (auto it = metrics_.save_ordered_at.find(id); it != metrics_.save_ordered_at.end()) {
@@ -229,7 +224,7 @@ void Agent::CheckHangs() {
   // A rank stuck in a collective makes its peers wait too: every silent rank is listed and
   // dumps its stacks, and one failure (the longest silent) starts the fault protocol.
   const RankControl& first = control_->rank(silent.front());
-  Log()->warn("rank(s) {} reported no progress for {:g}s after step {}; dumping their stacks "
+  LauncherLog()->warn("rank(s) {} reported no progress for {:g}s after step {}; dumping their stacks "
               "and treating it as a failure",
               ranks, config_.hang_timeout.count(), first.step);
   // Give faulthandler a moment to write the stacks before the stop begins.

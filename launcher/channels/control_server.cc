@@ -23,11 +23,6 @@ namespace {
 namespace pb = google::protobuf;
 using stream = boost::asio::local::stream_protocol;
 
-auto& Log() {
-  static auto logger = Logger("worker");
-  return logger;
-}
-
 const pb::Value* Field(const pb::Struct& s, const char* key) {
   auto it = s.fields().find(key);
   return it == s.fields().end() ? nullptr : &it->second;
@@ -190,7 +185,7 @@ void ControlServer::Close(const std::shared_ptr<Connection>& c, const std::strin
   if (c->closed) return;
   c->closed = true;
   if (!why.empty()) {
-    Log()->warn("control channel: closing the connection of {} (pid {}): {}",
+    WorkerLog()->warn("control channel: closing the connection of {} (pid {}): {}",
                 c->local_rank >= 0 ? "local_rank " + std::to_string(c->local_rank) : "a process",
                 c->peer_pid, why);
     // Best effort, synchronously: the peer learns why before the connection goes.

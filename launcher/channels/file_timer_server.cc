@@ -41,7 +41,7 @@ Status FileTimerServer::Start() {
   if (rd < 0) return Error{"cannot open " + path_ + ": " + std::strerror(errno)};
   keepalive_writer_ = ::open(path_.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC);
   fifo_.assign(rd);
-  Logger("launcher")->info("watchdog FIFO ready path={}", path_);
+  LauncherLog()->info("watchdog FIFO ready path={}", path_);
   ReadMore();
   return {};
 }
@@ -67,7 +67,7 @@ void FileTimerServer::ReadMore() {
       std::string line = partial_.substr(0, nl);
       partial_.erase(0, nl + 1);
       if (!HandleLine(line)) {
-        Logger("launcher")->warn("watchdog: ignoring malformed request: {:.200}", line);
+        LauncherLog()->warn("watchdog: ignoring malformed request: {:.200}", line);
       }
     }
     if (partial_.size() > 64 * 1024) partial_.clear();  // no newline in sight: garbage
@@ -143,7 +143,7 @@ void FileTimerServer::FireExpired() {
     }
     it = timers_.erase(it);  // an expired timer without a signal never acts again
   }
-  auto log = Logger("launcher");
+  auto log = LauncherLog();
   for (const auto& [pid, entry] : expired) {
     if (!is_worker_(pid)) {
       log->warn("watchdog: timer scope={} expired for pid={}, which is not a worker; ignored",

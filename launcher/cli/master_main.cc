@@ -46,7 +46,7 @@ int RunMaster(const std::vector<std::string>& argv) {
                                                  : a.log_level);
   if (!level) return UsageError(level.error().message);
   InitLogging(*level);
-  auto log = Logger("rendezvous");
+  auto log = RendezvousLog();
   for (const auto& w : conf->warnings) log->warn("{}", w);
 
   rendezvous::ServerOptions so;

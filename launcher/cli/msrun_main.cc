@@ -166,7 +166,7 @@ int RunMsrun(const std::vector<std::string>& argv) {
   if (!built) return UsageError(built.error().message);
   MsrunConfig& c = *built;
   InitLogging(c.launch.log_level);
-  auto log = Logger("msrun");
+  auto log = MsrunLog();
   for (const auto& w : c.warnings) log->warn("{}", w);
   if (c.command.front() == "python" && FindProgram("python", env).empty() &&
       !FindProgram("python3", env).empty()) {

@@ -69,7 +69,7 @@ void PrintDryRunSummary(const LaunchConfig& c, const std::string& nproc_note,
 
 int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::string> host,
            JobHooks hooks) {
-  auto log = Logger("launcher");
+  auto log = LauncherLog();
   // Sockets and console pipes report EPIPE instead of killing the agent; workers get the
   // default disposition back.
   std::signal(SIGPIPE, SIG_IGN);

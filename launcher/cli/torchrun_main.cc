@@ -28,7 +28,7 @@ int UsageError(const std::string& message, Personality p = Personality::kTorchru
 // --numa-affinity: the numactl (or taskset) prefix of each local rank; without a GPU to place
 // the ranks by, a warning and no prefix.
 void PlaceRanksOnNuma(LaunchConfig& c, const EnvMap& env) {
-  auto log = Logger("launcher");
+  auto log = LauncherLog();
   auto placements = GpuNumaPlacements(c.nproc_per_node, env);
   if (!placements) {
     log->warn("{}; not applied", placements.error().message);
@@ -86,7 +86,7 @@ int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
     }
   }
   InitLogging(config.log_level);
-  auto log = Logger("launcher");
+  auto log = LauncherLog();
   for (const auto& w : warnings) log->warn("{}", w);
   for (const auto& w : config.warnings) log->warn("{}", w);
   for (const auto& [k, v] : config.extra_env) env[k] = v;

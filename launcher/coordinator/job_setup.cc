@@ -78,7 +78,7 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
     local.node.node_rank = local.job.static_ranks ? 0 : -1;
     return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
   }
-  auto log = Logger("launcher");
+  auto log = LauncherLog();
   RemoteCoordinatorOptions opts;
   opts.role = c.role;
   opts.node = Node(c, fqdn, node_id);

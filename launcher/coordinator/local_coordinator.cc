@@ -34,7 +34,7 @@ void LocalCoordinator::Start(Listener* listener) {
   state_.emplace(opts_.job, Now());
   if (auto port = PickFreePort()) opts_.node.free_port = *port;
   if (auto refusal = state_->Join(opts_.node, Now())) {
-    Logger("launcher")->error("{}", refusal->message);  // cannot happen with one node
+    LauncherLog()->error("{}", refusal->message);  // cannot happen with one node
   }
   Publish();
 }

@@ -15,11 +15,6 @@ using rendezvous::Phase;
 using rendezvous::ReportKind;
 using rendezvous::RpcOutcome;
 
-auto& Log() {
-  static auto logger = Logger("launcher");
-  return logger;
-}
-
 std::string Secs(Duration d) { return fmt::format("{:.3g}s", d.count()); }
 
 }  // namespace
@@ -66,7 +61,7 @@ void RemoteCoordinator::OnJoined(const RpcOutcome& out) {
     joined_ = true;
     last_contact_ = now;
     known_version_ = 0;  // a (re)join may meet a new server whose versions start again
-    Log()->info("joined the job at {} node_id={} attempts={} nodes_joined={} phase={}",
+    LauncherLog()->info("joined the job at {} node_id={} attempts={} nodes_joined={} phase={}",
                 endpoint_, opts_.client.node_id, join_attempts_, out.view.nodes_joined,
                 rendezvous::PhaseName(out.view.phase));
     Apply(out.view);
@@ -84,7 +79,7 @@ void RemoteCoordinator::OnJoined(const RpcOutcome& out) {
     }
     if (now - last_wait_log_ >= std::chrono::seconds(1) || join_attempts_ == 1) {
       last_wait_log_ = now;
-      Log()->info("waiting for the rendezvous server at {} attempt={} elapsed={} timeout={}: {}",
+      LauncherLog()->info("waiting for the rendezvous server at {} attempt={} elapsed={} timeout={}: {}",
                   endpoint_, join_attempts_, Secs(waited), Secs(opts_.connect_timeout),
                   out.message);
     }
@@ -111,7 +106,7 @@ void RemoteCoordinator::OnWatched(const RpcOutcome& out) {
     return Watch();
   }
   if (out.unknown_node()) {
-    Log()->warn("the rendezvous server no longer knows this node ({}); joining again",
+    LauncherLog()->warn("the rendezvous server no longer knows this node ({}); joining again",
                 out.message);
     joined_ = false;
     watching_ = false;

@@ -26,7 +26,7 @@ void ViewFollower::Apply(const NodeView& v) {
   if (v.restart_count > announced_restarts_) {
     announced_restarts_ = v.restart_count;
     // torchrun's line, on every node: the restart was spent job-wide.
-    Logger("launcher")->warn(
+    LauncherLog()->warn(
         "[{}] Worker group FAILED. {}/{} attempts left; will restart worker group", role_,
         v.max_restarts - v.restart_count + 1, v.max_restarts);
   }

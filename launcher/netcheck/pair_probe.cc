@@ -53,7 +53,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     timer_.expires_after(after);
     timer_.async_wait([self, after](const boost::system::error_code& ec) {
       if (ec) return;  // cancelled or re-armed
-      Logger("launcher")
+      LauncherLog()
           ->warn("netcheck probe from {}: closed after {} ms", self->peer_, after.count());
       self->Close();
     });
@@ -157,7 +157,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
   // A malformed message: say why, then hang up.
   void Reject(const std::string& why) {
     ++*rejected_;
-    Logger("launcher")->warn("netcheck probe from {}: {}; closing", peer_, why);
+    LauncherLog()->warn("netcheck probe from {}: {}; closing", peer_, why);
     error_text_ = why.substr(0, kMaxErrorText);
     reply_ = Encode(kError, error_text_.size());
     std::array<asio::const_buffer, 2> out = {asio::buffer(reply_), asio::buffer(error_text_)};
@@ -216,7 +216,7 @@ struct ProbeServer::Impl : std::enable_shared_from_this<ProbeServer::Impl> {
         self->sessions.push_back(s);
         s->Start();
       } else {
-        Logger("launcher")->warn("netcheck probe server: accept failed: {}", ec.message());
+        LauncherLog()->warn("netcheck probe server: accept failed: {}", ec.message());
       }
       self->Accept();
     });

@@ -201,7 +201,7 @@ struct ProbeClient::Session : std::enable_shared_from_this<ProbeClient::Session>
       result.rtt_ms = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    Logger("launcher")
+    LauncherLog()
         ->debug("netcheck probe to {}:{}: up {:.1f} MB/s down {:.1f} MB/s rtt {:.3f} ms", host,
                 port, result.upload_mbps, result.download_mbps, result.rtt_ms);
     Complete(Ok(result));

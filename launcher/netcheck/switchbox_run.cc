@@ -97,7 +97,7 @@ struct SwitchboxCheck::State : std::enable_shared_from_this<SwitchboxCheck::Stat
     }
     p.proc = std::move(*proc);
     p.pipe = std::make_unique<asio::posix::stream_descriptor>(io, fds[0]);
-    Logger("launcher")
+    LauncherLog()
         ->debug("switchbox probe for {} started pid={}", p.pair.Name(), p.proc->pid());
     Read(i);
   }
@@ -155,7 +155,7 @@ struct SwitchboxCheck::State : std::enable_shared_from_this<SwitchboxCheck::Stat
     if (p.finished || !p.exited || !p.eof) return;
     ParsedProbeOutput parsed = ParseProbeOutput(p.out, {p.pair});
     for (const auto& g : parsed.garbage) {
-      Logger("launcher")->warn("switchbox probe for {} printed garbage: {}", p.pair.Name(), g);
+      LauncherLog()->warn("switchbox probe for {} printed garbage: {}", p.pair.Name(), g);
     }
     const BoxPairResult& r = parsed.pairs.front();
     if (p.timed_out) {
@@ -177,7 +177,7 @@ struct SwitchboxCheck::State : std::enable_shared_from_this<SwitchboxCheck::Stat
     p.finished = true;
     p.result = BoxPairResult{p.pair, ok, mbps, std::move(reason)};
     if (!cancelled) {
-      Logger("launcher")
+      LauncherLog()
           ->info("switchbox pair {}: {}", p.pair.Name(),
                  ok ? fmt::format("{:.1f} MB/s", mbps) : p.result.reason);
     }
@@ -188,7 +188,7 @@ struct SwitchboxCheck::State : std::enable_shared_from_this<SwitchboxCheck::Stat
     for (auto& p : probes) {
       if (p->finished || p->exited || !p->proc) continue;
       p->timed_out = true;
-      Logger("launcher")
+      LauncherLog()
           ->warn("switchbox probe for {} (pid={}) still runs after {} ms: killing it",
                  p->pair.Name(), p->proc->pid(), opts.time_limit.count());
       p->proc->SignalGroup(SIGKILL);

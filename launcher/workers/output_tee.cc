@@ -120,7 +120,7 @@ void OutputTee::FinishDrain() {
 void OutputTee::Consume(const char* data, size_t n) {
   if (file_fd_ >= 0 && !WriteAll(file_fd_, data, n) && !reported_error_) {
     reported_error_ = true;
-    Logger("worker")->warn("cannot write {}: {}", opts_.log_file, std::strerror(errno));
+    WorkerLog()->warn("cannot write {}: {}", opts_.log_file, std::strerror(errno));
   }
   size_t start = 0;
   for (size_t i = 0; i < n; ++i) {

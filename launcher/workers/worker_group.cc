@@ -122,7 +122,7 @@ Status WorkerGroup::StartOne(size_t index, ProcessPlan plan) {
   w.process = std::move(*proc);
   ++started_;
   for (auto& t : w.tees) t->Start();
-  Logger("launcher")
+  LauncherLog()
       ->info("{} started rank={} pid={} attempt={} round={}", Label(w), w.rank, w.process->pid(), assignment_.restart_count, assignment_.round);
   return {};
 }
@@ -168,7 +168,7 @@ void WorkerGroup::Stop(int sig, std::chrono::milliseconds grace) {
     for (auto& w : workers_) {
       if (!w.process) continue;
       if (!w.process->exited()) {
-        Logger("launcher")->info("sending {} to {} pid={}", SignalName(sig), Label(w),
+        LauncherLog()->info("sending {} to {} pid={}", SignalName(sig), Label(w),
                                  w.process->pid());
       }
       w.process->SignalGroup(sig);  // an exited worker's group may still hold grandchildren
@@ -184,7 +184,7 @@ void WorkerGroup::Stop(int sig, std::chrono::milliseconds grace) {
     if (ec) return;
     for (auto& w : workers_) {
       if (w.process && !w.process->exited()) {
-        Logger("launcher")->warn(
+        LauncherLog()->warn(
             "{} pid={} still running {} ms after the stop signal; sending SIGKILL", Label(w),
             w.process->pid(), grace.count());
       }

@@ -107,7 +107,7 @@ WorkerProcess::WorkerProcess(pid_t pid, std::unique_ptr<Impl> impl)
 WorkerProcess::~WorkerProcess() {
   *alive_ = false;
   if (!exited_) {
-    Logger("worker")->warn("worker process object dropped while pid={} still runs", pid_);
+    WorkerLog()->warn("worker process object dropped while pid={} still runs", pid_);
   }
 }
 
@@ -168,7 +168,7 @@ void WorkerProcess::AwaitExit() {
     if (r == 0 && !ec) return AwaitExit();  // a spurious wakeup: it still runs
     if (r != pid_) {
       // Cannot normally happen (the child is ours); report a failure rather than hang.
-      Logger("worker")->error("waiting for pid={} failed: {}", pid_,
+      WorkerLog()->error("waiting for pid={} failed: {}", pid_,
                               ec ? ec.message() : std::string(std::strerror(errno)));
       status = 0xff00;  // exit code 255
     }
@@ -183,7 +183,7 @@ void WorkerProcess::SignalGroup(int sig) {
     // The leader is reaped, so its pid may be reused; the group id stays reserved while any
     // member lives, so signalling the group is still safe and reaches leftover grandchildren.
     if (::kill(-pid_, sig) != 0 && errno != ESRCH) {
-      Logger("worker")->debug("kill(-{}, {}) failed: {}", pid_, sig, std::strerror(errno));
+      WorkerLog()->debug("kill(-{}, {}) failed: {}", pid_, sig, std::strerror(errno));
     }
     return;
   }

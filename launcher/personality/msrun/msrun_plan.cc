@@ -13,11 +13,6 @@
 namespace ftrun::launcher {
 namespace {
 
-auto& Log() {
-  static auto logger = Logger("msrun");
-  return logger;
-}
-
 // A line that marks where a restarted process's output begins in an appended log.
 void AppendRestartMarker(const std::string& path, const rendezvous::NodeAssignment& a) {
   int fd = OpenLogFile(path, true);
@@ -63,9 +58,9 @@ std::string MsrunPlanner::EntrypointName() const {
 
 void MsrunPlanner::OnProcessFailed(pid_t pid, int local_rank, int exitcode) {
   if (local_rank < 0) {
-    Log()->error("Scheduler process {} exit with exception.", pid);
+    MsrunLog()->error("Scheduler process {} exit with exception.", pid);
   } else {
-    Log()->error("Worker process {} exit with exception. Error code: {}.", pid, exitcode);
+    MsrunLog()->error("Worker process {} exit with exception. Error code: {}.", pid, exitcode);
   }
 }
 
@@ -124,12 +119,12 @@ std::vector<std::string> MsrunPlanner::Command(int local_index) const {
       cpus = b.scheduler;
     } else if (local_index >= static_cast<int>(b.devices.size())) {
       if (!warned_) {
-        Log()->warn("Cannot find process[{}] in args '--bind_core'. Will not launch process "
+        MsrunLog()->warn("Cannot find process[{}] in args '--bind_core'. Will not launch process "
                     "with taskset.", local_index);
       }
     } else if (b.devices[local_index].first != local_index) {
       if (!warned_) {
-        Log()->warn("Cannot find physical_device_id[{}] for process[{}] in args '--bind_core'. "
+        MsrunLog()->warn("Cannot find physical_device_id[{}] for process[{}] in args '--bind_core'. "
                     "Will not launch process with taskset.", local_index, local_index);
       }
     } else {
@@ -189,7 +184,7 @@ std::vector<ProcessPlan> MsrunPlanner::Plan(const rendezvous::NodeAssignment& a,
     const int shown_id = id >= 0 ? id : i;
     const bool tailed = !c.tail_ranks || c.tail_ranks->count(shown_id) != 0;
     if (c.join && !tailed && !warned_) {
-      Log()->warn("The '--tail_worker_log' is:{}, which doesn't contain this worker {}. So this "
+      MsrunLog()->warn("The '--tail_worker_log' is:{}, which doesn't contain this worker {}. So this "
                   "worker {}'s log will not be output to console. Reset '--tail_worker_log', if "
                   "you want to output this worker's log to console.",
                   fmt::join(*c.tail_ranks, ","), shown_id, shown_id);
