@@ -3,12 +3,10 @@
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
-#include <chrono>
 #include <csignal>
-#include <iostream>
 
-#include "common/version.h"
 #include "common/log.h"
+#include "common/version.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -27,81 +25,14 @@ int64_t NowSeconds() {
 
 }  // namespace
 
-Agent::Agent(boost::asio::io_context& io, AgentOptions options,
-             std::unique_ptr<Coordinator> coordinator)
-    : io_(io),
-      opts_(std::move(options)),
-      config_(*opts_.config),
-      coordinator_(std::move(coordinator)),
-      signals_(io),
-      monitor_timer_(io),
-      fault_timer_(io) {}
-
-Agent::~Agent() = default;
-
-const char* Agent::StateName() const {
-  switch (state_) {
-    case State::kWaiting: return "waiting";
-    case State::kRunning: return "running";
-    case State::kStopping: return "stopping";
-    case State::kFinished: return "finished";
-  }
-  return "?";
-}
-
-int Agent::Run() {
-  for (int s : config_.signals) signals_.add(s);
-  WaitForSignal();
-  StartControlChannel();
-  if (config_.metrics_port) {
-    metrics_server_ =
-        std::make_unique<MetricsServer>(io_, [this] { return RenderMetrics(); });
-    auto port = metrics_server_->Start(*config_.metrics_port);
-    if (!port) {
-      LauncherLog()->error("{}", port.error().message);
-      return 1;
-    }
-    LauncherLog()->info("metrics at http://{}:{}/metrics", opts_.host.get(), *port);
-  }
-  Emit(EventLog::Event("agent_started")
-           .Set("version", std::string(kVersion))
-           .Set("host", opts_.host.get())
-           .Set("nnodes", fmt::format("{}:{}", config_.min_nodes, config_.max_nodes))
-           .Set("nproc_per_node", config_.nproc_per_node)
-           .Set("max_restarts", config_.max_restarts)
-           .Set("entrypoint", config_.script));
-  if (!opts_.watchdog_fifo.empty()) {
-    watchdog_ = std::make_unique<FileTimerServer>(io_, opts_.watchdog_fifo,
-                                                  [this](pid_t p) { return IsWorkerProcess(p); });
-    if (auto s = watchdog_->Start(); !s) {
-      LauncherLog()->error("TORCHELASTIC_ENABLE_FILE_TIMER=1: {}", s.error().message);
-      return 1;
-    }
-  }
-  StartPreflight();  // then joins the job
-  io_.run();
-  return exit_code_;
-}
-
-bool Agent::IsWorkerProcess(pid_t pid) const {
-  if (!group_) return false;
-  const pid_t pgid = ::getpgid(pid);
-  for (const auto& w : group_->workers()) {
-    if (w.process && !w.process->exited() && pgid == w.process->pid()) return true;
-  }
-  return false;
-}
-
-void Agent::WaitForSignal() {
-  signals_.async_wait([this](const boost::system::error_code& ec, int sig) {
-    if (ec) return;
-    OnSignal(sig);
-    if (state_ != State::kFinished) WaitForSignal();
-  });
+void Agent::Enter(AgentState next, const char* why) {
+  if (next == state_) return;
+  LauncherLog()->info("agent state {} -> {} ({})", StateName(state_), StateName(next), why);
+  state_ = next;
 }
 
 void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
-  if (state_ == State::kFinished) return;
+  if (state_ == AgentState::kFinished) return;
   auto attempt = opts_.planner->PrepareLogs(a);
   if (!attempt) {
     LauncherLog()->error("{}", attempt.error().message);
@@ -114,26 +45,21 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
       "world_size={} master_addr={} master_port={} attempt_dir={}",
       a.round, a.restart_count, a.group_rank, a.group_world_size, a.world_size, a.master_addr,
       a.master_port, attempt->empty() ? "-" : *attempt);
-  if (opts_.events) {
-    opts_.events->Write(EventLog::Event("round_started")
-                            .Set("restart_count", a.restart_count)
-                            .Set("group_rank", a.group_rank)
-                            .Set("group_world_size", a.group_world_size)
-                            .Set("world_size", a.world_size)
-                            .Set("base_rank", a.base_rank)
-                            .Set("master", fmt::format("{}:{}", a.master_addr, a.master_port)),
-                        a.round);
-  }
+  report_.EmitForRound(EventLog::Event("round_started")
+                           .Set("restart_count", a.restart_count)
+                           .Set("group_rank", a.group_rank)
+                           .Set("group_world_size", a.group_world_size)
+                           .Set("world_size", a.world_size)
+                           .Set("base_rank", a.base_rank)
+                           .Set("master", fmt::format("{}:{}", a.master_addr, a.master_port)),
+                       a.round);
   group_ = std::make_unique<WorkerGroup>(
-      io_, a, opts_.planner->Plan(a, ControlEnv()),
-      [this](const WorkerGroup::Worker& w) { OnWorkerExit(w); },
-      [this] { OnGroupExited(); });
-  state_ = State::kRunning;
+      io_, spawner_, clock_, a, opts_.planner->Plan(a, relay_.WorkerEnv()),
+      [this](const WorkerGroup::Worker& w) { OnWorkerExit(w); }, [this] { OnGroupExited(); });
+  report_.SetRound(a.round);
+  Enter(AgentState::kRunning, "round started");
   after_stop_ = AfterStop::kNothing;
-  hung_.clear();
-  fault_timer_.cancel();
-  awaiting_stop_order_ = false;
-  in_survivor_grace_ = false;
+  fault_timer_->Cancel();
   ever_started_ = true;
   if (auto s = group_->Start(); !s) {
     // The program cannot be started (not found, not executable): no restart would help.
@@ -142,53 +68,44 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
     StopGroup(SIGKILL, AfterStop::kFinish);
     return;
   }
-  std::vector<pid_t> pids;
-  std::vector<int> ranks;
-  for (const auto& w : group_->workers()) {
-    if (w.local_rank < 0) continue;  // an auxiliary process has no control channel
-    pids.push_back(w.process->pid());
-    ranks.push_back(w.rank);
-  }
-  if (control_) control_->SetWorkers(pids, a.base_rank, a.restart_count);
+  relay_.GroupStarted(*group_);
   if (opts_.on_workers_started) {
     auto ready = std::move(opts_.on_workers_started);
     opts_.on_workers_started = nullptr;
     ready();
   }
-  ++metrics_.rounds;
-  metrics_.restart_count = a.restart_count;
-  metrics_.members = a.group_world_size;
-  metrics_.world_size = a.world_size;
-  if (metrics_.fault_at != std::chrono::steady_clock::time_point{}) {
-    metrics_.time_to_recover =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - metrics_.fault_at)
-            .count();
-    metrics_.fault_at = {};
+  report_.RoundStarted(a);
+  std::vector<int> ranks, pids;
+  for (const auto& w : group_->workers()) {
+    if (w.local_rank < 0) continue;
+    pids.push_back(w.process->pid());
+    ranks.push_back(w.rank);
   }
-  Emit(EventLog::Event("workers_spawned")
-           .Set("attempt", a.restart_count)
-           .Set("ranks", ranks)
-           .Set("pids", std::vector<int>(pids.begin(), pids.end())));
-  ArmMonitor();
+  report_.Emit(EventLog::Event("workers_spawned")
+                   .Set("attempt", a.restart_count)
+                   .Set("ranks", ranks)
+                   .Set("pids", pids));
+  hangs_.Watch(group_.get());
 }
 
 void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
   const ExitStatus& st = *w.status;
   const int attempt = group_->assignment().restart_count;
-  Emit(EventLog::Event("worker_exited")
-           .Set("local_rank", w.local_rank)
-           .Set("rank", w.rank)
-           .Set("pid", static_cast<int>(w.process->pid()))
-           .Set("exitcode", st.TorchExitCode())
-           .Set("status", st.Describe())
-           .Set("outcome", std::string(st.Succeeded()           ? "succeeded"
-                                       : state_ == State::kRunning ? "failed"
-                                                                   : "stopped")));
+  const bool live = WorkersLive(state_);
+  report_.Emit(EventLog::Event("worker_exited")
+                   .Set("local_rank", w.local_rank)
+                   .Set("rank", w.rank)
+                   .Set("pid", static_cast<int>(w.process->pid()))
+                   .Set("exitcode", st.TorchExitCode())
+                   .Set("status", st.Describe())
+                   .Set("outcome", std::string(st.Succeeded() ? "succeeded"
+                                               : live         ? "failed"
+                                                              : "stopped")));
   if (st.Succeeded()) {
-    LauncherLog()->info("{} exited {}pid={} attempt={} status={}", Kind(w), Ranks(w), w.process->pid(),
-                attempt, st.Describe());
-    if (in_survivor_grace_ && LiveRanks() == 0) EndSurvivorGrace();
-    if (state_ != State::kRunning || group_->live_count() != 0) return;
+    LauncherLog()->info("{} exited {}pid={} attempt={} status={}", Kind(w), Ranks(w),
+                        w.process->pid(), attempt, st.Describe());
+    if (state_ == AgentState::kSurvivorGrace && LiveRanks() == 0) EndSurvivorGrace();
+    if (!live || group_->live_count() != 0) return;
     for (const auto& other : group_->workers()) {
       if (!other.status || !other.status->Succeeded()) return;
     }
@@ -196,105 +113,123 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
     coordinator_->WorkersSucceeded();
     return;
   }
-  if (state_ != State::kRunning) {
-    LauncherLog()->info("{} stopped {}pid={} attempt={} status={}", Kind(w), Ranks(w), w.process->pid(),
-                attempt, st.Describe());
-    if (in_survivor_grace_ && LiveRanks() == 0) EndSurvivorGrace();
+  if (!live) {
+    LauncherLog()->info("{} stopped {}pid={} attempt={} status={}", Kind(w), Ranks(w),
+                        w.process->pid(), attempt, st.Describe());
+    if (state_ == AgentState::kSurvivorGrace && LiveRanks() == 0) EndSurvivorGrace();
     return;
   }
-  LauncherLog()->error("failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {} rank={} attempt={}",
-               st.TorchExitCode(), w.local_rank, w.process->pid(), w.program, w.rank, attempt);
+  LauncherLog()->error(
+      "failed (exitcode: {}) local_rank: {} (pid: {}) of binary: {} rank={} attempt={}",
+      st.TorchExitCode(), w.local_rank, w.process->pid(), w.program, w.rank, attempt);
   opts_.planner->OnProcessFailed(w.process->pid(), w.local_rank, st.TorchExitCode());
   OnLocalFailure(DescribeFailure(w.local_rank, w.rank, w.process->pid(), st, w.error_file,
                                  opts_.host.get(), NowSeconds()));
 }
 
-void Agent::OnRestartRequested(const std::string& reason) {
-  LauncherLog()->info("restart requested reason=\"{}\" state={}", reason, StateName());
-  if (metrics_.fault_at == std::chrono::steady_clock::time_point{}) {
-    metrics_.fault_at = std::chrono::steady_clock::now();  // a stop without a local fault
+void Agent::OnLocalFailure(const WorkerFailure& failure) {
+  report_.WorkerFailed(failure.timestamp);
+  report_.Emit(EventLog::Event("fault_reported")
+                   .Set("rank", failure.rank)
+                   .Set("local_rank", failure.local_rank)
+                   .Set("exitcode", failure.exitcode)
+                   .Set("message", failure.message.substr(0, failure.message.find('\n'))));
+  coordinator_->WorkersFailed({failure});
+  if (!relay_.LocalRanksCanSave()) {
+    StopGroup(SIGTERM, AfterStop::kReportStopped, true);
+    return;
   }
+  // The surviving ranks stay up until the round's save is over and the stop is ordered; if
+  // no order comes (the server is gone), stop anyway.
+  if (state_ == AgentState::kHoldingForSave) return;
+  Enter(AgentState::kHoldingForSave, "a rank failed; the survivors can save");
+  LauncherLog()->info("keeping the surviving workers for the fault-time save (up to {:g}s)",
+                      config_.save_timeout.count());
+  fault_timer_->Start(ClockDuration(config_.save_timeout + std::chrono::seconds(10)), [this] {
+    if (!WorkersLive(state_)) return;
+    LauncherLog()->warn("no stop order after the failure; stopping the workers");
+    StopGroup(SIGTERM, AfterStop::kReportStopped);
+  });
+}
+
+void Agent::OnRestartRequested(const std::string& reason) {
+  LauncherLog()->info("restart requested reason=\"{}\" state={}", reason, StateName(state_));
+  report_.StopAsked();
   switch (state_) {
-    case State::kRunning:
+    case AgentState::kRunning:
+    case AgentState::kHoldingForSave:
       StopGroup(SIGTERM, AfterStop::kReportStopped, true);
       break;
-    case State::kStopping:
+    case AgentState::kSurvivorGrace:
+    case AgentState::kStopping:
       if (after_stop_ == AfterStop::kNothing) after_stop_ = AfterStop::kReportStopped;
       break;
-    case State::kWaiting:
+    case AgentState::kWaiting:
       coordinator_->WorkersStopped();  // already stopped; the coordinator ignores repeats
       break;
-    case State::kFinished:
+    case AgentState::kFinished:
       break;
   }
 }
 
 void Agent::OnRoundStopping(uint64_t round, const std::string& reason, int restart_count) {
-  if (!opts_.events) return;
-  opts_.events->Write(EventLog::Event("restart")
-                          .Set("reason", reason)
-                          .Set("restart_count", restart_count),
-                      round);
+  report_.EmitForRound(
+      EventLog::Event("restart").Set("reason", reason).Set("restart_count", restart_count), round);
 }
 
 void Agent::OnJobFinished(const JobResult& result) {
-  if (state_ == State::kFinished) return;
+  if (state_ == AgentState::kFinished) return;
   result_ = result;
-  const int code = result.succeeded ? 0 : 1;
   if (group_ && group_->live_count() > 0) {
     StopGroup(SIGTERM, AfterStop::kFinish, !result.succeeded);
     return;
   }
-  Finish(code);
+  Finish(result.succeeded ? 0 : 1);
 }
 
 void Agent::StopGroup(int sig, AfterStop after, bool survivors_may_save) {
   if (after > after_stop_) after_stop_ = after;
+  hangs_.Stop();
   if (!group_) {
     // The group has already exited (and reported it): continue from there.
-    state_ = State::kStopping;
+    Enter(AgentState::kStopping, "stop after the group exited");
     boost::asio::post(io_, [this] { OnGroupExited(); });
     return;
   }
-  const bool first = state_ != State::kStopping;
-  state_ = State::kStopping;
+  const bool first = !Stopping(state_);
   if (first && survivors_may_save && config_.survivor_grace.count() > 0 && LiveRanks() > 0) {
     // MindIO TTP saves on its own and then exits the survivors: stop them only if it has not
     // finished within the grace (TTP_OT).
+    Enter(AgentState::kSurvivorGrace, "the survivors may save and exit first");
     LauncherLog()->info("waiting up to {:g}s for the surviving workers to save and exit attempt={}",
-                config_.survivor_grace.count(), group_->assignment().restart_count);
-    in_survivor_grace_ = true;
+                        config_.survivor_grace.count(), group_->assignment().restart_count);
     grace_signal_ = sig;
-    fault_timer_.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(
-        config_.survivor_grace));
-    fault_timer_.async_wait([this](const boost::system::error_code& ec) {
-      if (ec || !in_survivor_grace_) return;
+    fault_timer_->Start(ClockDuration(config_.survivor_grace), [this] {
+      if (state_ != AgentState::kSurvivorGrace) return;
       LauncherLog()->warn("the surviving workers are still running after {:g}s; stopping them",
-                  config_.survivor_grace.count());
+                          config_.survivor_grace.count());
       EndSurvivorGrace();
     });
     return;
   }
-  if (in_survivor_grace_ && !survivors_may_save) {
-    in_survivor_grace_ = false;  // e.g. a signal: stop now
-  } else if (in_survivor_grace_) {
-    return;  // the grace goes on
-  }
+  if (state_ == AgentState::kSurvivorGrace && survivors_may_save) return;  // it goes on
+  // A stop that cannot wait (e.g. a signal) ends the grace: stop now.
+  Enter(AgentState::kStopping, "stopping the workers");
   if (first) {
     LauncherLog()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(sig),
-                config_.shutdown_timeout.count(), group_->assignment().restart_count);
+                        config_.shutdown_timeout.count(), group_->assignment().restart_count);
   }
-  fault_timer_.cancel();
+  fault_timer_->Cancel();
   group_->Stop(sig, config_.shutdown_timeout);
 }
 
 void Agent::EndSurvivorGrace() {
-  if (!in_survivor_grace_) return;
-  in_survivor_grace_ = false;
-  fault_timer_.cancel();
+  if (state_ != AgentState::kSurvivorGrace) return;
+  Enter(AgentState::kStopping, "the survivors' grace is over");
+  fault_timer_->Cancel();
   if (!group_) return;
   LauncherLog()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(grace_signal_),
-              config_.shutdown_timeout.count(), group_->assignment().restart_count);
+                      config_.shutdown_timeout.count(), group_->assignment().restart_count);
   group_->Stop(grace_signal_, config_.shutdown_timeout);
 }
 
@@ -311,13 +246,14 @@ void Agent::OnGroupExited() {
   if (group_) {
     // We are inside the group's own callback: destroy it later.
     boost::asio::post(io_, [g = std::shared_ptr<WorkerGroup>(std::move(group_))] {});
+    report_.SetRound(std::nullopt);
   }
-  if (state_ == State::kFinished) return;
+  if (state_ == AgentState::kFinished) return;
   switch (after_stop_) {
     case AfterStop::kNothing:
       break;  // all exited 0; the coordinator's verdict follows
     case AfterStop::kReportStopped:
-      state_ = State::kWaiting;
+      Enter(AgentState::kWaiting, "the workers stopped");
       after_stop_ = AfterStop::kNothing;
       coordinator_->WorkersStopped();
       break;
@@ -332,7 +268,7 @@ void Agent::OnGroupExited() {
 }
 
 void Agent::OnSignal(int sig) {
-  Emit(EventLog::Event("signal").Set("signal", SignalName(sig)));
+  report_.Emit(EventLog::Event("signal").Set("signal", SignalName(sig)));
   if (!ever_started_) {
     // Before any worker started, torchrun dies of the signal itself; so do we.
     LauncherLog()->warn("received {} before any worker started; exiting", SignalName(sig));
@@ -352,40 +288,28 @@ void Agent::OnSignal(int sig) {
   StopGroup(sig, AfterStop::kFinish);
 }
 
-void Agent::Finish(int exit_code) {
-  if (state_ == State::kFinished) return;
-  state_ = State::kFinished;
-  exit_code_ = exit_code;
-  in_survivor_grace_ = false;
-  boost::system::error_code ec;
-  signals_.cancel(ec);
-  monitor_timer_.cancel();
-  fault_timer_.cancel();
-  if (watchdog_) watchdog_->Stop();
-  if (control_) control_->Stop();
-  if (metrics_server_) metrics_server_->Stop();
-  if (check_runner_) check_runner_->Cancel();
-  switchbox_.reset();
-  coordinator_->Shutdown();
-  if (result_) ReportOutcome(*result_);
+void Agent::ExitExcluded(const std::string& reason) {
+  if (state_ == AgentState::kFinished) return;
+  LauncherLog()->error("this node leaves the job: {} (exit code {})", reason, kExitExcluded);
+  report_.Emit(EventLog::Event("node_excluded").Set("why", reason));
+  if (group_ && group_->live_count() > 0) group_->Stop(SIGKILL, std::chrono::milliseconds(0));
+  Finish(kExitExcluded);
 }
 
-void Agent::ReportOutcome(const JobResult& r) {
-  Emit(EventLog::Event("job_finished")
-           .Set("outcome", std::string(r.succeeded && exit_code_ == 0 ? "succeeded" : "failed"))
-           .Set("exit_code", exit_code_)
-           .Set("reason", r.reason));
-  if (r.succeeded && exit_code_ == 0) {
-    LauncherLog()->info("job finished outcome=succeeded exit_code=0");
-    return;
-  }
-  LauncherLog()->error("job finished outcome=failed exit_code={} reason=\"{}\"", exit_code_, r.reason);
-  if (r.failures.empty()) return;
-  opts_.planner->ReportFailure(r.failures, std::cerr);
-  if (auto path = Lookup(opts_.agent_env, "TORCHELASTIC_ERROR_FILE")) {
-    const WorkerFailure& root = r.failures[RootCauseIndex(r.failures)];
-    if (auto s = WriteAgentErrorFile(*path, root); !s) LauncherLog()->warn("{}", s.error().message);
-  }
+void Agent::Finish(int exit_code) {
+  if (state_ == AgentState::kFinished) return;
+  Enter(AgentState::kFinished, "the job is over for this node");
+  exit_code_ = exit_code;
+  boost::system::error_code ec;
+  signals_.cancel(ec);
+  hangs_.Stop();
+  fault_timer_->Cancel();
+  if (watchdog_) watchdog_->Stop();
+  relay_.Stop();
+  report_.Stop();
+  preflight_.Cancel();
+  coordinator_->Shutdown();
+  if (result_) report_.Outcome(*result_, exit_code_, *opts_.planner, opts_.agent_env);
 }
 
 }  // namespace ftrun::launcher

@@ -9,8 +9,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "launcher/config/launch_config.h"
 #include "common/log.h"
+#include "launcher/config/launch_config.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -30,17 +30,18 @@ std::string Label(const WorkerGroup::Worker& w) {
 
 }  // namespace
 
-WorkerGroup::WorkerGroup(boost::asio::io_context& io, rendezvous::NodeAssignment assignment,
-                         std::vector<ProcessPlan> plans, ExitHandler on_exit,
-                         std::function<void()> on_all_exited)
+WorkerGroup::WorkerGroup(boost::asio::io_context& io, Spawner& spawner, Clock& clock,
+                         rendezvous::NodeAssignment assignment, std::vector<ProcessPlan> plans,
+                         ExitHandler on_exit, std::function<void()> on_all_exited)
     : io_(io),
+      spawner_(spawner),
       assignment_(std::move(assignment)),
       plans_(std::move(plans)),
       on_exit_(std::move(on_exit)),
       on_all_exited_(std::move(on_all_exited)),
-      grace_timer_(io) {}
+      grace_timer_(clock.NewTimer()) {}
 
-WorkerGroup::~WorkerGroup() { grace_timer_.cancel(); }
+WorkerGroup::~WorkerGroup() = default;
 
 Status WorkerGroup::Start() {
   workers_.resize(plans_.size());  // never reallocated: exit handlers keep indices
@@ -111,9 +112,7 @@ Status WorkerGroup::StartOne(size_t index, ProcessPlan plan) {
   spec.env = std::move(plan.env);
   spec.stdout_fd = *o;
   spec.stderr_fd = *e;
-  auto proc = WorkerProcess::Spawn(io_, spec, [this, index](const ExitStatus& s) {
-    OnExit(index, s);
-  });
+  auto proc = spawner_.Spawn(spec, [this, index](const ExitStatus& s) { OnExit(index, s); });
   for (auto& t : w.tees) t->CloseWriteEnd();
   if (!proc) {
     w.tees.clear();
@@ -122,8 +121,8 @@ Status WorkerGroup::StartOne(size_t index, ProcessPlan plan) {
   w.process = std::move(*proc);
   ++started_;
   for (auto& t : w.tees) t->Start();
-  LauncherLog()
-      ->info("{} started rank={} pid={} attempt={} round={}", Label(w), w.rank, w.process->pid(), assignment_.restart_count, assignment_.round);
+  LauncherLog()->info("{} started rank={} pid={} attempt={} round={}", Label(w), w.rank,
+                      w.process->pid(), assignment_.restart_count, assignment_.round);
   return {};
 }
 
@@ -134,7 +133,7 @@ void WorkerGroup::OnExit(size_t index, const ExitStatus& status) {
   on_exit_(w);
   if (live_count() == 0 && !all_exited_reported_) {
     all_exited_reported_ = true;
-    grace_timer_.cancel();
+    grace_timer_->Cancel();
     // Leftover grandchildren in the workers' process groups must not outlive the attempt.
     for (auto& other : workers_) {
       if (other.process) other.process->SignalGroup(SIGKILL);
@@ -168,8 +167,7 @@ void WorkerGroup::Stop(int sig, std::chrono::milliseconds grace) {
     for (auto& w : workers_) {
       if (!w.process) continue;
       if (!w.process->exited()) {
-        LauncherLog()->info("sending {} to {} pid={}", SignalName(sig), Label(w),
-                                 w.process->pid());
+        LauncherLog()->info("sending {} to {} pid={}", SignalName(sig), Label(w), w.process->pid());
       }
       w.process->SignalGroup(sig);  // an exited worker's group may still hold grandchildren
     }
@@ -179,14 +177,11 @@ void WorkerGroup::Stop(int sig, std::chrono::milliseconds grace) {
     return;
   }
   if (!first || live_count() == 0) return;
-  grace_timer_.expires_after(grace);
-  grace_timer_.async_wait([this, grace](const boost::system::error_code& ec) {
-    if (ec) return;
+  grace_timer_->Start(grace, [this, grace] {
     for (auto& w : workers_) {
       if (w.process && !w.process->exited()) {
-        LauncherLog()->warn(
-            "{} pid={} still running {} ms after the stop signal; sending SIGKILL", Label(w),
-            w.process->pid(), grace.count());
+        LauncherLog()->warn("{} pid={} still running {} ms after the stop signal; sending SIGKILL",
+                            Label(w), w.process->pid(), grace.count());
       }
     }
     KillRemaining();
@@ -194,7 +189,7 @@ void WorkerGroup::Stop(int sig, std::chrono::milliseconds grace) {
 }
 
 void WorkerGroup::KillRemaining() {
-  grace_timer_.cancel();
+  grace_timer_->Cancel();
   for (auto& w : workers_) {
     if (w.process && !w.process->exited()) w.process->SignalGroup(SIGKILL);
   }

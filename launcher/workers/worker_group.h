@@ -3,12 +3,15 @@
 // Starts them, reports each exit, and stops them: a signal to every process group, then
 // SIGKILL to the groups still alive after the grace period.
 //
-// Thread: loop only. Ownership: owns the WorkerProcess and OutputTee objects; the owner
-// keeps the group until on_all_exited has run (then every child is reaped).
+// Processes come from the injected Spawner and the grace period from the injected Clock, so
+// tests drive a group without real processes or real time.
+//
+// Thread: loop only. Ownership: owns the children and OutputTee objects; the owner keeps the
+// group until on_all_exited has run (then every child is reaped). The spawner and clock
+// outlive the group.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -16,9 +19,10 @@
 #include <string>
 #include <vector>
 
+#include "common/clock.h"
 #include "launcher/workers/output_tee.h"
+#include "launcher/workers/spawner.h"
 #include "launcher/workers/worker_plan.h"
-#include "launcher/workers/worker_process.h"
 #include "rendezvous/assignment.h"
 
 namespace ftrun::launcher {
@@ -31,15 +35,15 @@ class WorkerGroup {
     std::string name;
     std::string program;
     std::string error_file;
-    std::unique_ptr<WorkerProcess> process;
+    std::unique_ptr<ChildProcess> process;
     std::vector<std::unique_ptr<OutputTee>> tees;
     std::optional<ExitStatus> status;  // set once it exited
   };
   using ExitHandler = std::function<void(const Worker&)>;
 
-  WorkerGroup(boost::asio::io_context& io, rendezvous::NodeAssignment assignment,
-              std::vector<ProcessPlan> plans, ExitHandler on_exit,
-              std::function<void()> on_all_exited);
+  WorkerGroup(boost::asio::io_context& io, Spawner& spawner, Clock& clock,
+              rendezvous::NodeAssignment assignment, std::vector<ProcessPlan> plans,
+              ExitHandler on_exit, std::function<void()> on_all_exited);
   ~WorkerGroup();
   WorkerGroup(const WorkerGroup&) = delete;
   WorkerGroup& operator=(const WorkerGroup&) = delete;
@@ -68,12 +72,13 @@ class WorkerGroup {
   void KillRemaining();
 
   boost::asio::io_context& io_;
+  Spawner& spawner_;
   rendezvous::NodeAssignment assignment_;
   std::vector<ProcessPlan> plans_;
   ExitHandler on_exit_;
   std::function<void()> on_all_exited_;
   std::vector<Worker> workers_;
-  boost::asio::steady_timer grace_timer_;
+  std::unique_ptr<Timer> grace_timer_;
   bool stopping_ = false;
   int stop_signal_ = 0;
   bool all_exited_reported_ = false;

@@ -135,8 +135,8 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(boost::asio::io_cont
 
   bp::error_code ec;
   bp::posix::default_launcher launcher;
-  bp::basic_process<boost::asio::io_context::executor_type> proc = launcher(
-      io.get_executor(), ec, exe, spec.args, ChildSetup{::getpid(), envp.data()}, stdio);
+  bp::basic_process<boost::asio::io_context::executor_type> proc =
+      launcher(io.get_executor(), ec, exe, spec.args, ChildSetup{::getpid(), envp.data()}, stdio);
   if (ec) {
     return Error{"cannot start '" + exe + "': " + ec.message()};
   }
@@ -161,21 +161,24 @@ void WorkerProcess::AwaitExit() {
   std::weak_ptr<bool> alive = alive_;
   impl_->pidfd.async_wait(boost::asio::posix::stream_descriptor::wait_read,
                           [this, alive](const boost::system::error_code& ec) {
-    auto a = alive.lock();
-    if (!a || !*a) return;  // the owner dropped us first
-    int status = 0;
-    const pid_t r = ::waitpid(pid_, &status, WNOHANG);
-    if (r == 0 && !ec) return AwaitExit();  // a spurious wakeup: it still runs
-    if (r != pid_) {
-      // Cannot normally happen (the child is ours); report a failure rather than hang.
-      WorkerLog()->error("waiting for pid={} failed: {}", pid_,
-                              ec ? ec.message() : std::string(std::strerror(errno)));
-      status = 0xff00;  // exit code 255
-    }
-    exited_ = true;
-    auto on_exit = std::move(on_exit_);  // it may destroy this object
-    on_exit(DecodeWaitStatus(status));
-  });
+                            auto a = alive.lock();
+                            if (!a || !*a) return;  // the owner dropped us first
+                            int status = 0;
+                            const pid_t r = ::waitpid(pid_, &status, WNOHANG);
+                            if (r == 0 && !ec)
+                              return AwaitExit();  // a spurious wakeup: it still runs
+                            if (r != pid_) {
+                              // Cannot normally happen (the child is ours); report a failure rather
+                              // than hang.
+                              WorkerLog()->error(
+                                  "waiting for pid={} failed: {}", pid_,
+                                  ec ? ec.message() : std::string(std::strerror(errno)));
+                              status = 0xff00;  // exit code 255
+                            }
+                            exited_ = true;
+                            auto on_exit = std::move(on_exit_);  // it may destroy this object
+                            on_exit(DecodeWaitStatus(status));
+                          });
 }
 
 void WorkerProcess::SignalGroup(int sig) {
@@ -191,6 +194,32 @@ void WorkerProcess::SignalGroup(int sig) {
     // Between fork and setpgid the group does not exist yet: signal the child itself.
     if (errno == ESRCH) ::kill(pid_, sig);
   }
+}
+
+void WorkerProcess::Signal(int sig) {
+  if (!exited_) ::kill(pid_, sig);
+}
+
+namespace {
+
+class ProcessSpawner : public Spawner {
+ public:
+  explicit ProcessSpawner(boost::asio::io_context& io) : io_(io) {}
+  Result<std::unique_ptr<ChildProcess>> Spawn(const ProcessSpec& spec,
+                                              ExitHandler on_exit) override {
+    auto p = WorkerProcess::Spawn(io_, spec, std::move(on_exit));
+    if (!p) return p.error();
+    return std::unique_ptr<ChildProcess>(std::move(*p));
+  }
+
+ private:
+  boost::asio::io_context& io_;
+};
+
+}  // namespace
+
+std::unique_ptr<Spawner> MakeProcessSpawner(boost::asio::io_context& io) {
+  return std::make_unique<ProcessSpawner>(io);
 }
 
 }  // namespace ftrun::launcher

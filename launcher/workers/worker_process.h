@@ -21,52 +21,29 @@
 
 #include "common/environment.h"
 #include "common/result.h"
+#include "launcher/workers/spawner.h"
 
 namespace ftrun::launcher {
 
-// How a process ended: by exit (code) or by a signal (signal != 0).
-struct ExitStatus {
-  int code = 0;
-  int signal = 0;
-
-  bool Succeeded() const { return signal == 0 && code == 0; }
-  // torchrun's exitcode: the code, or minus the signal number.
-  int TorchExitCode() const { return signal != 0 ? -signal : code; }
-  // The shell's view: the code, or 128 + signal.
-  int ShellExitCode() const { return signal != 0 ? 128 + signal : code; }
-  // "exit code 3" or "signal 9 (SIGKILL)".
-  std::string Describe() const;
-};
-
-struct ProcessSpec {
-  std::string program;            // a path, or a name looked up in env's PATH
-  std::vector<std::string> args;  // argv[1..]
-  EnvMap env;
-  // Descriptors to become the child's stdout/stderr; -1 keeps ftrun's own. The caller keeps
-  // ownership (close them after Spawn returns).
-  int stdout_fd = -1;
-  int stderr_fd = -1;
-};
-
-class WorkerProcess {
+class WorkerProcess : public ChildProcess {
  public:
-  using ExitHandler = std::function<void(const ExitStatus&)>;
+  using ExitHandler = Spawner::ExitHandler;
 
   // Starts the child. Errors (program not found, exec failure) name the program.
   static Result<std::unique_ptr<WorkerProcess>> Spawn(boost::asio::io_context& io,
-                                                      const ProcessSpec& spec,
-                                                      ExitHandler on_exit);
-  ~WorkerProcess();
+                                                      const ProcessSpec& spec, ExitHandler on_exit);
+  ~WorkerProcess() override;
   WorkerProcess(const WorkerProcess&) = delete;
   WorkerProcess& operator=(const WorkerProcess&) = delete;
 
-  pid_t pid() const { return pid_; }
-  bool exited() const { return exited_; }
+  pid_t pid() const override { return pid_; }
+  bool exited() const override { return exited_; }
   std::chrono::steady_clock::time_point start_time() const { return start_time_; }
 
   // Sends `sig` to the child's process group (so grandchildren get it too). A group that is
   // already gone is not an error.
-  void SignalGroup(int sig);
+  void SignalGroup(int sig) override;
+  void Signal(int sig) override;
 
  private:
   struct Impl;

@@ -1,0 +1,70 @@
+// The agent's states and what moves it between them. The transitions themselves are all in
+// agent.cc (Agent::Enter logs each one at info level); this header is the map.
+//
+//                 round started
+//   waiting ──────────────────────────▶ running ── every worker exited 0 ──▶ (coordinator's
+//      ▲                                 │  │                                 verdict)
+//      │                  local failure, │  │ local failure, no rank can save;
+//      │                  a rank can save│  │ restart requested; job finished
+//      │                                 ▼  │ (failed); signal
+//      │                     holding-for-save│
+//      │   stop ordered / save deadline /    │
+//      │   restart requested / job finished  │
+//      │                                 │   ▼
+//      │                                 ├─▶ survivor-grace ── survivors exited / grace over ─┐
+//      │ (after a restart: report stopped)│   (msrun TTP: --survivor-grace > 0)                │
+//      │                                 ▼                                                    ▼
+//      └──────────────────────────────── stopping ◀─────────────────────────────────────────── ┘
+//                                         │ every process exited, job over or a signal
+//                                         ▼
+//                                      finished (exit code known)
+//
+// Any state goes to `finished` on a fatal set-up error, or when a pre-flight check excludes
+// this node (exit code kExitExcluded). A second signal while stopping kills at once.
+//
+// Events (all on the loop): Coordinator::Listener calls (round started, restart requested,
+// job finished, save order, check order, excluded), a worker's exit, the whole group's exit,
+// a forwarded signal, the hang detector's verdict, the save deadline and the grace timer.
+#pragma once
+
+namespace ftrun::launcher {
+
+enum class AgentState {
+  kWaiting,         // no workers: joining, or waiting for the next round
+  kRunning,         // this round's workers run
+  kHoldingForSave,  // a local rank failed; the survivors stay for the fault-time save
+  kSurvivorGrace,   // stopping, but the survivors may finish their own save and exit first
+  kStopping,        // stop signals sent; waiting for every process to exit
+  kFinished,        // the exit code is known
+};
+
+// What the agent does once the stopping group has exited.
+enum class AfterStop { kNothing, kReportStopped, kFinish };
+
+constexpr const char* StateName(AgentState s) {
+  switch (s) {
+    case AgentState::kWaiting:
+      return "waiting";
+    case AgentState::kRunning:
+      return "running";
+    case AgentState::kHoldingForSave:
+      return "holding-for-save";
+    case AgentState::kSurvivorGrace:
+      return "survivor-grace";
+    case AgentState::kStopping:
+      return "stopping";
+    case AgentState::kFinished:
+      return "finished";
+  }
+  return "?";
+}
+
+// The round's workers are (still) the live attempt: their failures count, hangs are watched.
+constexpr bool WorkersLive(AgentState s) {
+  return s == AgentState::kRunning || s == AgentState::kHoldingForSave;
+}
+constexpr bool Stopping(AgentState s) {
+  return s == AgentState::kSurvivorGrace || s == AgentState::kStopping;
+}
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,99 @@
+#include "launcher/agent/hang_detector.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "common/log.h"
+
+namespace ftrun::launcher {
+
+HangDetector::HangDetector(Clock& clock, const LaunchConfig& config, const SaveRelay& relay,
+                           std::shared_future<std::string> host, OnHang on_hang)
+    : clock_(clock),
+      config_(config),
+      relay_(relay),
+      host_(std::move(host)),
+      on_hang_(std::move(on_hang)),
+      monitor_(clock.NewTimer()) {}
+
+void HangDetector::Watch(const WorkerGroup* group) {
+  Stop();
+  group_ = group;
+  Arm();
+}
+
+void HangDetector::Stop() {
+  group_ = nullptr;
+  hung_.clear();
+  monitor_->Cancel();
+  verdicts_.clear();
+}
+
+void HangDetector::Arm() {
+  if (config_.hang_timeout.count() <= 0 || !relay_.channel() || !group_) return;
+  monitor_->Start(ClockDuration(config_.monitor_interval), [this] {
+    Check();
+    Arm();
+  });
+}
+
+void HangDetector::Check() {
+  const ControlServer& channel = *relay_.channel();
+  const auto now = clock_.Now();
+  std::vector<int> silent;  // local ranks, the longest silent first
+  for (const auto& w : group_->workers()) {
+    if (w.local_rank < 0) continue;
+    const RankControl& rc = channel.rank(w.local_rank);
+    // A rank whose loop is over, or that closed its channel (it is exiting, its stack-dump
+    // handler may be gone), is not watched: the signal would kill it.
+    if (!rc.progress_seen || rc.finished || !rc.connected || hung_.count(w.local_rank) ||
+        !w.process || w.process->exited()) {
+      continue;
+    }
+    if (now - rc.last_progress >= config_.hang_timeout) silent.push_back(w.local_rank);
+  }
+  if (silent.empty()) return;
+  std::sort(silent.begin(), silent.end(), [&](int a, int b) {
+    return channel.rank(a).last_progress < channel.rank(b).last_progress;
+  });
+  std::string ranks;
+  for (int lr : silent) {
+    const auto& w = group_->workers().at(lr);
+    hung_.insert(lr);
+    ranks += (ranks.empty() ? "" : ",") + std::to_string(w.rank);
+    w.process->Signal(SaveRelay::StackDumpSignal());
+  }
+  // A rank stuck in a collective makes its peers wait too: every silent rank is listed and
+  // dumps its stacks, and one failure (the longest silent) starts the fault protocol.
+  LauncherLog()->warn(
+      "rank(s) {} reported no progress for {:g}s after step {}; dumping their stacks "
+      "and treating it as a failure",
+      ranks, config_.hang_timeout.count(), channel.rank(silent.front()).step);
+  // Give faulthandler a moment to write the stacks before the stop begins.
+  verdicts_.push_back(clock_.NewTimer());
+  verdicts_.back()->Start(ClockDuration(std::chrono::seconds(1)),
+                          [this, lr = silent.front(), ranks] { Declare(lr, ranks); });
+}
+
+void HangDetector::Declare(int local_rank, const std::string& ranks) {
+  const auto& w = group_->workers().at(local_rank);
+  const ControlServer& channel = *relay_.channel();
+  WorkerFailure f;
+  f.local_rank = local_rank;
+  f.rank = w.rank;
+  f.pid = w.process->pid();
+  f.exitcode = 124;  // timeout(1)'s code: the process did not exit, it stopped progressing
+  f.error_file = "<N/A>";
+  f.message = fmt::format(
+      "hang: rank(s) {} made no progress for {:g}s after step {} (their stacks are in their "
+      "stderr)",
+      ranks, config_.hang_timeout.count(), channel.rank(local_rank).step);
+  f.timestamp = std::chrono::duration_cast<std::chrono::seconds>(
+                    std::chrono::system_clock::now().time_since_epoch())
+                    .count();
+  f.host = host_.get();
+  on_hang_(f);
+}
+
+}  // namespace ftrun::launcher

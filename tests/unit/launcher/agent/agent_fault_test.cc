@@ -1,0 +1,166 @@
+// The agent's fault-time transitions: the save relay, holding the survivors for the save
+// and its deadline, the survivors' grace (msrun TTP), and hang detection.
+#include <csignal>
+
+#include "launcher/agent/save_relay.h"
+#include "tests/unit/launcher/agent/agent_fixture.h"
+
+namespace ftrun::testing {
+namespace {
+
+rendezvous::SaveOrder Collecting(uint64_t id) {
+  rendezvous::SaveOrder o;
+  o.id = id;
+  o.collecting = true;
+  return o;
+}
+
+TEST_F(AgentTest, SaveRelayReportsEveryLocalRanksProgress) {
+  StartAgent();
+  StartRound(1, 0, /*nodes=*/2, /*group_rank=*/1);
+  agent->OnSaveOrder(1, Collecting(4));  // a rank of the other node failed
+  ASSERT_EQ(log->progress.size(), 1u);
+  ASSERT_EQ(log->progress[0].size(), 2u);
+  EXPECT_EQ(log->progress[0][0].rank, 2);
+  EXPECT_EQ(log->progress[0][1].rank, 3);
+  EXPECT_TRUE(log->progress[0][1].healthy);
+  EXPECT_FALSE(log->progress[0][0].has_handler) << "not connected";
+  agent->OnSaveOrder(7, Collecting(5));  // another round: nothing of ours to report
+  ASSERT_EQ(log->progress.size(), 2u);
+  EXPECT_TRUE(log->progress[1].empty());
+}
+
+TEST_F(AgentTest, SaveRelayAnswersForARankThatIsNotConnected) {
+  StartAgent();
+  StartRound(1);
+  rendezvous::SaveOrder o;
+  o.id = 5;
+  o.step = 10;
+  o.savers = {{1, "g"}, {7, "h"}};  // rank 7 is on another node
+  agent->OnSaveOrder(1, o);
+  ASSERT_EQ(log->saved.size(), 1u);
+  EXPECT_EQ(log->saved[0].rank, 1);
+  EXPECT_FALSE(log->saved[0].ok);
+  EXPECT_EQ(log->saved[0].error, "rank 1 is not connected");
+  agent->OnSaveOrder(/*round=*/9, o);  // an order for another round is not ours
+  EXPECT_EQ(log->saved.size(), 1u);
+}
+
+TEST_F(AgentTest, FailureHoldsASurvivorThatCanSaveUntilTheStopOrder) {
+  StartAgent();
+  spawner.own_pgid_next = true;  // rank 0 may connect from this test
+  StartRound(1);
+  auto rank0 = ConnectRank(0, 7);
+  child(1).Exit(1);
+  Settle();
+  EXPECT_EQ(agent->state(), AgentState::kHoldingForSave);
+  EXPECT_TRUE(child(0).group_signals.empty()) << "the survivor waits for the save";
+  rendezvous::SaveOrder o;
+  o.id = 1;
+  o.step = 7;
+  o.savers = {{0, ""}};
+  agent->OnSaveOrder(1, o);
+  std::string order = rank0->Receive();
+  EXPECT_NE(order.find(R"("type":"save")"), std::string::npos) << order;
+  rank0->Send(R"({"type":"saved","id":1,"ok":true})");
+  ASSERT_EQ(log->saved.size(), 1u);
+  EXPECT_TRUE(log->saved[0].ok);
+  EXPECT_TRUE(MetricSays(R"(ftrun_saves_total{outcome="saved"} 1)"));
+  agent->OnRestartRequested("saved; restarting");
+  Settle();
+  EXPECT_EQ(agent->state(), AgentState::kWaiting);
+  EXPECT_EQ(log->stopped, 1);
+}
+
+TEST_F(AgentTest, HeldSurvivorsAreStoppedWhenNoStopOrderComes) {
+  config.save_timeout = std::chrono::seconds(20);
+  StartAgent();
+  spawner.own_pgid_next = true;
+  StartRound(1);
+  auto rank0 = ConnectRank(0, 3);
+  child(1).Exit(1);
+  Settle();
+  ASSERT_EQ(agent->state(), AgentState::kHoldingForSave);
+  clock.Advance(std::chrono::seconds(29));
+  Settle();
+  EXPECT_EQ(agent->state(), AgentState::kHoldingForSave);
+  clock.Advance(std::chrono::seconds(1));  // save timeout + 10 s
+  Settle();
+  EXPECT_EQ(agent->state(), AgentState::kWaiting);
+  EXPECT_EQ(log->stopped, 1);
+}
+
+TEST_F(AgentTest, SurvivorGraceLetsTheSurvivorsExitByThemselves) {
+  config.survivor_grace = std::chrono::seconds(10);
+  StartAgent();
+  StartRound(1);
+  child(0).Exit(1);
+  Settle();
+  EXPECT_EQ(agent->state(), AgentState::kSurvivorGrace);
+  EXPECT_TRUE(child(0).group_signals.empty());
+  child(1).Exit(0);  // TTP saved and exited the survivor
+  Settle();
+  EXPECT_EQ(agent->state(), AgentState::kWaiting);
+  EXPECT_EQ(log->stopped, 1);
+}
+
+TEST_F(AgentTest, SurvivorGraceEndsWithTheStopSignal) {
+  config.survivor_grace = std::chrono::seconds(10);
+  StartAgent();
+  StartRound(1);
+  child(0).Exit(1);
+  Settle();
+  clock.Advance(std::chrono::seconds(9));
+  Settle();
+  EXPECT_EQ(agent->state(), AgentState::kSurvivorGrace);
+  clock.Advance(std::chrono::seconds(1));
+  Settle();
+  EXPECT_EQ(agent->state(), AgentState::kWaiting);
+  EXPECT_EQ(log->stopped, 1);
+}
+
+TEST_F(AgentTest, HungRankDumpsItsStacksAndBecomesAFailure) {
+  config.hang_timeout = std::chrono::seconds(5);
+  config.monitor_interval = std::chrono::seconds(1);
+  StartAgent();
+  spawner.own_pgid_next = true;
+  StartRound(1);
+  auto rank0 = ConnectRank(0, 42);
+  clock.Advance(std::chrono::seconds(4));
+  Settle();
+  EXPECT_TRUE(child(0).signals.empty()) << "not silent long enough";
+  clock.Advance(std::chrono::seconds(2));
+  Settle();
+  EXPECT_EQ(child(0).signals, std::vector<int>{launcher::SaveRelay::StackDumpSignal()});
+  EXPECT_TRUE(log->failures.empty()) << "the stacks get a second first";
+  clock.Advance(std::chrono::seconds(1));
+  Settle();
+  ASSERT_EQ(log->failures.size(), 1u);
+  EXPECT_EQ(log->failures[0].exitcode, 124);
+  EXPECT_NE(log->failures[0].message.find("after step 42"), std::string::npos);
+  // The hung rank is alive and can save: it is held for the fault-time save.
+  EXPECT_EQ(agent->state(), AgentState::kHoldingForSave);
+  clock.Advance(std::chrono::seconds(10));
+  Settle();
+  EXPECT_EQ(child(0).signals.size(), 1u) << "a rank is declared hung once per attempt";
+}
+
+TEST_F(AgentTest, NoHangVerdictAfterTheRoundStopped) {
+  config.hang_timeout = std::chrono::seconds(5);
+  config.monitor_interval = std::chrono::seconds(1);
+  StartAgent();
+  spawner.own_pgid_next = true;
+  StartRound(1);
+  auto rank0 = ConnectRank(0, 1);
+  clock.Advance(std::chrono::seconds(6));  // stacks asked for; the verdict is 1 s away
+  Settle();
+  agent->OnRestartRequested("another node failed");
+  Settle();
+  clock.Advance(std::chrono::seconds(2));
+  Settle();
+  EXPECT_TRUE(log->failures.empty());
+  EXPECT_EQ(agent->state(), AgentState::kWaiting);
+}
+
+}  // namespace
+}  // namespace ftrun::testing
