@@ -1,23 +1,21 @@
 // The agent's states and what moves it between them. The transitions themselves are all in
 // agent.cc (Agent::Enter logs each one at info level); this header is the map.
 //
-//                 round started
-//   waiting ──────────────────────────▶ running ── every worker exited 0 ──▶ (coordinator's
-//      ▲                                 │  │                                 verdict)
-//      │                  local failure, │  │ local failure, no rank can save;
-//      │                  a rank can save│  │ restart requested; job finished
-//      │                                 ▼  │ (failed); signal
-//      │                     holding-for-save│
-//      │   stop ordered / save deadline /    │
-//      │   restart requested / job finished  │
-//      │                                 │   ▼
-//      │                                 ├─▶ survivor-grace ── survivors exited / grace over ─┐
-//      │ (after a restart: report stopped)│   (msrun TTP: --survivor-grace > 0)                │
-//      │                                 ▼                                                    ▼
-//      └──────────────────────────────── stopping ◀─────────────────────────────────────────── ┘
-//                                         │ every process exited, job over or a signal
-//                                         ▼
-//                                      finished (exit code known)
+// waiting ──round started──▶ running ──all exited 0──▶ (coordinator's verdict) ──▶ finished
+//    ▲                         │  │
+//    │       local failure,    │  │ local failure (no rank can save), restart requested,
+//    │       a rank can save   │  │ job finished (failed), signal
+//    │                         ▼  │
+//    │              holding-for-save
+//    │   stop ordered / save deadline / restart / job over
+//    │                         │  │
+//    │                         ▼  ▼
+//    │          survivor-grace (msrun TTP) ──survivors exited / grace over──┐
+//    │                         │                                             ▼
+//    └──report stopped────── stopping ◀─────────────────────────────────────┘
+//                              │ every process exited and the job is over, or a signal
+//                              ▼
+//                           finished (exit code 0, 1, 75 or the signal's)
 //
 // Any state goes to `finished` on a fatal set-up error, or when a pre-flight check excludes
 // this node (exit code kExitExcluded). A second signal while stopping kills at once.
