@@ -20,8 +20,7 @@ Result<int> ParsePort(std::string_view text, std::string_view option) {
   return port;
 }
 
-Result<Endpoint> ParseEndpoint(std::string_view text, int default_port,
-                               std::string_view option) {
+Result<Endpoint> ParseEndpoint(std::string_view text, int default_port, std::string_view option) {
   Endpoint ep;
   std::string_view rest;
   if (!text.empty() && text.front() == '[') {

@@ -18,8 +18,7 @@ struct Endpoint {
 
 // Parses "host", "host:port", "[v6]" or "[v6]:port"; a missing port is default_port, or an
 // error when default_port < 0. `option` names the flag in error messages.
-Result<Endpoint> ParseEndpoint(std::string_view text, int default_port,
-                               std::string_view option);
+Result<Endpoint> ParseEndpoint(std::string_view text, int default_port, std::string_view option);
 
 // A TCP port number 0..65535 from text.
 Result<int> ParsePort(std::string_view text, std::string_view option);

@@ -20,8 +20,7 @@ std::optional<JsonMessage> JsonMessage::Parse(const std::string& json) {
 
 JsonMessage::~JsonMessage() = default;
 JsonMessage::JsonMessage(JsonMessage&&) noexcept = default;
-JsonMessage::JsonMessage(const JsonMessage& other)
-    : s_(std::make_unique<pb::Struct>(*other.s_)) {}
+JsonMessage::JsonMessage(const JsonMessage& other) : s_(std::make_unique<pb::Struct>(*other.s_)) {}
 
 JsonMessage& JsonMessage::Set(const std::string& key, const std::string& value) {
   (*s_->mutable_fields())[key].set_string_value(value);

@@ -11,7 +11,7 @@
 namespace google::protobuf {
 class Struct;
 class Value;
-}
+}  // namespace google::protobuf
 
 namespace ftrun {
 
@@ -25,7 +25,9 @@ class JsonMessage {
   JsonMessage(JsonMessage&&) noexcept;
   JsonMessage(const JsonMessage& other);
   JsonMessage& Set(const std::string& key, const std::string& value);
-  JsonMessage& Set(const std::string& key, const char* value) { return Set(key, std::string(value)); }
+  JsonMessage& Set(const std::string& key, const char* value) {
+    return Set(key, std::string(value));
+  }
   JsonMessage& Set(const std::string& key, int64_t value);
   JsonMessage& Set(const std::string& key, int value) { return Set(key, int64_t{value}); }
   JsonMessage& Set(const std::string& key, uint64_t value) {

@@ -67,21 +67,20 @@ std::shared_ptr<spdlog::logger> Logger(const std::string& name) {
   return logger ? logger : MakeLogger(name);
 }
 
-const std::shared_ptr<spdlog::logger>& LauncherLog() {
-  static const auto logger = Logger("launcher");
+namespace {
+
+// Looked up once: the accessors are called on every log line.
+template <size_t N>
+const std::shared_ptr<spdlog::logger>& Cached(const char* name) {
+  static const auto logger = Logger(name);
   return logger;
 }
-const std::shared_ptr<spdlog::logger>& WorkerLog() {
-  static const auto logger = Logger("worker");
-  return logger;
-}
-const std::shared_ptr<spdlog::logger>& RendezvousLog() {
-  static const auto logger = Logger("rendezvous");
-  return logger;
-}
-const std::shared_ptr<spdlog::logger>& MsrunLog() {
-  static const auto logger = Logger("msrun");
-  return logger;
-}
+
+}  // namespace
+
+const std::shared_ptr<spdlog::logger>& LauncherLog() { return Cached<0>("launcher"); }
+const std::shared_ptr<spdlog::logger>& WorkerLog() { return Cached<1>("worker"); }
+const std::shared_ptr<spdlog::logger>& RendezvousLog() { return Cached<2>("rendezvous"); }
+const std::shared_ptr<spdlog::logger>& MsrunLog() { return Cached<3>("msrun"); }
 
 }  // namespace ftrun

@@ -1,10 +1,11 @@
 #include "common/metrics_server.h"
 
+#include <fmt/format.h>
+
 #include <boost/asio/ip/v6_only.hpp>
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
-#include <fmt/format.h>
 
 #include "common/log.h"
 
@@ -63,8 +64,8 @@ void MetricsServer::Accept() {
             if (!a || !*a || rec) return;  // oversized or cut short: just drop it
             std::string head(boost::asio::buffers_begin(buf->data()),
                              boost::asio::buffers_end(buf->data()));
-            const bool metrics = head.rfind("GET /metrics ", 0) == 0 ||
-                                 head.rfind("GET /metrics?", 0) == 0;
+            const bool metrics =
+                head.rfind("GET /metrics ", 0) == 0 || head.rfind("GET /metrics?", 0) == 0;
             std::string body = metrics ? render_() : "not found: try /metrics\n";
             auto reply = std::make_shared<std::string>(fmt::format(
                 "HTTP/1.1 {}\r\nContent-Type: text/plain; version=0.0.4; charset=utf-8\r\n"

@@ -13,10 +13,10 @@
 #include "fuzz/fuzz_support.h"
 #include "launcher/cli/msrun_args.h"
 #include "launcher/cli/torchrun_args.h"
-#include "launcher/personality/dlrover/dlrover_config.h"
-#include "launcher/coordinator/job_setup.h"
 #include "launcher/config/launch_config.h"
+#include "launcher/coordinator/job_setup.h"
 #include "launcher/coordinator/local_coordinator.h"
+#include "launcher/personality/dlrover/dlrover_config.h"
 #include "launcher/personality/msrun/msrun_config.h"
 #include "rendezvous/rendezvous_state.h"
 
@@ -53,8 +53,8 @@ void UseConfig(LaunchConfig c, const EnvMap& env) {
   (void)DeadlineAfter(c.survivor_grace);
   (void)DeadlineAfter(c.shutdown_timeout);
   (void)DeadlineAfter(c.preflight.timeout);
-  (void)DeadlineAfter(std::chrono::duration_cast<std::chrono::milliseconds>(
-      c.preflight.switchbox_timeout));
+  (void)DeadlineAfter(
+      std::chrono::duration_cast<std::chrono::milliseconds>(c.preflight.switchbox_timeout));
   if (c.max_nodes > 1) {
     const Duration wait = c.rdzv.keep_alive_interval;  // RemoteCoordinator's watch
     volatile uint32_t wait_ms = static_cast<uint32_t>(wait.count() * 1000);  // WatchRequest

@@ -20,9 +20,9 @@
 #include <string_view>
 #include <vector>
 
+#include "common/json_message.h"
 #include "fuzz/fuzz_support.h"
 #include "launcher/channels/control_server.h"
-#include "common/json_message.h"
 
 namespace {
 

@@ -29,8 +29,8 @@ namespace ftrun::fuzz {
   std::fflush(stderr);
   std::abort();
 }
-#define FTRUN_FUZZ_CHECK(cond, msg) \
-  do {                              \
+#define FTRUN_FUZZ_CHECK(cond, msg)                                      \
+  do {                                                                   \
     if (!(cond)) ::ftrun::fuzz::Fail(std::string(#cond) + ": " + (msg)); \
   } while (0)
 
@@ -40,8 +40,8 @@ inline void Quiet() {
   std::cout.setstate(std::ios::badbit);
   InitLogging(spdlog::level::off);
   // PET_* variables are command-line fallbacks: keep the fuzzer's environment out of it.
-  for (const char* name : {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_MASTER_PORT",
-                           "PET_RDZV_CONF", "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND"}) {
+  for (const char* name : {"PET_NNODES", "PET_NPROC_PER_NODE", "PET_MASTER_PORT", "PET_RDZV_CONF",
+                           "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND"}) {
     ::unsetenv(name);
   }
 }

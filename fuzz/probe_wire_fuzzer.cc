@@ -91,8 +91,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (fd < 0 || ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) {
     ftrun::fuzz::Fail(std::string("cannot connect to the probe server: ") + std::strerror(errno));
   }
-  const std::string answer = ftrun::fuzz::Converse(
-      f.io, fd, std::string_view(reinterpret_cast<const char*>(data), size));
+  const std::string answer =
+      ftrun::fuzz::Converse(f.io, fd, std::string_view(reinterpret_cast<const char*>(data), size));
   ::close(fd);
   CheckAnswer(answer);
   return 0;

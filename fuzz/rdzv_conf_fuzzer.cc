@@ -54,13 +54,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FTRUN_FUZZ_CHECK(conf->keep_alive_max_attempt >= 1, "keep_alive_max_attempt");
   // A node is lost after interval * attempts (job_setup.cc; only compared, never armed); the
   // watch waits one interval, sent in milliseconds as a uint32 (rendezvous_client.cc).
-  FTRUN_FUZZ_CHECK(std::isfinite((conf->keep_alive_interval * conf->keep_alive_max_attempt).count()),
-                   "liveness timeout");
+  FTRUN_FUZZ_CHECK(
+      std::isfinite((conf->keep_alive_interval * conf->keep_alive_max_attempt).count()),
+      "liveness timeout");
   FTRUN_FUZZ_CHECK(conf->keep_alive_interval.count() * conf->keep_alive_max_attempt <=
                        ftrun::rendezvous::kMaxSeconds,
                    "liveness timeout above the limit");
-  volatile uint32_t wait_ms = static_cast<uint32_t>(
-      std::clamp(conf->keep_alive_interval.count() * 1000, 0.0, 3.6e6));
+  volatile uint32_t wait_ms =
+      static_cast<uint32_t>(std::clamp(conf->keep_alive_interval.count() * 1000, 0.0, 3.6e6));
   (void)wait_ms;
   if (conf->rank) FTRUN_FUZZ_CHECK(*conf->rank >= 0, "rank");
   return 0;

@@ -19,8 +19,8 @@
 #include <string>
 #include <vector>
 
-#include "fuzz/fuzz_support.h"
 #include "ftrun/v1/rendezvous.pb.h"
+#include "fuzz/fuzz_support.h"
 #include "rendezvous/rendezvous_state.h"
 #include "rendezvous/wire.h"
 
@@ -93,20 +93,49 @@ class Harness {
                    static_cast<unsigned long long>(state_.round()));
     }
     switch (op & 15) {
-      case 0: JoinFromWire(node); break;
-      case 1: JoinWellFormed(node); break;
-      case 2: ReportFromWire(id); break;
-      case 3: ReportFailed(id); break;
-      case 4: state_.ReportSucceeded(id, Round(), now_); break;
-      case 5: state_.ReportStopped(id, Round(), 30000 + node, now_); break;
-      case 6: ReportProgress(id); break;
-      case 7: ReportSaved(id); break;
-      case 8: ReportCheck(id); break;
-      case 9: case 10: state_.Seen(id, now_); break;  // a watch
-      case 11: state_.Disconnected(id, now_); break;
-      case 12: state_.Leave(id, now_); break;
-      case 13: if (in_.ConsumeIntegral<uint8_t>() == 0xab) state_.Abort("fuzz"); break;
-      default: Advance(milliseconds(1000 * in_.ConsumeIntegralInRange(0, 30))); break;
+      case 0:
+        JoinFromWire(node);
+        break;
+      case 1:
+        JoinWellFormed(node);
+        break;
+      case 2:
+        ReportFromWire(id);
+        break;
+      case 3:
+        ReportFailed(id);
+        break;
+      case 4:
+        state_.ReportSucceeded(id, Round(), now_);
+        break;
+      case 5:
+        state_.ReportStopped(id, Round(), 30000 + node, now_);
+        break;
+      case 6:
+        ReportProgress(id);
+        break;
+      case 7:
+        ReportSaved(id);
+        break;
+      case 8:
+        ReportCheck(id);
+        break;
+      case 9:
+      case 10:
+        state_.Seen(id, now_);
+        break;  // a watch
+      case 11:
+        state_.Disconnected(id, now_);
+        break;
+      case 12:
+        state_.Leave(id, now_);
+        break;
+      case 13:
+        if (in_.ConsumeIntegral<uint8_t>() == 0xab) state_.Abort("fuzz");
+        break;
+      default:
+        Advance(milliseconds(1000 * in_.ConsumeIntegralInRange(0, 30)));
+        break;
     }
     Check("after op " + std::to_string(op & 15) + " on " + id);
   }
@@ -119,9 +148,12 @@ class Harness {
   uint64_t Round() {
     // Mostly the current round (what an agent reports), sometimes a stale or future one.
     switch (in_.ConsumeIntegralInRange(0, 7)) {
-      case 0: return state_.round() > 0 ? state_.round() - 1 : 0;
-      case 1: return state_.round() + 1;
-      default: return state_.round();
+      case 0:
+        return state_.round() > 0 ? state_.round() - 1 : 0;
+      case 1:
+        return state_.round() + 1;
+      default:
+        return state_.round();
     }
   }
 
@@ -140,8 +172,9 @@ class Harness {
                      static_cast<unsigned long long>(state_.round()));
       }
       auto after = state_.NextDeadline();
-      FTRUN_FUZZ_CHECK(!after || *after > at, "Tick left a deadline that is already due: the "
-                                              "server's timer would spin");
+      FTRUN_FUZZ_CHECK(!after || *after > at,
+                       "Tick left a deadline that is already due: the "
+                       "server's timer would spin");
       Check("after a tick");
     }
     now_ = until;
@@ -154,7 +187,8 @@ class Harness {
     // RendezvousServer::Process: the limits and the --nnodes check, then Join.
     if (!rdzv::CheckLimits(n)) return;
     const auto& spec = state_.spec();
-    if (n.max_nodes() != 0 && (n.min_nodes() != spec.min_nodes || n.max_nodes() != spec.max_nodes)) {
+    if (n.max_nodes() != 0 &&
+        (n.min_nodes() != spec.min_nodes || n.max_nodes() != spec.max_nodes)) {
       return;
     }
     (void)state_.Join(rdzv::FromWire(n, NodeId(node)), now_);
@@ -167,7 +201,7 @@ class Harness {
     n.host = "host" + std::to_string(node);
     n.node_rank = state_.spec().static_ranks ? in_.ConsumeIntegralInRange(0, kNodes - 1) : -1;
     n.nproc_per_node = state_.spec().nproc_per_node > 0 ? state_.spec().nproc_per_node
-                                                         : in_.ConsumeIntegralInRange(1, 2);
+                                                        : in_.ConsumeIntegralInRange(1, 2);
     n.free_port = 29500 + node;
     n.probe_port = state_.spec().check.enabled ? 29400 + node : 0;
     (void)state_.Join(n, now_);
@@ -237,7 +271,8 @@ class Harness {
     const rdzv::NodeView v = state_.View(id);
     rdzv::WorkerFailure f;
     const auto own = OwnRanks(v);
-    f.rank = own.empty() ? in_.ConsumeIntegralInRange(0, 9) : own[in_.ConsumeIntegralInRange<size_t>(0, own.size() - 1)];
+    f.rank = own.empty() ? in_.ConsumeIntegralInRange(0, 9)
+                         : own[in_.ConsumeIntegralInRange<size_t>(0, own.size() - 1)];
     f.local_rank = own.empty() ? 0 : f.rank - own.front();
     f.pid = 1000 + f.rank;
     f.exitcode = Pick(in_, {1, -9, -15});

@@ -9,8 +9,8 @@
 #include <cstdint>
 #include <string>
 
-#include "fuzz/fuzz_support.h"
 #include "ftrun/v1/rendezvous.pb.h"
+#include "fuzz/fuzz_support.h"
 #include "rendezvous/wire.h"
 
 namespace {

@@ -14,13 +14,23 @@
 #include <string>
 #include <vector>
 
-#define FTRUN_FUZZ_TARGETS(X)                                                             \
-  X(fuzz_torchrun_args) X(fuzz_dlrover_args) X(fuzz_msrun_args) X(fuzz_rdzv_conf)         \
-  X(fuzz_control_channel) X(fuzz_file_timer) X(fuzz_rdzv_wire) X(fuzz_rdzv_state)         \
-  X(fuzz_switchbox) X(fuzz_probe_wire)
+// One X per fuzz target (clang-format does not settle on a layout for this list).
+// clang-format off
+#define FTRUN_FUZZ_TARGETS(X) \
+  X(fuzz_torchrun_args)       \
+  X(fuzz_dlrover_args)        \
+  X(fuzz_msrun_args)          \
+  X(fuzz_rdzv_conf)           \
+  X(fuzz_control_channel)     \
+  X(fuzz_file_timer)          \
+  X(fuzz_rdzv_wire)           \
+  X(fuzz_rdzv_state)          \
+  X(fuzz_switchbox)           \
+  X(fuzz_probe_wire)
+// clang-format on
 
-#define FTRUN_DECLARE(name)                                  \
-  extern "C" int name##_Initialize(int*, char***);           \
+#define FTRUN_DECLARE(name)                        \
+  extern "C" int name##_Initialize(int*, char***); \
   extern "C" int name##_TestOneInput(const uint8_t*, size_t);
 FTRUN_FUZZ_TARGETS(FTRUN_DECLARE)
 

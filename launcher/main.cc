@@ -1,7 +1,8 @@
 // ftrun: a fault-tolerant drop-in for torchrun, msrun and dlrover-run. The personality comes
 // from the name it is run as (a symlink named torchrun, msrun or dlrover-run) or from the first
-// word: `ftrun msrun ...`, `ftrun dlrover-run ...`, `ftrun torchrun ...`; `ftrun master ...` runs the rendezvous server
-// alone, `ftrun status ...` asks one about its job; anything else is torchrun's command line.
+// word: `ftrun msrun ...`, `ftrun dlrover-run ...`, `ftrun torchrun ...`; `ftrun master ...` runs
+// the rendezvous server alone, `ftrun status ...` asks one about its job; anything else is
+// torchrun's command line.
 #include <string>
 #include <vector>
 
@@ -19,8 +20,8 @@ int main(int argc, char** argv) {
   if (name == "torchrun") return RunTorchrun(args);
   if (name == "dlrover-run") return RunTorchrun(args, Personality::kDlrover);
   const std::string word = args.empty() ? "" : args.front();
-  const std::vector<std::string> rest = args.empty() ? args : std::vector<std::string>(
-                                                                  args.begin() + 1, args.end());
+  const std::vector<std::string> rest =
+      args.empty() ? args : std::vector<std::string>(args.begin() + 1, args.end());
   if (word == "master") return RunMaster(rest);
   if (word == "status") return RunStatus(rest);
   if (word == "msrun") return RunMsrun(rest);

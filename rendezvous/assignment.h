@@ -8,14 +8,14 @@
 namespace ftrun::rendezvous {
 
 struct NodeAssignment {
-  uint64_t round = 0;         // increases with every new round of the job
-  int restart_count = 0;      // job-wide TORCHELASTIC_RESTART_COUNT
-  int max_restarts = 0;       // the job's --max-restarts (TORCHELASTIC_MAX_RESTARTS)
-  int group_rank = 0;         // this node's rank among the nodes of the round
-  int group_world_size = 1;   // nodes in the round
-  int base_rank = 0;          // global RANK of this node's local rank 0
-  int world_size = 1;         // workers in the round
-  std::string master_addr;    // where worker rank 0 hosts torch's TCPStore
+  uint64_t round = 0;        // increases with every new round of the job
+  int restart_count = 0;     // job-wide TORCHELASTIC_RESTART_COUNT
+  int max_restarts = 0;      // the job's --max-restarts (TORCHELASTIC_MAX_RESTARTS)
+  int group_rank = 0;        // this node's rank among the nodes of the round
+  int group_world_size = 1;  // nodes in the round
+  int base_rank = 0;         // global RANK of this node's local rank 0
+  int world_size = 1;        // workers in the round
+  std::string master_addr;   // where worker rank 0 hosts torch's TCPStore
   int master_port = 0;
 };
 

@@ -30,7 +30,7 @@ const char* PhaseName(Phase p);
 // One failed worker, as reported by its agent (torchrun's ProcessFailure plus the host).
 struct WorkerFailure {
   int local_rank = 0;
-  int rank = 0;            // global rank
+  int rank = 0;  // global rank
   int pid = 0;
   int exitcode = 0;        // exit code, or -signal
   std::string error_file;  // the path, or "<N/A>"
@@ -43,10 +43,10 @@ struct WorkerFailure {
 // What a rank last reported to its agent, gathered at fault time (save_planner.h).
 struct RankProgress {
   int rank = 0;
-  std::string group;       // replica group: ranks holding identical state ("" : all ranks)
-  int64_t step = -1;       // last step whose update finished (or began, when updating)
-  bool updating = false;   // between "update begin" and "update end"
-  bool healthy = true;     // alive and not the failed/hung rank
+  std::string group;      // replica group: ranks holding identical state ("" : all ranks)
+  int64_t step = -1;      // last step whose update finished (or began, when updating)
+  bool updating = false;  // between "update begin" and "update end"
+  bool healthy = true;    // alive and not the failed/hung rank
   bool has_handler = false;
 };
 
@@ -58,10 +58,10 @@ struct Saver {
 // The fault-time save as every node sees it while the phase is saving.
 struct SaveOrder {
   uint64_t id = 0;
-  bool collecting = false;   // nodes report their ranks' progress
-  int64_t step = -1;         // then: savers save this step ...
+  bool collecting = false;  // nodes report their ranks' progress
+  int64_t step = -1;        // then: savers save this step ...
   std::vector<Saver> savers;
-  bool finalize = false;     // ... then the finalizer completes the checkpoint
+  bool finalize = false;  // ... then the finalizer completes the checkpoint
   int finalizer = -1;
 };
 
@@ -73,7 +73,7 @@ struct CheckSettings {
   double straggler_fraction = 0.5;      // of the median bandwidth; 0: no straggler detection
   double min_bandwidth_mbps = 0;        // a pair below fails; 0: no minimum
   bool exclude_stragglers = false;
-  bool run_command = false;             // the agents also run a 2-process job per pair
+  bool run_command = false;  // the agents also run a 2-process job per pair
 };
 
 // One pair this node takes part in during the current wave. The client (b) connects to the
@@ -103,11 +103,11 @@ struct CheckOrder {
 // What a node reports for one task of an order.
 struct CheckTaskResult {
   int index = 0;
-  bool probed = false;     // the client's measurement is in
+  bool probed = false;  // the client's measurement is in
   bool probe_ok = false;
-  std::string reason;      // why it failed, naming the peer
-  double mbps_ab = 0;      // listener -> client
-  double mbps_ba = 0;      // client -> listener
+  std::string reason;  // why it failed, naming the peer
+  double mbps_ab = 0;  // listener -> client
+  double mbps_ba = 0;  // client -> listener
   double rtt_ms = 0;
   bool ran_command = false;
   bool command_ok = false;
@@ -117,13 +117,13 @@ struct CheckTaskResult {
 
 // What a node joining the job says about itself.
 struct NodeInfo {
-  std::string node_id;    // unique per agent process: host, pid, random
-  std::string addr;       // where other nodes reach it (MASTER_ADDR when it is group rank 0)
-  std::string host;       // its name in reports
-  int node_rank = -1;     // static rendezvous: --node-rank
+  std::string node_id;  // unique per agent process: host, pid, random
+  std::string addr;     // where other nodes reach it (MASTER_ADDR when it is group rank 0)
+  std::string host;     // its name in reports
+  int node_rank = -1;   // static rendezvous: --node-rank
   int nproc_per_node = 1;
-  int free_port = 0;      // a port free on this node now: the round's MASTER_PORT if rank 0
-  int probe_port = 0;     // its network-check probe listens here (0: none)
+  int free_port = 0;        // a port free on this node now: the round's MASTER_PORT if rank 0
+  int probe_port = 0;       // its network-check probe listens here (0: none)
   uint64_t next_round = 0;  // rejoining a restarted server: the round after its last one
   int restart_count = 0;    // and the restarts the job had spent (carried on while forming)
 };
@@ -132,21 +132,21 @@ struct NodeInfo {
 struct NodeView {
   uint64_t version = 0;
   Phase phase = Phase::kForming;
-  uint64_t round = 0;        // the round being formed, run or stopped
+  uint64_t round = 0;  // the round being formed, run or stopped
   int restart_count = 0;
   int max_restarts = 0;
-  bool member = false;       // this node is in the round
-  NodeAssignment assignment; // valid when member and phase is running or stopping
-  int nodes_joined = 0;      // forming: nodes in the round so far; running: its size
-  int nodes_waiting = 0;     // joined but not in the round
-  std::string reason;        // why stopping / failed / succeeded
-  std::vector<WorkerFailure> failures;  // the failures behind a restart or the job's failure
-  std::optional<SaveOrder> save;        // phase saving
-  std::optional<CheckOrder> check;      // phase checking: this node's part of the wave
-  std::string excluded;                 // the network check keeps this node out: why
-  uint64_t check_id = 0;                // the last finished check (0: none) ...
-  std::vector<std::string> check_table; // ... its results table, for every agent's log
-  std::string check_json;               // ... and its event-log record
+  bool member = false;                   // this node is in the round
+  NodeAssignment assignment;             // valid when member and phase is running or stopping
+  int nodes_joined = 0;                  // forming: nodes in the round so far; running: its size
+  int nodes_waiting = 0;                 // joined but not in the round
+  std::string reason;                    // why stopping / failed / succeeded
+  std::vector<WorkerFailure> failures;   // the failures behind a restart or the job's failure
+  std::optional<SaveOrder> save;         // phase saving
+  std::optional<CheckOrder> check;       // phase checking: this node's part of the wave
+  std::string excluded;                  // the network check keeps this node out: why
+  uint64_t check_id = 0;                 // the last finished check (0: none) ...
+  std::vector<std::string> check_table;  // ... its results table, for every agent's log
+  std::string check_json;                // ... and its event-log record
 };
 
 // For operators: one node as the server sees it.

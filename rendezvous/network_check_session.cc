@@ -1,8 +1,8 @@
 #include "rendezvous/network_check_session.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 namespace ftrun::rendezvous {
 namespace {

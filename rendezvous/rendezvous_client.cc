@@ -2,8 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
-#include <boost/asio/executor_work_guard.hpp>
 #include <algorithm>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/post.hpp>
 #include <mutex>
 #include <set>
@@ -26,9 +26,7 @@ bool RpcOutcome::unknown_node() const {
 bool RpcOutcome::rank_held() const {
   return code == static_cast<int>(grpc::StatusCode::ALREADY_EXISTS);
 }
-bool RpcOutcome::cancelled() const {
-  return code == static_cast<int>(grpc::StatusCode::CANCELLED);
-}
+bool RpcOutcome::cancelled() const { return code == static_cast<int>(grpc::StatusCode::CANCELLED); }
 
 // The contexts of the calls in flight, so that CancelAll can reach them. Shared with the
 // completion callbacks (which run on gRPC threads), hence the mutex.
@@ -90,34 +88,35 @@ void Launch(boost::asio::io_context& io, std::shared_ptr<RendezvousClient::Calls
     std::lock_guard lock(calls->mu);
     calls->in_flight.insert(&call->ctx);
   }
-  auto work = std::make_shared<boost::asio::executor_work_guard<
-      boost::asio::io_context::executor_type>>(io.get_executor());
-  invoke(calls->stub.get(), call, [&io, calls, call, work, to_outcome,
-                                   done = std::move(done)](grpc::Status status) mutable {
-    {
-      std::lock_guard lock(calls->mu);
-      calls->in_flight.erase(&call->ctx);
-    }
-    RpcOutcome out;
-    out.code = static_cast<int>(status.error_code());
-    out.message = status.error_message();
-    if (status.ok()) to_outcome(*call, out);
-    // Everything this callback holds is handed to the loop and released there: the call's
-    // context and the stub keep the grpc::Channel alive, and the last reference to a Channel
-    // dropped on gRPC's callback thread destroys that thread's completion queue under it (a
-    // double free in gRPC 1.51, found by ASan when `ftrun status` exits).
-    boost::asio::post(io, [calls = std::move(calls), call = std::move(call),
-                           work = std::move(work), out = std::move(out),
-                           done = std::move(done)] {
-      bool alive;
-      {
-        std::lock_guard lock(calls->mu);
-        alive = calls->alive;
-      }
-      if (alive) done(out);
-      work->reset();
-    });
-  });
+  auto work =
+      std::make_shared<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>>(
+          io.get_executor());
+  invoke(calls->stub.get(), call,
+         [&io, calls, call, work, to_outcome, done = std::move(done)](grpc::Status status) mutable {
+           {
+             std::lock_guard lock(calls->mu);
+             calls->in_flight.erase(&call->ctx);
+           }
+           RpcOutcome out;
+           out.code = static_cast<int>(status.error_code());
+           out.message = status.error_message();
+           if (status.ok()) to_outcome(*call, out);
+           // Everything this callback holds is handed to the loop and released there: the call's
+           // context and the stub keep the grpc::Channel alive, and the last reference to a Channel
+           // dropped on gRPC's callback thread destroys that thread's completion queue under it (a
+           // double free in gRPC 1.51, found by ASan when `ftrun status` exits).
+           boost::asio::post(
+               io, [calls = std::move(calls), call = std::move(call), work = std::move(work),
+                    out = std::move(out), done = std::move(done)] {
+                 bool alive;
+                 {
+                   std::lock_guard lock(calls->mu);
+                   alive = calls->alive;
+                 }
+                 if (alive) done(out);
+                 work->reset();
+               });
+         });
 }
 
 }  // namespace
@@ -162,12 +161,24 @@ void RendezvousClient::Report(ReportKind kind, uint64_t round,
   FillHeader(opts_, call->req.mutable_header());
   call->req.set_round(round);
   switch (kind) {
-    case ReportKind::kFailed: call->req.set_kind(v1::ReportRequest::KIND_FAILED); break;
-    case ReportKind::kSucceeded: call->req.set_kind(v1::ReportRequest::KIND_SUCCEEDED); break;
-    case ReportKind::kStopped: call->req.set_kind(v1::ReportRequest::KIND_STOPPED); break;
-    case ReportKind::kProgress: call->req.set_kind(v1::ReportRequest::KIND_PROGRESS); break;
-    case ReportKind::kSaved: call->req.set_kind(v1::ReportRequest::KIND_SAVED); break;
-    case ReportKind::kChecked: call->req.set_kind(v1::ReportRequest::KIND_CHECKED); break;
+    case ReportKind::kFailed:
+      call->req.set_kind(v1::ReportRequest::KIND_FAILED);
+      break;
+    case ReportKind::kSucceeded:
+      call->req.set_kind(v1::ReportRequest::KIND_SUCCEEDED);
+      break;
+    case ReportKind::kStopped:
+      call->req.set_kind(v1::ReportRequest::KIND_STOPPED);
+      break;
+    case ReportKind::kProgress:
+      call->req.set_kind(v1::ReportRequest::KIND_PROGRESS);
+      break;
+    case ReportKind::kSaved:
+      call->req.set_kind(v1::ReportRequest::KIND_SAVED);
+      break;
+    case ReportKind::kChecked:
+      call->req.set_kind(v1::ReportRequest::KIND_CHECKED);
+      break;
   }
   call->req.set_check_id(save.check_id);
   for (const auto& r : save.check_results) ToWire(r, call->req.add_check_results());

@@ -26,21 +26,21 @@ struct ClientOptions {
   std::string run_id;
   std::string token;
   std::string node_id;
-  int min_nodes = 0;   // sent with Join so that the server can refuse a mismatch
+  int min_nodes = 0;  // sent with Join so that the server can refuse a mismatch
   int max_nodes = 0;
   Duration call_timeout{10};
 };
 
 // The outcome of one call.
 struct RpcOutcome {
-  int code = 0;         // grpc::StatusCode; 0 is OK
+  int code = 0;  // grpc::StatusCode; 0 is OK
   std::string message;
-  NodeView view;        // valid when ok()
+  NodeView view;  // valid when ok()
   bool ok() const { return code == 0; }
   // The server is unreachable or slow: worth retrying.
   bool transient() const;
-  bool unknown_node() const;      // NOT_FOUND: join again
-  bool rank_held() const;         // ALREADY_EXISTS: join again later
+  bool unknown_node() const;  // NOT_FOUND: join again
+  bool rank_held() const;     // ALREADY_EXISTS: join again later
   bool cancelled() const;
 };
 
@@ -55,7 +55,7 @@ struct ReportDetails {
   bool finalize = false;
   bool ok = false;
   std::string error;
-  uint64_t check_id = 0;               // kChecked: the order
+  uint64_t check_id = 0;  // kChecked: the order
   std::vector<CheckTaskResult> check_results;
 };
 

@@ -1,12 +1,12 @@
 #include "rendezvous/rendezvous_conf.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
-
-#include <fmt/format.h>
 
 namespace ftrun::rendezvous {
 namespace {
@@ -65,9 +65,8 @@ Result<std::map<std::string, std::string>> SplitRendezvousConf(std::string_view 
   size_t start = 0;
   while (start <= text.size()) {
     size_t comma = text.find(',', start);
-    std::string_view pair =
-        text.substr(start, comma == std::string_view::npos ? std::string_view::npos
-                                                           : comma - start);
+    std::string_view pair = text.substr(
+        start, comma == std::string_view::npos ? std::string_view::npos : comma - start);
     size_t eq = pair.find('=');
     if (Trim(pair).empty()) {
       return Error{"--rdzv-conf: '" + std::string(text) + "' has an empty key (stray ',')"};
@@ -117,8 +116,8 @@ Result<RendezvousConf> ParseRendezvousConf(std::string_view text) {
     } else if (key == "is_host") {
       conf.is_host = ParseBool(value);
       if (!conf.is_host) {
-        return Error{"--rdzv-conf: key 'is_host' needs a boolean (1/0, true/false), got '" +
-                     value + "'"};
+        return Error{"--rdzv-conf: key 'is_host' needs a boolean (1/0, true/false), got '" + value +
+                     "'"};
       }
     } else if (key == "store_type") {
       if (value != "tcp" && value != "TCP") {

@@ -23,18 +23,18 @@ inline constexpr double kMaxSeconds = 1e9;
 std::optional<Error> CheckMaxSeconds(const std::string& what, double seconds);
 
 struct RendezvousConf {
-  Seconds timeout{900};              // static: how long agents wait for node 0
-  Seconds join_timeout{600};         // dynamic: a round must form within this
-  Seconds last_call_timeout{30};     // dynamic: extra wait once MIN nodes joined
+  Seconds timeout{900};           // static: how long agents wait for node 0
+  Seconds join_timeout{600};      // dynamic: a round must form within this
+  Seconds last_call_timeout{30};  // dynamic: extra wait once MIN nodes joined
   Seconds close_timeout{30};
   Seconds heartbeat_timeout{5};
-  Seconds keep_alive_interval{5};    // liveness: a node is lost after interval * max_attempt
+  Seconds keep_alive_interval{5};  // liveness: a node is lost after interval * max_attempt
   int keep_alive_max_attempt = 3;
   Seconds read_timeout{60};
-  std::optional<bool> is_host;       // unset: decided from the endpoint
-  std::optional<int> rank;           // static: set from --node-rank
+  std::optional<bool> is_host;  // unset: decided from the endpoint
+  std::optional<int> rank;      // static: set from --node-rank
   std::string local_addr;
-  std::string token;                 // ftrun: shared secret every call must carry
+  std::string token;                  // ftrun: shared secret every call must carry
   std::vector<std::string> warnings;  // e.g. unknown keys, ignored but worth a log line
 };
 

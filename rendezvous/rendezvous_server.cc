@@ -7,9 +7,9 @@
 #include <boost/asio/post.hpp>
 #include <set>
 
-#include "ftrun/v1/rendezvous.grpc.pb.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
+#include "ftrun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_server_call.h"
 #include "rendezvous/wire.h"
 
@@ -54,16 +54,15 @@ class RendezvousServer::Service : public v1::Rendezvous::CallbackService {
     call->watch_response = resp;
     return Post(call);
   }
-  grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx,
-                                   const v1::ReportRequest* req,
+  grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx, const v1::ReportRequest* req,
                                    v1::ReportResponse* resp) override {
     auto call = Make(ctx, Call::Kind::kReport, ctx->DefaultReactor());
     call->report = *req;
     call->report_response = resp;
     return Post(call);
   }
-  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx,
-                                   const v1::StatusRequest* req, v1::JobStatus* resp) override {
+  grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest* req,
+                                   v1::JobStatus* resp) override {
     auto call = Make(ctx, Call::Kind::kStatus, ctx->DefaultReactor());
     call->status = *req;
     call->status_response = resp;
@@ -147,9 +146,9 @@ Result<int> RendezvousServer::Start() {
     server_ = builder.BuildAndStart();
     if (server_ && port > 0) {
       work_.emplace(io_.get_executor());
-      RendezvousLog()->info("rendezvous server listening addr={}:{} run_id={} nnodes={}:{} max_restarts={}",
-                  host, port, opts_.job.run_id, opts_.job.min_nodes, opts_.job.max_nodes,
-                  opts_.job.max_restarts);
+      RendezvousLog()->info(
+          "rendezvous server listening addr={}:{} run_id={} nnodes={}:{} max_restarts={}", host,
+          port, opts_.job.run_id, opts_.job.min_nodes, opts_.job.max_nodes, opts_.job.max_restarts);
       ArmTimer();
       return port;
     }
@@ -238,7 +237,8 @@ void RendezvousServer::FinishAndShutdown(const std::string& abort_reason, Durati
   linger_timer_.expires_after(std::chrono::duration_cast<Clock::duration>(linger));
   linger_timer_.async_wait([this, finish](const boost::system::error_code& ec) {
     if (ec || shutting_down_) return;
-    RendezvousLog()->info("not every node has seen the job's end after the linger; stopping anyway");
+    RendezvousLog()->info(
+        "not every node has seen the job's end after the linger; stopping anyway");
     on_all_informed_ = nullptr;
     (*finish)();
   });

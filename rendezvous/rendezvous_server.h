@@ -24,8 +24,8 @@
 #include <thread>
 
 #include "common/event_log.h"
-#include "rendezvous/rendezvous_state.h"
 #include "common/result.h"
+#include "rendezvous/rendezvous_state.h"
 
 namespace grpc {
 class Server;
@@ -37,7 +37,7 @@ struct ServerOptions {
   std::string listen_host;  // "" : every address ([::] and 0.0.0.0)
   int port = 0;             // 0 : any free port
   JobSpec job;
-  std::string token;        // "" : no token required
+  std::string token;  // "" : no token required
   Duration max_watch_wait{10};
   std::shared_ptr<EventLog> event_log;  // optional
 };

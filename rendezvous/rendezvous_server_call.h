@@ -9,8 +9,8 @@
 #include <memory>
 #include <string>
 
-#include "ftrun/v1/rendezvous.grpc.pb.h"
 #include "common/log.h"
+#include "ftrun/v1/rendezvous.grpc.pb.h"
 #include "rendezvous/rendezvous_server.h"
 
 namespace ftrun::rendezvous {

@@ -21,8 +21,9 @@ std::string RendezvousServer::RenderMetrics() const {
                     "Joined nodes outside the round (spares).", v.nodes_waiting);
   out += PromMetric("ftrun_rendezvous_restarts", "gauge", "Job-wide restarts so far.",
                     v.restart_count);
-  out += "# HELP ftrun_rendezvous_phase The job's phase (1 for the current one).\n"
-         "# TYPE ftrun_rendezvous_phase gauge\n";
+  out +=
+      "# HELP ftrun_rendezvous_phase The job's phase (1 for the current one).\n"
+      "# TYPE ftrun_rendezvous_phase gauge\n";
   for (Phase p : {Phase::kForming, Phase::kChecking, Phase::kRunning, Phase::kSaving,
                   Phase::kStopping, Phase::kSucceeded, Phase::kFailed}) {
     out += fmt::format("ftrun_rendezvous_phase{{phase=\"{}\"}} {}\n", PhaseName(p),
@@ -41,7 +42,8 @@ void RendezvousServer::LogTransitions() {
   for (const StateEvent& e : state_.TakeEvents()) {
     if (e.event == "round_formed") {
       RendezvousLog()->info("round formed round={} nodes={} restart_count={} world_size={}", round,
-                  e.members.size(), v.restart_count, v.nodes_joined ? v.assignment.world_size : 0);
+                            e.members.size(), v.restart_count,
+                            v.nodes_joined ? v.assignment.world_size : 0);
       write(EventLog::Event("round_formed")
                 .Set("members", e.members)
                 .Set("restart_count", v.restart_count),
@@ -55,12 +57,13 @@ void RendezvousServer::LogTransitions() {
     }
     if (e.event == "network_check" && state_.last_check()) {
       RendezvousLog()->info("network check finished round={}: {}", round, e.detail);
-      for (const auto& line : RenderTable(*state_.last_check())) RendezvousLog()->info("  {}", line);
+      for (const auto& line : RenderTable(*state_.last_check()))
+        RendezvousLog()->info("  {}", line);
       write(ToJson(*state_.last_check()), round);
       continue;
     }
-    RendezvousLog()->info("{} node={} host={} nodes={}{}", e.event, e.node, e.host, state_.node_count(),
-                e.detail.empty() ? "" : " why=" + e.detail);
+    RendezvousLog()->info("{} node={} host={} nodes={}{}", e.event, e.node, e.host,
+                          state_.node_count(), e.detail.empty() ? "" : " why=" + e.detail);
     auto m = EventLog::Event(e.event).Set("member", e.node).Set("host", e.host);
     if (!e.detail.empty()) m.Set("why", e.detail);
     write(std::move(m));
@@ -77,16 +80,17 @@ void RendezvousServer::LogTransitions() {
       if (o.collecting) {
         RendezvousLog()->info("fault-time save {}: collecting the ranks' progress", o.id);
       } else if (o.finalize) {
-        RendezvousLog()->info("fault-time save {}: every group saved step {}; rank {} completes it "
-                    "(+{:.1f} ms)",
-                    o.id, o.step, o.finalizer, ms);
+        RendezvousLog()->info(
+            "fault-time save {}: every group saved step {}; rank {} completes it "
+            "(+{:.1f} ms)",
+            o.id, o.step, o.finalizer, ms);
       } else {
         std::string savers;
         for (const auto& sv : o.savers) {
           savers += (savers.empty() ? "" : ",") + std::to_string(sv.rank);
         }
-        RendezvousLog()->info("fault-time save {}: step {} by rank(s) {} (+{:.1f} ms)", o.id, o.step,
-                    savers, ms);
+        RendezvousLog()->info("fault-time save {}: step {} by rank(s) {} (+{:.1f} ms)", o.id,
+                              o.step, savers, ms);
       }
     }
   }

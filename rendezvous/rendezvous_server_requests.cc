@@ -12,8 +12,8 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   Call& call = *call_ptr;
   auto reject = [&](StatusCode code, const std::string& message) {
     RendezvousLog()->warn("rejected {} from node={} peer={}: {}",
-                call.kind == Call::Kind::kJoin ? "join" : "request", call.header().node_id(),
-                call.peer, message);
+                          call.kind == Call::Kind::kJoin ? "join" : "request",
+                          call.header().node_id(), call.peer, message);
     call.reactor->Finish(grpc::Status(code, message));
   };
   const v1::RequestHeader& h = call.header();
@@ -32,9 +32,8 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
     return call.reactor->Finish(grpc::Status::OK);
   }
   if (h.run_id() != spec.run_id) {
-    return reject(StatusCode::FAILED_PRECONDITION, "run id '" + h.run_id() +
-                                                       "' differs from the server's '" +
-                                                       spec.run_id + "'");
+    return reject(StatusCode::FAILED_PRECONDITION,
+                  "run id '" + h.run_id() + "' differs from the server's '" + spec.run_id + "'");
   }
   if (h.node_id().empty() || h.node_id().size() > 256) {
     return reject(StatusCode::INVALID_ARGUMENT, "node id missing or too long");

@@ -20,21 +20,29 @@ std::string Seconds(Duration d) {
 }
 
 std::string NodesSpec(const JobSpec& s) {
-  return s.min_nodes == s.max_nodes ? std::to_string(s.max_nodes)
-                                    : std::to_string(s.min_nodes) + ":" + std::to_string(s.max_nodes);
+  return s.min_nodes == s.max_nodes
+             ? std::to_string(s.max_nodes)
+             : std::to_string(s.min_nodes) + ":" + std::to_string(s.max_nodes);
 }
 
 }  // namespace
 
 const char* PhaseName(Phase p) {
   switch (p) {
-    case Phase::kForming: return "forming";
-    case Phase::kRunning: return "running";
-    case Phase::kStopping: return "stopping";
-    case Phase::kSucceeded: return "succeeded";
-    case Phase::kFailed: return "failed";
-    case Phase::kSaving: return "saving";
-    case Phase::kChecking: return "checking";
+    case Phase::kForming:
+      return "forming";
+    case Phase::kRunning:
+      return "running";
+    case Phase::kStopping:
+      return "stopping";
+    case Phase::kSucceeded:
+      return "succeeded";
+    case Phase::kFailed:
+      return "failed";
+    case Phase::kSaving:
+      return "saving";
+    case Phase::kChecking:
+      return "checking";
   }
   return "?";
 }
@@ -53,15 +61,14 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
                                             " workers per node"};
   }
   if (spec_.nproc_per_node != 0 && info.nproc_per_node != spec_.nproc_per_node) {
-    return JoinRefusal{Kind::kMismatch,
-                       "--nproc-per-node " + std::to_string(info.nproc_per_node) + " on " +
-                           info.host + " differs from the job's " +
-                           std::to_string(spec_.nproc_per_node)};
+    return JoinRefusal{Kind::kMismatch, "--nproc-per-node " + std::to_string(info.nproc_per_node) +
+                                            " on " + info.host + " differs from the job's " +
+                                            std::to_string(spec_.nproc_per_node)};
   }
   if (spec_.static_ranks) {
     if (info.node_rank < 0 || info.node_rank >= spec_.max_nodes) {
-      return JoinRefusal{Kind::kMismatch, "--node-rank " + std::to_string(info.node_rank) +
-                                              " on " + info.host + " is not below --nnodes " +
+      return JoinRefusal{Kind::kMismatch, "--node-rank " + std::to_string(info.node_rank) + " on " +
+                                              info.host + " is not below --nnodes " +
                                               std::to_string(spec_.max_nodes)};
     }
     for (const auto& [id, n] : nodes_) {
@@ -94,8 +101,8 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
   }
   nodes_[info.node_id] = Node{info, now, std::nullopt, next_join_seq_++};
   events_.push_back({"node_joined", info.node_id, info.host, "", {}});
-  if (phase_ == Phase::kForming && (info.next_round > round_ ||
-                                    info.restart_count > restart_count_)) {
+  if (phase_ == Phase::kForming &&
+      (info.next_round > round_ || info.restart_count > restart_count_)) {
     // A node of this job's earlier server (restarted): go on from where it was.
     round_ = std::max(round_, info.next_round);
     restart_count_ = std::max(restart_count_, info.restart_count);
@@ -194,14 +201,13 @@ void RendezvousState::ReportFailed(const std::string& node_id, uint64_t round,
     StopOrFail(true,
                what + (spec_.max_restarts == 0
                            ? " and --max-restarts is 0"
-                           : "; restarts exhausted (" + std::to_string(spec_.max_restarts) +
-                                 "/" + std::to_string(spec_.max_restarts) + ")"),
+                           : "; restarts exhausted (" + std::to_string(spec_.max_restarts) + "/" +
+                                 std::to_string(spec_.max_restarts) + ")"),
                failures, now);
   }
 }
 
-void RendezvousState::ReportSucceeded(const std::string& node_id, uint64_t round,
-                                      TimePoint now) {
+void RendezvousState::ReportSucceeded(const std::string& node_id, uint64_t round, TimePoint now) {
   Seen(node_id, now);
   if (phase_ != Phase::kRunning || round != round_ || !InRound(node_id)) return;
   succeeded_.insert(node_id);

@@ -27,9 +27,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/result.h"
 #include "rendezvous/job_state.h"
 #include "rendezvous/network_check_session.h"
-#include "common/result.h"
 #include "rendezvous/save_round.h"
 
 namespace ftrun::rendezvous {
@@ -40,9 +40,9 @@ struct JobSpec {
   int max_nodes = 1;
   int nproc_per_node = 0;  // 0: whatever the first node says
   int max_restarts = 0;
-  int node_unit = 1;           // a round's node count is a multiple of this (dlrover-run)
-  bool static_ranks = false;   // static rendezvous: group rank = --node-rank
-  std::string master_addr;     // static: every round's MASTER_ADDR
+  int node_unit = 1;          // a round's node count is a multiple of this (dlrover-run)
+  bool static_ranks = false;  // static rendezvous: group rank = --node-rank
+  std::string master_addr;    // static: every round's MASTER_ADDR
   Duration last_call_timeout{30};
   Duration join_timeout{600};
   Duration liveness_timeout{15};
@@ -62,8 +62,8 @@ struct JoinRefusal {
 
 // Something that happened to the job, for logs and the event log (drained by TakeEvents).
 struct StateEvent {
-  std::string event;                 // node_joined, node_left, node_lost, round_formed
-  std::string node;                  // the node concerned (node events)
+  std::string event;  // node_joined, node_left, node_lost, round_formed
+  std::string node;   // the node concerned (node events)
   std::string host;
   std::string detail;                // node_lost: why
   std::vector<std::string> members;  // round_formed: node ids in group-rank order
@@ -168,10 +168,10 @@ class RendezvousState {
   std::vector<StateEvent> events_;
   std::map<std::string, Node> nodes_;
   uint64_t next_join_seq_ = 0;
-  std::vector<std::string> members_;       // the round, in group-rank order
-  std::map<std::string, int> rank_of_;     // member -> group rank
-  int alive_members_ = 0;                  // members not lost since the round formed
-  std::vector<int> base_rank_;             // per group rank
+  std::vector<std::string> members_;    // the round, in group-rank order
+  std::map<std::string, int> rank_of_;  // member -> group rank
+  int alive_members_ = 0;               // members not lost since the round formed
+  std::vector<int> base_rank_;          // per group rank
   int world_size_ = 0;
   std::string master_addr_;
   int master_port_ = 0;

@@ -74,15 +74,16 @@ void RendezvousState::FinishCheck(TimePoint now) {
   if (!report.isolated) {
     // No node is known to be the bad one: the job fails, and no agent is told to leave
     // (exit 75 would have the scheduler replace healthy hosts).
-    events_.push_back({"network_check", "", "", "could not isolate " + CommaList(out_hosts),
-                       members_});
+    events_.push_back(
+        {"network_check", "", "", "could not isolate " + CommaList(out_hosts), members_});
     Fail("the network check could not isolate the fault (no healthy node to compare with): " +
          CommaList(out_hosts) + " failed every test");
     return;
   }
   for (const auto& [id, reason] : why) excluded_[id] = reason;
   events_.push_back({"network_check", "", "",
-                     out.empty() ? "all nodes passed" : "excluded " + CommaList(out_hosts), members_});
+                     out.empty() ? "all nodes passed" : "excluded " + CommaList(out_hosts),
+                     members_});
   for (const auto& m : members_) {
     if (!excluded_.count(m)) checked_.insert(m);
   }

@@ -43,12 +43,10 @@ void RendezvousState::AfterSaveEvent(TimePoint now) {
   }
 }
 
-void RendezvousState::ReportProgress(const std::string& node_id, uint64_t round,
-                                     uint64_t save_id, const std::vector<RankProgress>& ranks,
-                                     TimePoint now) {
+void RendezvousState::ReportProgress(const std::string& node_id, uint64_t round, uint64_t save_id,
+                                     const std::vector<RankProgress>& ranks, TimePoint now) {
   Seen(node_id, now);
-  if (phase_ != Phase::kSaving || round != round_ || save_->id() != save_id ||
-      !InRound(node_id)) {
+  if (phase_ != Phase::kSaving || round != round_ || save_->id() != save_id || !InRound(node_id)) {
     return;
   }
   // Only the node's own ranks count: a confused or hostile node cannot speak for others.
@@ -65,8 +63,7 @@ void RendezvousState::ReportSaved(const std::string& node_id, uint64_t round, ui
                                   int rank, bool finalize, bool ok, const std::string& error,
                                   TimePoint now) {
   Seen(node_id, now);
-  if (phase_ != Phase::kSaving || round != round_ || save_->id() != save_id ||
-      !InRound(node_id)) {
+  if (phase_ != Phase::kSaving || round != round_ || save_->id() != save_id || !InRound(node_id)) {
     return;
   }
   const std::vector<int> own = RanksOf(node_id);

@@ -1,7 +1,7 @@
 // RendezvousState, continued: what one node sees of the job (its view).
-#include "rendezvous/rendezvous_state.h"
-
 #include <algorithm>
+
+#include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::rendezvous {
 

@@ -27,8 +27,8 @@ SavePlanResult PlanSave(const std::vector<RankProgress>& ranks) {
   for (const auto& g : groups) {
     auto it = offers.find(g);
     if (it == offers.end()) {
-      out.why_not = "replica group '" + g +
-                    "' has no healthy member whose last optimizer update finished";
+      out.why_not =
+          "replica group '" + g + "' has no healthy member whose last optimizer update finished";
       return out;
     }
     std::set<int64_t> steps;

@@ -68,8 +68,7 @@ void SaveRound::RankFailed(int rank, TimePoint now) {
   }
 }
 
-void SaveRound::AddAck(int rank, bool finalize, bool ok, const std::string& error,
-                       TimePoint now) {
+void SaveRound::AddAck(int rank, bool finalize, bool ok, const std::string& error, TimePoint now) {
   const bool expected = (stage_ == Stage::kSaving && !finalize && IsSaver(rank)) ||
                         (stage_ == Stage::kFinalizing && finalize && rank == finalizer());
   if (!expected) return;

@@ -9,26 +9,40 @@ std::string Clip(const std::string& s) { return s.size() <= kMaxText ? s : s.sub
 
 v1::Phase ToWire(Phase p) {
   switch (p) {
-    case Phase::kForming: return v1::PHASE_FORMING;
-    case Phase::kRunning: return v1::PHASE_RUNNING;
-    case Phase::kStopping: return v1::PHASE_STOPPING;
-    case Phase::kSucceeded: return v1::PHASE_SUCCEEDED;
-    case Phase::kFailed: return v1::PHASE_FAILED;
-    case Phase::kSaving: return v1::PHASE_SAVING;
-    case Phase::kChecking: return v1::PHASE_CHECKING;
+    case Phase::kForming:
+      return v1::PHASE_FORMING;
+    case Phase::kRunning:
+      return v1::PHASE_RUNNING;
+    case Phase::kStopping:
+      return v1::PHASE_STOPPING;
+    case Phase::kSucceeded:
+      return v1::PHASE_SUCCEEDED;
+    case Phase::kFailed:
+      return v1::PHASE_FAILED;
+    case Phase::kSaving:
+      return v1::PHASE_SAVING;
+    case Phase::kChecking:
+      return v1::PHASE_CHECKING;
   }
   return v1::PHASE_UNSPECIFIED;
 }
 
 Phase FromWire(v1::Phase p) {
   switch (p) {
-    case v1::PHASE_RUNNING: return Phase::kRunning;
-    case v1::PHASE_STOPPING: return Phase::kStopping;
-    case v1::PHASE_SUCCEEDED: return Phase::kSucceeded;
-    case v1::PHASE_FAILED: return Phase::kFailed;
-    case v1::PHASE_SAVING: return Phase::kSaving;
-    case v1::PHASE_CHECKING: return Phase::kChecking;
-    default: return Phase::kForming;
+    case v1::PHASE_RUNNING:
+      return Phase::kRunning;
+    case v1::PHASE_STOPPING:
+      return Phase::kStopping;
+    case v1::PHASE_SUCCEEDED:
+      return Phase::kSucceeded;
+    case v1::PHASE_FAILED:
+      return Phase::kFailed;
+    case v1::PHASE_SAVING:
+      return Phase::kSaving;
+    case v1::PHASE_CHECKING:
+      return Phase::kChecking;
+    default:
+      return Phase::kForming;
   }
 }
 
@@ -132,8 +146,8 @@ void ToWire(const RankProgress& in, v1::RankProgress* out) {
 }
 
 RankProgress FromWire(const v1::RankProgress& in) {
-  return RankProgress{in.rank(), in.group(), in.step(), in.updating(), in.healthy(),
-                      in.has_handler()};
+  return RankProgress{in.rank(),     in.group(),   in.step(),
+                      in.updating(), in.healthy(), in.has_handler()};
 }
 
 NodeView FromWire(const v1::NodeView& in) {
@@ -200,9 +214,9 @@ JobStatus FromWire(const v1::JobStatus& in) {
   s.max_nodes = in.max_nodes();
   s.world_size = in.world_size();
   for (const auto& n : in.nodes()) {
-    s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.addr(), n.node_rank(),
-                                 n.nproc_per_node(), n.group_rank(), n.base_rank(),
-                                 n.silent_seconds(), n.disconnected()});
+    s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.addr(), n.node_rank(), n.nproc_per_node(),
+                                 n.group_rank(), n.base_rank(), n.silent_seconds(),
+                                 n.disconnected()});
   }
   return s;
 }

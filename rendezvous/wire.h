@@ -3,9 +3,9 @@
 // of proto/README.md are applied here when encoding and checked when decoding.
 #pragma once
 
+#include "common/result.h"
 #include "ftrun/v1/rendezvous.pb.h"
 #include "rendezvous/job_state.h"
-#include "common/result.h"
 
 namespace ftrun::rendezvous {
 

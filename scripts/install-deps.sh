@@ -10,6 +10,8 @@ packages=(
   libprotobuf-dev protobuf-compiler libspdlog-dev libgtest-dev libgmock-dev
   # tests, demo and benchmarks: Debian's torch (gloo) runs under /usr/bin/python3
   python3 python3-torch python3-yaml shellcheck iproute2 procps
+  # formatting check (scripts/check-format.sh, run by scripts/test.sh)
+  clang-format
   # packaging (cpack -G DEB): dpkg-shlibdeps
   dpkg-dev file
   # tests: fuzz_replay compiles the fuzz targets, one of which uses LLVM's header-only

@@ -40,21 +40,9 @@ enum class AgentState {
 enum class AfterStop { kNothing, kReportStopped, kFinish };
 
 constexpr const char* StateName(AgentState s) {
-  switch (s) {
-    case AgentState::kWaiting:
-      return "waiting";
-    case AgentState::kRunning:
-      return "running";
-    case AgentState::kHoldingForSave:
-      return "holding-for-save";
-    case AgentState::kSurvivorGrace:
-      return "survivor-grace";
-    case AgentState::kStopping:
-      return "stopping";
-    case AgentState::kFinished:
-      return "finished";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"waiting",        "running",  "holding-for-save",
+                                    "survivor-grace", "stopping", "finished"};
+  return kNames[static_cast<int>(s)];
 }
 
 // The round's workers are (still) the live attempt: their failures count, hangs are watched.

@@ -1,11 +1,10 @@
 #include "launcher/channels/control_server.h"
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
@@ -185,9 +184,10 @@ void ControlServer::Close(const std::shared_ptr<Connection>& c, const std::strin
   if (c->closed) return;
   c->closed = true;
   if (!why.empty()) {
-    WorkerLog()->warn("control channel: closing the connection of {} (pid {}): {}",
-                c->local_rank >= 0 ? "local_rank " + std::to_string(c->local_rank) : "a process",
-                c->peer_pid, why);
+    WorkerLog()->warn(
+        "control channel: closing the connection of {} (pid {}): {}",
+        c->local_rank >= 0 ? "local_rank " + std::to_string(c->local_rank) : "a process",
+        c->peer_pid, why);
     // Best effort, synchronously: the peer learns why before the connection goes.
     std::string line = JsonMessage("error").Set("message", why).str() + "\n";
     boost::system::error_code ec;
@@ -217,13 +217,16 @@ std::string ControlServer::Handle(Connection& c, const std::string& line) {
     int64_t version = 0, rank = -1;
     if (!GetInt(msg, "version", &version, &err) || !GetInt(msg, "rank", &rank, &err)) return err;
     if (version != kControlProtocolVersion) {
-      return "protocol version " + std::to_string(version) + " is not supported (this agent "
-             "speaks " + std::to_string(kControlProtocolVersion) + ")";
+      return "protocol version " + std::to_string(version) +
+             " is not supported (this agent "
+             "speaks " +
+             std::to_string(kControlProtocolVersion) + ")";
     }
     const int lr = RankOfPeer(c.peer_pid);
     if (lr < 0) return "pid " + std::to_string(c.peer_pid) + " is not one of this agent's workers";
     if (rank != base_rank_ + lr) {
-      return "says rank " + std::to_string(rank) + " but is rank " + std::to_string(base_rank_ + lr);
+      return "says rank " + std::to_string(rank) + " but is rank " +
+             std::to_string(base_rank_ + lr);
     }
     for (auto& other : connections_) {
       if (other.get() != &c && other->local_rank == lr) {

@@ -24,7 +24,6 @@
 
 namespace ftrun::launcher {
 
-
 inline constexpr int kControlProtocolVersion = 1;
 inline constexpr size_t kMaxControlLine = 64 * 1024;
 
@@ -33,10 +32,10 @@ struct RankControl {
   bool connected = false;
   bool has_handler = false;
   std::string group;
-  int64_t step = -1;         // last step reported
-  bool updating = false;     // between update begin and end
+  int64_t step = -1;      // last step reported
+  bool updating = false;  // between update begin and end
   bool progress_seen = false;
-  bool finished = false;     // its training loop is over: silence is not a hang
+  bool finished = false;  // its training loop is over: silence is not a hang
   std::chrono::steady_clock::time_point last_progress;
   bool peer_failed = false;  // its collective failed; it waits for orders
 };

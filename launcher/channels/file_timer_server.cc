@@ -1,12 +1,11 @@
 #include "launcher/channels/file_timer_server.h"
 
 #include <fcntl.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 
 #include <cerrno>
 #include <chrono>
@@ -20,8 +19,7 @@ namespace ftrun::launcher {
 namespace {
 
 double EpochNow() {
-  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch())
-      .count();
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -150,8 +148,8 @@ void FileTimerServer::FireExpired() {
                 entry.first, pid);
       continue;
     }
-    log->warn("watchdog: timer scope={} expired; sending signal {} to worker pid={}",
-              entry.first, entry.second.signal, pid);
+    log->warn("watchdog: timer scope={} expired; sending signal {} to worker pid={}", entry.first,
+              entry.second.signal, pid);
     ::kill(pid, entry.second.signal);
     // torch clears every timer of a reaped worker.
     for (auto it = timers_.begin(); it != timers_.end();) {

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <cctype>
 #include <map>
@@ -74,7 +73,7 @@ inline void ExpandPrefixes(const CLI::App& app, std::vector<std::string>& argv,
   for (size_t i = 0; i < argv.size(); ++i) {
     std::string& arg = argv[i];
     if (arg == "--" || arg.rfind("-", 0) != 0) return;  // the script starts here
-    if (arg.rfind("--", 0) != 0) {                       // short option: -r 3, -r3, -m
+    if (arg.rfind("--", 0) != 0) {                      // short option: -r 3, -r3, -m
       if (short_with_value.count(arg) != 0) ++i;
       continue;
     }

@@ -1,16 +1,14 @@
 // The one translation unit that includes CLI11.
-#include "launcher/cli/master_args.h"
-#include "launcher/cli/status_args.h"
-#include "launcher/cli/torchrun_args.h"
-
 #include <CLI/CLI.hpp>
-
 #include <algorithm>
 #include <iostream>
 
-#include "launcher/cli/cli11_support.h"
-#include "launcher/cli/msrun_parser.h"
 #include "common/version.h"
+#include "launcher/cli/cli11_support.h"
+#include "launcher/cli/master_args.h"
+#include "launcher/cli/msrun_parser.h"
+#include "launcher/cli/status_args.h"
+#include "launcher/cli/torchrun_args.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -20,7 +18,8 @@ using cli11::HelpFormatter;
 using cli11::Names;
 using cli11::PetName;
 
-constexpr const char* kFooter = R"(Every --a-b option is also accepted as --a_b, and an unambiguous prefix of
+constexpr const char* kFooter =
+    R"(Every --a-b option is also accepted as --a_b, and an unambiguous prefix of
 it (--nproc for --nproc-per-node). Options not given on the command line are
 read from PET_<NAME> (PET_NPROC_PER_NODE, PET_MASTER_PORT, ...). Options go
 before the training script; everything after it is passed to it unchanged,
@@ -35,11 +34,12 @@ class Parser {
   Parser(TorchrunArgs& a, Personality personality) : app_("ftrun", "ftrun") {
     const bool dlrover = personality == Personality::kDlrover;
     app_.description(
-        dlrover ? "ftrun dlrover-run: DLRover's dlrover-run command line (torchrun's plus DLRover's\n"
-                  "options), run by ftrun without a DLRover job master. Starts --nproc-per-node\n"
-                  "workers per node and restarts the group on failure (--max-restarts)."
-                : "ftrun: a fault-tolerant drop-in for torchrun. Starts --nproc-per-node workers per "
-                  "node,\nrestarts the group on failure (--max-restarts) and forwards signals.");
+        dlrover
+            ? "ftrun dlrover-run: DLRover's dlrover-run command line (torchrun's plus DLRover's\n"
+              "options), run by ftrun without a DLRover job master. Starts --nproc-per-node\n"
+              "workers per node and restarts the group on failure (--max-restarts)."
+            : "ftrun: a fault-tolerant drop-in for torchrun. Starts --nproc-per-node workers per "
+              "node,\nrestarts the group on failure (--max-restarts) and forwards signals.");
     app_.formatter(std::make_shared<HelpFormatter>(
         dlrover ? "dlrover-run [options] training_script [training_script_args ...]"
                 : "ftrun [options] training_script [training_script_args ...]"));
@@ -99,8 +99,7 @@ class Parser {
     Opt("rdzv-endpoint", a.rdzv_endpoint, "host[:port] of the rendezvous server (c10d)", g,
         "HOST:PORT");
     Opt("rdzv-id", a.rdzv_id, "Job id shared by all nodes (TORCHELASTIC_RUN_ID)", g, "ID");
-    Opt("rdzv-conf", a.rdzv_conf, "Rendezvous settings key1=value1,key2=value2,...", g,
-        "K=V,...");
+    Opt("rdzv-conf", a.rdzv_conf, "Rendezvous settings key1=value1,key2=value2,...", g, "K=V,...");
     Opt("node-rank", a.node_rank, "Rank of this node (static rendezvous)", g, "N");
     Opt("master-addr", a.master_addr, "Address of node 0 (static rendezvous)", g, "ADDR");
     Opt("master-port", a.master_port, "Port of node 0's ftrun (static rendezvous)", g, "PORT");
@@ -110,15 +109,15 @@ class Parser {
     Flag("module", a.module, "Run the script as a Python module (python -m)", g, "m");
     Flag("no-python", a.no_python, "Execute the script directly, not through Python", g);
     Flag("run-path", a.run_path, "Run the script with runpy.run_path in the worker", g);
-    Opt("start-method", a.start_method, "Accepted for compatibility: spawn, fork, forkserver",
-        g, "METHOD")
+    Opt("start-method", a.start_method, "Accepted for compatibility: spawn, fork, forkserver", g,
+        "METHOD")
         ->check(CLI::IsMember({"spawn", "fork", "forkserver"}));
 
     g = "Logs";
     Opt("log-dir", a.log_dir, "Base directory of the workers' log files", g, "DIR");
     Opt("redirects", a.redirects,
-        "Send worker streams to files: 0 none, 1 stdout, 2 stderr, 3 both, or per rank 0:3,1:1",
-        g, "STD", "r");
+        "Send worker streams to files: 0 none, 1 stdout, 2 stderr, 3 both, or per rank 0:3,1:1", g,
+        "STD", "r");
     Opt("tee", a.tee, "Like --redirects, and also copy to the console with a [role<rank>]: prefix",
         g, "STD", "t");
     Opt("local-ranks-filter", a.local_ranks_filter,
@@ -168,13 +167,11 @@ class Parser {
     if (dlrover) {
       g = "DLRover";
       Opt("precheck", a.precheck,
-          "0 none, 1 the network check, 2 the network check and the comm perf test", g,
-          "{0,1,2}")
+          "0 none, 1 the network check, 2 the network check and the comm perf test", g, "{0,1,2}")
           ->check(CLI::IsMember({0, 1, 2}));
       Opt("node-unit", a.node_unit, "A round's node count is a multiple of this", g, "N");
       Flag("auto-config", a.auto_config,
-           "nnodes from NODE_NUM, nproc-per-node from the GPUs; the network check from 4 nodes",
-           g);
+           "nnodes from NODE_NUM, nproc-per-node from the GPUs; the network check from 4 nodes", g);
       Flag("auto-tunning", a.auto_tunning,
            "DLRover master's parallelism tuning (not available without it; warns)", g);
       Flag("save-at-breakpoint", a.save_at_breakpoint,
@@ -267,8 +264,10 @@ class Parser {
                    const std::string& short_name = "") {
     CLI::Option* opt = app_.add_option(Names(dashed, short_name), var, desc);
     // argparse lets an option repeat, the last value winning; scripts rely on it.
-    opt->envname(PetName(dashed))->group(group)->type_name(type)->multi_option_policy(
-        CLI::MultiOptionPolicy::TakeLast);
+    opt->envname(PetName(dashed))
+        ->group(group)
+        ->type_name(type)
+        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
     if constexpr (!std::is_same_v<T, std::optional<int>> &&
                   !std::is_same_v<T, std::optional<double>>) {
       opt->capture_default_str();
@@ -277,8 +276,8 @@ class Parser {
   }
 
   // torchrun reads PET_<FLAG> for flags as bool(int(value)); CLI11 accepts 0/1 and true/false.
-  void Flag(const std::string& dashed, bool& var, const std::string& desc,
-            const std::string& group, const std::string& short_name = "") {
+  void Flag(const std::string& dashed, bool& var, const std::string& desc, const std::string& group,
+            const std::string& short_name = "") {
     app_.add_flag(Names(dashed, short_name), var, desc)->envname(PetName(dashed))->group(group);
   }
 
@@ -315,10 +314,9 @@ class MasterParser {
     add("nproc-per-node", a.nproc_per_node,
         "Workers every agent must run (0: what the first agent says)", "N");
     add("event-log", a.event_log, "Append one JSON object per event to this file", "FILE");
-    add("metrics-port", a.metrics_port, "Serve Prometheus metrics on this port (-1: off)",
-        "PORT");
-    add("save-timeout", a.save_timeout,
-        "Seconds the fault-time save may take (0: TTP_OT or 180)", "SECONDS");
+    add("metrics-port", a.metrics_port, "Serve Prometheus metrics on this port (-1: off)", "PORT");
+    add("save-timeout", a.save_timeout, "Seconds the fault-time save may take (0: TTP_OT or 180)",
+        "SECONDS");
     add("fault-save", a.fault_save, "on: save before a stopping round restarts; off", "on|off");
     add("log-level", a.log_level, "debug, info, warning, error [default: LOGLEVEL or info]",
         "LEVEL");
@@ -326,8 +324,7 @@ class MasterParser {
     app_.add_flag(Names("network-check"), a.network_check,
                   "Test the agents' network pairwise before a round with new nodes runs "
                   "(start the agents with --network-check)");
-    add("network-check-bytes", a.network_check_bytes, "Bytes each pair moves each way",
-        "BYTES");
+    add("network-check-bytes", a.network_check_bytes, "Bytes each pair moves each way", "BYTES");
     add("network-check-timeout", a.network_check_timeout, "Seconds a pair's test may take",
         "SECONDS");
     add("min-network-bandwidth", a.min_network_bandwidth,
@@ -444,8 +441,7 @@ std::string MsrunHelp() {
   return cli11::MsrunParser(args).Help();
 }
 
-ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv,
-                                    Personality personality) {
+ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv, Personality personality) {
   TorchrunArgs args;
   if (personality == Personality::kDlrover) args.role = "dlrover-trainer";
   Parser parser(args, personality);

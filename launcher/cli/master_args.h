@@ -8,19 +8,19 @@
 namespace ftrun::launcher {
 
 struct MasterArgs {
-  std::string host;            // listen address; "" : every address
+  std::string host;  // listen address; "" : every address
   int port = 29400;
   std::string nnodes = "1:1";
   std::string rdzv_id = "none";
   std::string rdzv_conf;
   int max_restarts = 0;
-  int nproc_per_node = 0;      // 0 : whatever the first agent says
-  double save_timeout = 0;     // 0 : TTP_OT or 180
+  int nproc_per_node = 0;   // 0 : whatever the first agent says
+  double save_timeout = 0;  // 0 : TTP_OT or 180
   std::string fault_save = "on";
-  std::string log_level;       // "" : LOGLEVEL, else info
-  std::string event_log;       // "" : FTRUN_EVENT_LOG, else none
-  int metrics_port = -1;       // -1 : no metrics
-  int node_unit = 1;           // a round's node count is a multiple of this
+  std::string log_level;  // "" : LOGLEVEL, else info
+  std::string event_log;  // "" : FTRUN_EVENT_LOG, else none
+  int metrics_port = -1;  // -1 : no metrics
+  int node_unit = 1;      // a round's node count is a multiple of this
   // The pre-flight network check the agents run (their --network-check options).
   bool network_check = false;
   std::string network_check_bytes = "64MiB";
@@ -28,7 +28,7 @@ struct MasterArgs {
   double min_network_bandwidth = 0;  // 0: no minimum
   double straggler_fraction = 0.5;
   bool exclude_straggler = false;
-  bool comm_perf_test = false;       // pairs also run the agents' check command
+  bool comm_perf_test = false;  // pairs also run the agents' check command
 };
 
 struct ParsedMaster {

@@ -1,20 +1,19 @@
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/signal_set.hpp>
-#include <unistd.h>
-
 #include <csignal>
 #include <iostream>
 
-#include "launcher/cli/master_args.h"
-#include "launcher/config/host.h"
 #include "common/environment.h"
-#include "launcher/coordinator/job_setup.h"
-#include "launcher/config/launch_config.h"
 #include "common/event_log.h"
 #include "common/log.h"
 #include "common/metrics_server.h"
+#include "launcher/cli/master_args.h"
+#include "launcher/config/host.h"
+#include "launcher/config/launch_config.h"
+#include "launcher/coordinator/job_setup.h"
 #include "rendezvous/rendezvous_conf.h"
 #include "rendezvous/rendezvous_server.h"
 
@@ -42,8 +41,8 @@ int RunMaster(const std::vector<std::string>& argv) {
   if (a.max_restarts < 0) return UsageError("--max-restarts: must be >= 0");
   if (a.nproc_per_node < 0) return UsageError("--nproc-per-node: must be >= 0");
   if (a.rdzv_id.empty()) return UsageError("--rdzv-id: must not be empty");
-  auto level = ParseLogLevel(a.log_level.empty() ? Lookup(env, "LOGLEVEL").value_or("info")
-                                                 : a.log_level);
+  auto level =
+      ParseLogLevel(a.log_level.empty() ? Lookup(env, "LOGLEVEL").value_or("info") : a.log_level);
   if (!level) return UsageError(level.error().message);
   InitLogging(*level);
   auto log = RendezvousLog();
@@ -94,11 +93,12 @@ int RunMaster(const std::vector<std::string>& argv) {
     if (*ttp) so.job.save_timeout = rendezvous::Duration(**ttp);
   }
 
-  std::string event_log = a.event_log.empty() ? Lookup(env, "FTRUN_EVENT_LOG").value_or("")
-                                              : a.event_log;
+  std::string event_log =
+      a.event_log.empty() ? Lookup(env, "FTRUN_EVENT_LOG").value_or("") : a.event_log;
   if (!event_log.empty()) {
-    auto opened = EventLog::Open(
-        event_log, a.rdzv_id, "master:" + FullyQualifiedHostname() + ":" + std::to_string(::getpid()));
+    auto opened =
+        EventLog::Open(event_log, a.rdzv_id,
+                       "master:" + FullyQualifiedHostname() + ":" + std::to_string(::getpid()));
     if (!opened) {
       log->error("{}", opened.error().message);
       return 1;

@@ -19,10 +19,10 @@ struct MsrunArgs {
   std::string master_addr = "127.0.0.1";
   int master_port = 8118;
   int node_rank = -1;
-  std::string log_dir;             // "": the current directory
-  std::string join = "False";      // a Python literal: True, False, 1, 0
-  int cluster_time_out = 600;      // seconds; negative: wait forever
-  std::string bind_core = "False"; // True, False, or a JSON object {"device0": ["0-10"], ...}
+  std::string log_dir;              // "": the current directory
+  std::string join = "False";       // a Python literal: True, False, 1, 0
+  int cluster_time_out = 600;       // seconds; negative: wait forever
+  std::string bind_core = "False";  // True, False, or a JSON object {"device0": ["0-10"], ...}
   int sim_level = -1;
   int sim_rank_id = -1;
   std::string rank_table_file;
@@ -33,9 +33,9 @@ struct MsrunArgs {
   double monitor_interval = 0.1;
   std::optional<int> shutdown_timeout;  // seconds; else 30
   std::string fault_save = "on";
-  std::optional<double> save_timeout;   // seconds; else TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT, 180
+  std::optional<double> save_timeout;  // seconds; else TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT, 180
   double hang_timeout = 0;
-  std::optional<int> rdzv_port;         // ftrun's rendezvous port; else master_port + 1
+  std::optional<int> rdzv_port;  // ftrun's rendezvous port; else master_port + 1
   std::string rdzv_conf;
   std::string local_addr;
   std::string event_log;

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <regex>
 
+#include "common/log.h"
 #include "launcher/cli/msrun_args.h"
 #include "launcher/cli/run_job.h"
 #include "launcher/config/host.h"
@@ -22,7 +23,6 @@
 #include "launcher/personality/msrun/msrun_plan.h"
 #include "launcher/workers/output_tee.h"
 #include "launcher/workers/worker_process.h"
-#include "common/log.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -66,8 +66,8 @@ std::string WorkerLogBase(const MsrunConfig& c, const std::string& master_ip) {
   if (c.worker_log_name.empty()) return "worker";
   char name[256] = {};
   ::gethostname(name, sizeof name - 1);
-  std::string base = std::regex_replace(c.worker_log_name, std::regex("\\{ip\\}"),
-                                        LocalAddressToward(master_ip));
+  std::string base =
+      std::regex_replace(c.worker_log_name, std::regex("\\{ip\\}"), LocalAddressToward(master_ip));
   return std::regex_replace(base, std::regex("\\{hostname\\}"), std::string(name));
 }
 
@@ -79,7 +79,7 @@ int DryRun(const MsrunConfig& c, const EnvMap& env, bool scheduler_here) {
             << c.master_addr << ":" << c.master_port << (c.simulation ? " (simulation)" : "")
             << "\n"
             << "  scheduler:      "
-            << (c.simulation       ? "none (simulation)"
+            << (c.simulation     ? "none (simulation)"
                 : scheduler_here ? "on this node (master_addr is this host)"
                                  : "not on this node")
             << "\n"
@@ -192,11 +192,12 @@ int RunMsrun(const std::vector<std::string>& argv) {
   const std::string log_base = WorkerLogBase(c, *master_ip);
   const std::string supervisor_log =
       (std::filesystem::path(c.log_dir.empty() ? "." : c.log_dir) / "ftrun.log").string();
-  log->info("starting worker_num={} local_worker_num={} node_rank={} master={}:{} "
-            "max_restarts={} join={} log_dir={}",
-            c.worker_num, c.local_worker_num, c.node_rank, *master_ip, c.master_port,
-            c.launch.max_restarts, c.join ? "True" : "False",
-            c.log_dir.empty() ? std::filesystem::current_path().string() : c.log_dir);
+  log->info(
+      "starting worker_num={} local_worker_num={} node_rank={} master={}:{} "
+      "max_restarts={} join={} log_dir={}",
+      c.worker_num, c.local_worker_num, c.node_rank, *master_ip, c.master_port,
+      c.launch.max_restarts, c.join ? "True" : "False",
+      c.log_dir.empty() ? std::filesystem::current_path().string() : c.log_dir);
 
   JobHooks hooks;
   int ready_fd = -1;
@@ -219,8 +220,8 @@ int RunMsrun(const std::vector<std::string>& argv) {
   hooks.make_planner = [&](bool hosts_rendezvous) -> Result<std::unique_ptr<WorkerPlanner>> {
     const bool scheduler = single_node ? master_here : hosts_rendezvous;
     if (!single_node) {
-      log->info("the scheduler runs {}", scheduler ? "on this node (it hosts the rendezvous)"
-                                                   : "on the master node");
+      log->info("the scheduler runs {}",
+                scheduler ? "on this node (it hosts the rendezvous)" : "on the master node");
     }
     return std::unique_ptr<WorkerPlanner>(
         std::make_unique<MsrunPlanner>(c, env, *master_ip, scheduler, log_base));

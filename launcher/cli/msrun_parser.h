@@ -3,15 +3,14 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
-
 #include <iostream>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "common/version.h"
 #include "launcher/cli/cli11_support.h"
 #include "launcher/cli/msrun_args.h"
-#include "common/version.h"
 
 namespace ftrun::launcher::cli11 {
 
@@ -35,8 +34,8 @@ class MsrunParser {
         "ftrun msrun: MindSpore's msrun launcher, with ftrun's supervision. Starts the\n"
         "scheduler (on the master node) and --local_worker_num workers, restarts them on\n"
         "failure (--max_restarts) and gives TTP saves their time (TTP_OT).");
-    app_.formatter(std::make_shared<HelpFormatter>(
-        "msrun [options] task_script [task_script_args ...]"));
+    app_.formatter(
+        std::make_shared<HelpFormatter>("msrun [options] task_script [task_script_args ...]"));
     app_.get_formatter()->column_width(34);
     app_.footer(kMsrunFooter);
     app_.prefix_command();
@@ -55,9 +54,8 @@ class MsrunParser {
         "Directory of scheduler.log and worker_<rank>.log (created 0700; \"\": the current "
         "directory)",
         g, "DIR");
-    Own("join", a.join,
-        "True: wait for the job and print the worker logs; False: return at once", g,
-        "True|False");
+    Own("join", a.join, "True: wait for the job and print the worker logs; False: return at once",
+        g, "True|False");
     Own("cluster_time_out", a.cluster_time_out,
         "Seconds to wait for the cluster to form (MS_TOPO_TIMEOUT; negative: forever)", g,
         "SECONDS");
@@ -71,8 +69,7 @@ class MsrunParser {
         "RANK");
     Own("rank_table_file", a.rank_table_file, "Exported as RANK_TABLE_FILE", g, "FILE");
     Own("worker_log_name", a.worker_log_name,
-        "Worker log base name ({ip} and {hostname} are replaced) [default: worker]", g,
-        "NAME");
+        "Worker log base name ({ip} and {hostname} are replaced) [default: worker]", g, "NAME");
     Own("tail_worker_log", a.tail_worker_log,
         "With --join True, the ranks whose logs reach the console (-1: all)", g, "RANKS");
 
@@ -81,8 +78,7 @@ class MsrunParser {
     Ext("monitor-interval", a.monitor_interval,
         "Seconds between periodic checks (worker exits are seen at once)", g, "SECONDS");
     Ext("shutdown-timeout", a.shutdown_timeout,
-        "Seconds between SIGTERM and SIGKILL when stopping workers [default: 30]", g,
-        "SECONDS");
+        "Seconds between SIGTERM and SIGKILL when stopping workers [default: 30]", g, "SECONDS");
     Ext("fault-save", a.fault_save,
         "on: surviving workers using the ftrun helper save before a restart; off", g, "on|off")
         ->check(CLI::IsMember({"on", "off"}));
@@ -91,8 +87,8 @@ class MsrunParser {
         "TTP_NORMAL_ACTION_TIME_LIMIT or 180]",
         g, "SECONDS");
     Ext("hang-timeout", a.hang_timeout,
-        "Treat a rank that reported progress and then nothing for this long as failed (0: off)",
-        g, "SECONDS");
+        "Treat a rank that reported progress and then nothing for this long as failed (0: off)", g,
+        "SECONDS");
     Ext("rdzv-port", a.rdzv_port, "Port of ftrun's rendezvous [default: --master_port + 1]", g,
         "PORT");
     Ext("rdzv-conf", a.rdzv_conf, "ftrun rendezvous settings key1=value1,... (see ftrun(1))", g,
@@ -104,8 +100,7 @@ class MsrunParser {
     Ext("metrics-port", a.metrics_port,
         "Serve Prometheus metrics at http://<this host>:PORT/metrics (0: any free port)", g,
         "PORT");
-    Ext("log-level", a.log_level, "ftrun's own log level [default: LOGLEVEL or info]", g,
-        "LEVEL");
+    Ext("log-level", a.log_level, "ftrun's own log level [default: LOGLEVEL or info]", g, "LEVEL");
     app_.add_flag("--dry_run,--dry-run", a.dry_run,
                   "Check the command line, print what would run, and exit")
         ->group(g);

@@ -2,25 +2,22 @@
 
 #include <csignal>
 
-#include "launcher/agent/agent.h"
-#include "launcher/coordinator/job_setup.h"
 #include "common/endpoint.h"
 #include "common/event_log.h"
 #include "common/log.h"
+#include "launcher/agent/agent.h"
+#include "launcher/coordinator/job_setup.h"
 
 namespace ftrun::launcher {
 
-void PrintDryRunSummary(const LaunchConfig& c, const std::string& nproc_note,
-                        std::ostream& out) {
+void PrintDryRunSummary(const LaunchConfig& c, const std::string& nproc_note, std::ostream& out) {
   const bool is_static = c.backend == RendezvousBackend::kStatic;
-  const std::string endpoint =
-      Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
+  const std::string endpoint = Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
   out << "ftrun --dry-run: the command line is valid\n"
       << "  nodes:          " << c.min_nodes << ":" << c.max_nodes << "\n"
       << "  workers/node:   "
       << (nproc_note.empty() ? std::to_string(c.nproc_per_node) + " (" + c.nproc_spec + ")"
-                             : c.nproc_spec + " (not resolved on this machine: " + nproc_note +
-                                   ")")
+                             : c.nproc_spec + " (not resolved on this machine: " + nproc_note + ")")
       << "\n"
       << "  rendezvous:     "
       << (c.max_nodes == 1 ? std::string("single node (in-process)")
@@ -41,8 +38,7 @@ void PrintDryRunSummary(const LaunchConfig& c, const std::string& nproc_note,
   if (!p.network_check) {
     out << "off\n";
   } else {
-    out << fmt::format("on, {} bytes each way per pair, timeout {:g}s", p.bytes,
-                       p.timeout.count());
+    out << fmt::format("on, {} bytes each way per pair, timeout {:g}s", p.bytes, p.timeout.count());
     if (p.min_bandwidth_mbps > 0) out << fmt::format(", min {:g} MB/s", p.min_bandwidth_mbps);
     out << fmt::format(", stragglers below {:g} x median {}", p.straggler_fraction,
                        p.exclude_stragglers ? "excluded" : "reported");

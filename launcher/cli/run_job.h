@@ -10,9 +10,9 @@
 #include <string>
 
 #include "common/environment.h"
+#include "common/result.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/workers/worker_plan.h"
-#include "common/result.h"
 
 namespace ftrun::launcher {
 

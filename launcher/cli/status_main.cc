@@ -3,11 +3,11 @@
 #include <iostream>
 #include <sstream>
 
-#include "launcher/cli/status_args.h"
-#include "common/environment.h"
 #include "common/endpoint.h"
+#include "common/environment.h"
 #include "common/json_message.h"
 #include "common/log.h"
+#include "launcher/cli/status_args.h"
 #include "rendezvous/rendezvous_client.h"
 
 namespace ftrun::launcher {
@@ -24,13 +24,14 @@ std::string Ranks(const rendezvous::NodeStatus& n) {
 void PrintTable(const JobStatus& s, std::ostream& out) {
   const auto& v = s.view;
   out << "job " << s.run_id << ": " << rendezvous::PhaseName(v.phase) << ", round " << v.round
-      << ", restarts " << v.restart_count << "/" << v.max_restarts << ", nodes "
-      << s.nodes.size() << " (--nnodes " << s.min_nodes << ":" << s.max_nodes
-      << "), world size " << s.world_size << "\n";
+      << ", restarts " << v.restart_count << "/" << v.max_restarts << ", nodes " << s.nodes.size()
+      << " (--nnodes " << s.min_nodes << ":" << s.max_nodes << "), world size " << s.world_size
+      << "\n";
   if (!v.reason.empty()) out << "last stop: " << v.reason << "\n";
   if (v.save) {
     out << "fault-time save " << v.save->id << ": "
-        << (v.save->collecting ? "collecting progress" : "saving step " + std::to_string(v.save->step))
+        << (v.save->collecting ? "collecting progress"
+                               : "saving step " + std::to_string(v.save->step))
         << "\n";
   }
   out << std::left << std::setw(11) << "GROUP_RANK" << std::setw(12) << "RANKS" << std::setw(7)
@@ -41,9 +42,9 @@ void PrintTable(const JobStatus& s, std::ostream& out) {
     seen << std::fixed << std::setprecision(1) << n.silent_seconds << "s ago"
          << (n.disconnected ? " (disconnected)" : "");
     out << std::left << std::setw(11) << (n.group_rank < 0 ? "-" : std::to_string(n.group_rank))
-        << std::setw(12) << Ranks(n) << std::setw(7) << n.nproc_per_node << std::setw(24)
-        << n.host << std::setw(18) << n.addr << std::setw(9)
-        << (n.group_rank >= 0 ? "member" : "waiting") << seen.str() << "\n";
+        << std::setw(12) << Ranks(n) << std::setw(7) << n.nproc_per_node << std::setw(24) << n.host
+        << std::setw(18) << n.addr << std::setw(9) << (n.group_rank >= 0 ? "member" : "waiting")
+        << seen.str() << "\n";
   }
 }
 
@@ -89,7 +90,8 @@ int RunStatus(const std::vector<std::string>& argv) {
   rendezvous::ClientOptions o;
   o.target = ep->ToString();
   o.run_id = a.rdzv_id;
-  o.token = a.token.empty() ? Lookup(CurrentEnvironment(), "FTRUN_RDZV_TOKEN").value_or("") : a.token;
+  o.token =
+      a.token.empty() ? Lookup(CurrentEnvironment(), "FTRUN_RDZV_TOKEN").value_or("") : a.token;
   o.call_timeout = rendezvous::Duration(a.timeout);
   boost::asio::io_context io;
   rendezvous::RendezvousClient client(io, o);

@@ -49,7 +49,7 @@ struct TorchrunArgs {
   std::string local_ranks_filter;
   std::string log_level;  // empty: LOGLEVEL, else info
   // Operations (ftrun).
-  std::string event_log;             // empty: FTRUN_EVENT_LOG, else none
+  std::string event_log;  // empty: FTRUN_EVENT_LOG, else none
   std::optional<int> metrics_port;
   bool dry_run = false;
   // Pre-flight checks (ftrun; also dlrover-run's).
@@ -61,12 +61,12 @@ struct TorchrunArgs {
   bool exclude_straggler = false;
   std::string network_check_cmd;
   bool comm_perf_test = false;
-  int network_check_port = 0;          // 0: any free port
+  int network_check_port = 0;  // 0: any free port
   bool switchbox_check = false;
   std::vector<std::string> box_pairs;  // empty: "0:1 2:4 3:5 6:7"
   double min_bandwidth = 10000;        // MB/s, per switchbox pair
   int min_channels = 2;
-  std::string switchbox_probe;         // empty: the installed switchbox_probe.py
+  std::string switchbox_probe;  // empty: the installed switchbox_probe.py
   double switchbox_timeout = 60;
   // dlrover-run only (Personality::kDlrover).
   int precheck = 0;

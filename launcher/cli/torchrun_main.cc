@@ -4,17 +4,17 @@
 #include <future>
 #include <iostream>
 
+#include "common/log.h"
 #include "launcher/cli/run_job.h"
 #include "launcher/cli/torchrun_args.h"
-#include "launcher/personality/dlrover/dlrover_config.h"
-#include "launcher/personality/dlrover/numa_affinity.h"
 #include "launcher/config/host.h"
 #include "launcher/config/launch_config.h"
-#include "launcher/workers/log_dir.h"
+#include "launcher/personality/dlrover/dlrover_config.h"
+#include "launcher/personality/dlrover/numa_affinity.h"
 #include "launcher/personality/torchrun/torchrun_plan.h"
+#include "launcher/workers/log_dir.h"
 #include "launcher/workers/worker_env.h"
 #include "launcher/workers/worker_process.h"
-#include "common/log.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -36,8 +36,10 @@ void PlaceRanksOnNuma(LaunchConfig& c, const EnvMap& env) {
   }
   const std::string numactl = FindProgram("numactl", env);
   if (numactl.empty()) {
-    log->warn("--numa-affinity: numactl is not installed; pinning CPUs with taskset, memory "
-              "policy {} not applied", c.membind_policy);
+    log->warn(
+        "--numa-affinity: numactl is not installed; pinning CPUs with taskset, memory "
+        "policy {} not applied",
+        c.membind_policy);
   }
   for (const auto& p : *placements) {
     c.rank_command_prefix.push_back(NumaCommandPrefix(p, c.membind_policy, numactl));
@@ -128,9 +130,9 @@ int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
   log->info(
       "starting nnodes={}:{} nproc_per_node={} max_restarts={} run_id={} rdzv_backend={} "
       "entrypoint={} log_dir={}",
-      config.min_nodes, config.max_nodes, config.nproc_per_node, config.max_restarts,
-      config.run_id, config.backend == RendezvousBackend::kStatic ? "static" : "c10d",
-      config.script, log_dir->disabled() ? "/dev/null" : log_dir->run_dir());
+      config.min_nodes, config.max_nodes, config.nproc_per_node, config.max_restarts, config.run_id,
+      config.backend == RendezvousBackend::kStatic ? "static" : "c10d", config.script,
+      log_dir->disabled() ? "/dev/null" : log_dir->run_dir());
 
   JobHooks hooks;
   hooks.watchdog_fifo = watchdog_fifo;

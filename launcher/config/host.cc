@@ -7,13 +7,12 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <set>
-#include <vector>
-
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/ip/udp.hpp>
 #include <boost/asio/ip/v6_only.hpp>
+#include <set>
+#include <vector>
 
 namespace ftrun::launcher {
 
@@ -74,7 +73,8 @@ bool IsThisHost(const std::string& host, const std::string& fqdn) {
   ifaddrs* ifs = nullptr;
   if (::getifaddrs(&ifs) == 0) {
     for (ifaddrs* i = ifs; i != nullptr; i = i->ifa_next) {
-      if (i->ifa_addr && (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6)) {
+      if (i->ifa_addr &&
+          (i->ifa_addr->sa_family == AF_INET || i->ifa_addr->sa_family == AF_INET6)) {
         local.insert(Numeric(i->ifa_addr));
       }
     }
@@ -97,11 +97,11 @@ bool IsThisHost(const std::string& host, const std::string& fqdn) {
 Result<std::string> ResolveIPv4(const std::string& host) {
   boost::asio::io_context io;
   boost::system::error_code ec;
-  auto results = boost::asio::ip::tcp::resolver(io).resolve(boost::asio::ip::tcp::v4(), host,
-                                                             "", ec);
+  auto results =
+      boost::asio::ip::tcp::resolver(io).resolve(boost::asio::ip::tcp::v4(), host, "", ec);
   if (ec || results.empty()) {
-    return Error{"cannot resolve '" + host + "' to an IPv4 address: " +
-                 (ec ? ec.message() : std::string("no address"))};
+    return Error{"cannot resolve '" + host +
+                 "' to an IPv4 address: " + (ec ? ec.message() : std::string("no address"))};
   }
   return Ok(results.begin()->endpoint().address().to_string());
 }

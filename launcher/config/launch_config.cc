@@ -20,16 +20,15 @@ struct SignalEntry {
   int number;
 };
 constexpr SignalEntry kSignals[] = {
-    {"SIGHUP", SIGHUP},   {"SIGINT", SIGINT},     {"SIGQUIT", SIGQUIT}, {"SIGILL", SIGILL},
-    {"SIGTRAP", SIGTRAP}, {"SIGABRT", SIGABRT},   {"SIGBUS", SIGBUS},   {"SIGFPE", SIGFPE},
-    {"SIGKILL", SIGKILL}, {"SIGUSR1", SIGUSR1},   {"SIGSEGV", SIGSEGV}, {"SIGUSR2", SIGUSR2},
-    {"SIGPIPE", SIGPIPE}, {"SIGALRM", SIGALRM},   {"SIGTERM", SIGTERM}, {"SIGCHLD", SIGCHLD},
-    {"SIGCONT", SIGCONT}, {"SIGSTOP", SIGSTOP},   {"SIGTSTP", SIGTSTP}, {"SIGTTIN", SIGTTIN},
-    {"SIGTTOU", SIGTTOU}, {"SIGURG", SIGURG},     {"SIGXCPU", SIGXCPU}, {"SIGXFSZ", SIGXFSZ},
+    {"SIGHUP", SIGHUP},       {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT},   {"SIGILL", SIGILL},
+    {"SIGTRAP", SIGTRAP},     {"SIGABRT", SIGABRT}, {"SIGBUS", SIGBUS},     {"SIGFPE", SIGFPE},
+    {"SIGKILL", SIGKILL},     {"SIGUSR1", SIGUSR1}, {"SIGSEGV", SIGSEGV},   {"SIGUSR2", SIGUSR2},
+    {"SIGPIPE", SIGPIPE},     {"SIGALRM", SIGALRM}, {"SIGTERM", SIGTERM},   {"SIGCHLD", SIGCHLD},
+    {"SIGCONT", SIGCONT},     {"SIGSTOP", SIGSTOP}, {"SIGTSTP", SIGTSTP},   {"SIGTTIN", SIGTTIN},
+    {"SIGTTOU", SIGTTOU},     {"SIGURG", SIGURG},   {"SIGXCPU", SIGXCPU},   {"SIGXFSZ", SIGXFSZ},
     {"SIGVTALRM", SIGVTALRM}, {"SIGPROF", SIGPROF}, {"SIGWINCH", SIGWINCH}, {"SIGIO", SIGIO},
-    {"SIGPWR", SIGPWR},   {"SIGSYS", SIGSYS},
+    {"SIGPWR", SIGPWR},       {"SIGSYS", SIGSYS},
 };
-
 
 Status ParseEntryPoint(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
   if (a.module && a.no_python) {
@@ -67,7 +66,8 @@ Status ParseRendezvous(const TorchrunArgs& a, LaunchConfig& c) {
     return Error{"--master-port: " + std::to_string(c.master_port) +
                  " is not a port number (0-65535)"};
   }
-  if (c.node_rank < 0) return Error{"--node-rank: must be >= 0, got " + std::to_string(c.node_rank)};
+  if (c.node_rank < 0)
+    return Error{"--node-rank: must be >= 0, got " + std::to_string(c.node_rank)};
   if (c.master_addr.empty()) return Error{"--master-addr: must not be empty"};
 
   if (a.standalone) {
@@ -144,7 +144,8 @@ Status ParseLogs(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
     for (const auto& item : SplitCommaList(a.local_ranks_filter)) {
       auto n = ToInt(item);
       if (!n || *n < 0) {
-        return Error{"--local-ranks-filter: '" + item + "' is not a local rank (expected e.g. 0,1)"};
+        return Error{"--local-ranks-filter: '" + item +
+                     "' is not a local rank (expected e.g. 0,1)"};
       }
       ranks.insert(*n);
     }
@@ -190,7 +191,8 @@ Status ParseLogs(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
 
 Result<std::pair<int, int>> ParseNnodes(const std::string& text) {
   auto bad = [&](const std::string& why) {
-    return Error{"--nnodes: '" + text + "' " + why + " (expected N or MIN:MAX with 0 < MIN <= MAX)"};
+    return Error{"--nnodes: '" + text + "' " + why +
+                 " (expected N or MIN:MAX with 0 < MIN <= MAX)"};
   };
   int lo = 0, hi = 0;
   size_t colon = text.find(':');
@@ -303,17 +305,16 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (auto n = ToInt(a.nproc_per_node)) {
     if (*n <= 0) return Error{"--nproc-per-node: must be at least 1, got " + a.nproc_per_node};
     c.nproc_per_node = *n;
-  } else if (a.nproc_per_node != "cpu" && a.nproc_per_node != "gpu" &&
-             a.nproc_per_node != "auto") {
-    return Error{"--nproc-per-node: '" + a.nproc_per_node +
-                 "' is not a number, cpu, gpu or auto"};
+  } else if (a.nproc_per_node != "cpu" && a.nproc_per_node != "gpu" && a.nproc_per_node != "auto") {
+    return Error{"--nproc-per-node: '" + a.nproc_per_node + "' is not a number, cpu, gpu or auto"};
   }
   if (a.max_restarts < 0) {
     return Error{"--max-restarts: must be >= 0, got " + std::to_string(a.max_restarts)};
   }
   c.max_restarts = a.max_restarts;
   if (!(a.monitor_interval > 0)) {
-    return Error{"--monitor-interval: must be > 0 seconds, got " + std::to_string(a.monitor_interval)};
+    return Error{"--monitor-interval: must be > 0 seconds, got " +
+                 std::to_string(a.monitor_interval)};
   }
   if (auto e = rendezvous::CheckMaxSeconds("--monitor-interval", a.monitor_interval)) return *e;
   c.monitor_interval = std::chrono::duration<double>(a.monitor_interval);

@@ -12,11 +12,11 @@
 #include <string_view>
 #include <vector>
 
-#include "launcher/cli/torchrun_args.h"
 #include "common/environment.h"
+#include "common/result.h"
+#include "launcher/cli/torchrun_args.h"
 #include "launcher/config/preflight_config.h"
 #include "rendezvous/rendezvous_conf.h"
-#include "common/result.h"
 
 namespace ftrun::launcher {
 
@@ -70,7 +70,7 @@ struct LaunchConfig {
   std::vector<std::string> script_args;
 
   // Logs.
-  std::string log_dir;        // empty: a fresh torchelastic_* directory under TMPDIR
+  std::string log_dir;  // empty: a fresh torchelastic_* directory under TMPDIR
   std::string redirects_spec = "0";
   std::string tee_spec = "0";
   std::optional<std::set<int>> local_ranks_filter;
@@ -88,10 +88,10 @@ struct LaunchConfig {
   PreflightConfig preflight;
 
   // dlrover-run (dlrover_config.h).
-  int node_unit = 1;               // a round's node count is a multiple of this
-  bool numa_affinity = false;      // pin each local rank to its GPU's NUMA node
+  int node_unit = 1;           // a round's node count is a multiple of this
+  bool numa_affinity = false;  // pin each local rank to its GPU's NUMA node
   std::string membind_policy = "preferred";
-  EnvMap extra_env;                // added to the workers' environment
+  EnvMap extra_env;  // added to the workers' environment
   // Per local rank, what runs the worker command (e.g. numactl ...); empty: nothing.
   std::vector<std::vector<std::string>> rank_command_prefix;
 
@@ -118,8 +118,8 @@ struct HostFacts {
 
 // Counts CPUs and NVIDIA GPUs (from /proc/driver/nvidia/gpus, no CUDA linked), honouring
 // CUDA_VISIBLE_DEVICES as torch.cuda.device_count() does.
-HostFacts DetectHostFacts(const EnvMap& env, const std::string& nvidia_proc_dir =
-                                                 "/proc/driver/nvidia/gpus");
+HostFacts DetectHostFacts(const EnvMap& env,
+                          const std::string& nvidia_proc_dir = "/proc/driver/nvidia/gpus");
 
 // torch's rule for CUDA_VISIBLE_DEVICES: entries up to the first invalid one.
 int CountVisibleGpus(int physical, const std::optional<std::string>& cuda_visible_devices);

@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cli/torchrun_args.h"
 #include "common/environment.h"
-#include "launcher/netcheck/switchbox.h"
 #include "common/result.h"
+#include "launcher/cli/torchrun_args.h"
+#include "launcher/netcheck/switchbox.h"
 
 namespace ftrun::launcher {
 
@@ -19,7 +19,7 @@ struct PreflightConfig {
   bool network_check = false;
   uint64_t bytes = uint64_t{64} << 20;
   std::chrono::duration<double> timeout{60};
-  double min_bandwidth_mbps = 0;   // 0: no minimum
+  double min_bandwidth_mbps = 0;  // 0: no minimum
   double straggler_fraction = 0.5;
   bool exclude_stragglers = false;
   std::vector<std::string> command;  // run on each pair as a 2-process job ("" : none)
@@ -38,8 +38,8 @@ struct PreflightConfig {
 Result<uint64_t> ParseByteSize(const std::string& option, const std::string& text);
 
 // Validates and fills `out`. `python` runs the bundled scripts (PYTHON_EXEC or python3).
-Status BuildPreflightConfig(const TorchrunArgs& args, const EnvMap& env,
-                            const std::string& python, PreflightConfig& out);
+Status BuildPreflightConfig(const TorchrunArgs& args, const EnvMap& env, const std::string& python,
+                            PreflightConfig& out);
 
 // Where comm_check.py and switchbox_probe.py are: FTRUN_CHECKS_DIR, else
 // <ftrun's dir>/../share/ftrun/checks (installed), else the source tree's scripts/checks.

@@ -4,11 +4,11 @@
 
 #include <random>
 
+#include "common/endpoint.h"
+#include "common/log.h"
 #include "launcher/config/host.h"
 #include "launcher/coordinator/local_coordinator.h"
 #include "launcher/coordinator/remote_coordinator.h"
-#include "common/endpoint.h"
-#include "common/log.h"
 #include "rendezvous/rendezvous_server.h"
 
 namespace ftrun::launcher {
@@ -69,10 +69,11 @@ std::string MakeNodeId(const std::string& fqdn) {
   return fmt::format("{}:{}:{:08x}", fqdn, ::getpid(), rd());
 }
 
-Result<std::unique_ptr<Coordinator>> MakeCoordinator(
-    boost::asio::io_context& io, const LaunchConfig& c, const EnvMap& env,
-    const std::string& fqdn, const std::string& node_id,
-    std::shared_ptr<EventLog> event_log) {
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
+                                                     const LaunchConfig& c, const EnvMap& env,
+                                                     const std::string& fqdn,
+                                                     const std::string& node_id,
+                                                     std::shared_ptr<EventLog> event_log) {
   if (c.max_nodes == 1) {
     LocalCoordinatorOptions local{JobSpecFrom(c), Node(c, fqdn, node_id), c.role};
     local.node.node_rank = local.job.static_ranks ? 0 : -1;
@@ -104,8 +105,8 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
   const bool is_static = c.backend == RendezvousBackend::kStatic;
   const bool explicit_host = c.rdzv.is_host.has_value();
   const bool by_address = !is_static || c.host_by_address;
-  const bool host = by_address ? c.rdzv.is_host.value_or(IsThisHost(c.endpoint_host, fqdn))
-                               : c.node_rank == 0;
+  const bool host =
+      by_address ? c.rdzv.is_host.value_or(IsThisHost(c.endpoint_host, fqdn)) : c.node_rank == 0;
   if (host) {
     rendezvous::ServerOptions so;
     so.port = c.endpoint_port;
@@ -119,13 +120,13 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
       client.target = "127.0.0.1:" + std::to_string(*port);
       opts.server = std::move(server);
     } else if (!by_address || explicit_host) {
-      return Error{port.error().message +
-                   (!by_address          ? " (--master-port, node rank 0)"
-                    : c.host_by_address ? " (ftrun's rendezvous port on the master node)"
-                                        : " (--rdzv-endpoint, is_host=1)")};
+      return Error{port.error().message + (!by_address ? " (--master-port, node rank 0)"
+                                           : c.host_by_address
+                                               ? " (ftrun's rendezvous port on the master node)"
+                                               : " (--rdzv-endpoint, is_host=1)")};
     } else {
       // Several agents on one host: the first one hosts, the others join it.
-      log->info("{}; another agent on this host serves the rendezvous, joining it", 
+      log->info("{}; another agent on this host serves the rendezvous, joining it",
                 port.error().message);
     }
   }

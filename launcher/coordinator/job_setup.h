@@ -10,21 +10,22 @@
 #include <memory>
 #include <string>
 
-#include "launcher/coordinator/coordinator.h"
 #include "common/environment.h"
-#include "launcher/config/launch_config.h"
 #include "common/event_log.h"
-#include "rendezvous/rendezvous_state.h"
 #include "common/result.h"
+#include "launcher/config/launch_config.h"
+#include "launcher/coordinator/coordinator.h"
+#include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::launcher {
 
 // `node_id` names this agent (MakeNodeId); `event_log` (may be null) also receives the
 // hosted rendezvous server's events.
-Result<std::unique_ptr<Coordinator>> MakeCoordinator(
-    boost::asio::io_context& io, const LaunchConfig& config, const EnvMap& env,
-    const std::string& fqdn, const std::string& node_id,
-    std::shared_ptr<EventLog> event_log);
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
+                                                     const LaunchConfig& config, const EnvMap& env,
+                                                     const std::string& fqdn,
+                                                     const std::string& node_id,
+                                                     std::shared_ptr<EventLog> event_log);
 
 // The job as the rendezvous state machine sees it, from the agent's options.
 rendezvous::JobSpec JobSpecFrom(const LaunchConfig& config);

@@ -2,8 +2,8 @@
 
 #include <boost/asio/post.hpp>
 
-#include "launcher/config/host.h"
 #include "common/log.h"
+#include "launcher/config/host.h"
 
 namespace ftrun::launcher {
 

@@ -2,8 +2,8 @@
 
 #include <boost/asio/post.hpp>
 
-#include "launcher/config/host.h"
 #include "common/log.h"
+#include "launcher/config/host.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -32,7 +32,10 @@ RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 
 void RemoteCoordinator::Start(Listener* listener) {
   follower_.emplace(
-      listener, [this](uint64_t round) { Enqueue({ReportKind::kStopped, round, {}, {}}); },
+      listener,
+      [this](uint64_t round) {
+        Enqueue({ReportKind::kStopped, round, {}, {}});
+      },
       opts_.role);
   join_started_ = Clock::now();
   last_wait_log_ = join_started_;
@@ -62,8 +65,8 @@ void RemoteCoordinator::OnJoined(const RpcOutcome& out) {
     last_contact_ = now;
     known_version_ = 0;  // a (re)join may meet a new server whose versions start again
     LauncherLog()->info("joined the job at {} node_id={} attempts={} nodes_joined={} phase={}",
-                endpoint_, opts_.client.node_id, join_attempts_, out.view.nodes_joined,
-                rendezvous::PhaseName(out.view.phase));
+                        endpoint_, opts_.client.node_id, join_attempts_, out.view.nodes_joined,
+                        rendezvous::PhaseName(out.view.phase));
     Apply(out.view);
     if (!watching_) {
       watching_ = true;
@@ -74,14 +77,14 @@ void RemoteCoordinator::OnJoined(const RpcOutcome& out) {
   if (out.transient() || out.rank_held()) {
     const Duration waited = now - join_started_;
     if (waited > opts_.connect_timeout) {
-      return Fail("cannot join the rendezvous at " + endpoint_ + " within timeout=" +
-                  Secs(opts_.connect_timeout) + ": " + out.message);
+      return Fail("cannot join the rendezvous at " + endpoint_ +
+                  " within timeout=" + Secs(opts_.connect_timeout) + ": " + out.message);
     }
     if (now - last_wait_log_ >= std::chrono::seconds(1) || join_attempts_ == 1) {
       last_wait_log_ = now;
-      LauncherLog()->info("waiting for the rendezvous server at {} attempt={} elapsed={} timeout={}: {}",
-                  endpoint_, join_attempts_, Secs(waited), Secs(opts_.connect_timeout),
-                  out.message);
+      LauncherLog()->info(
+          "waiting for the rendezvous server at {} attempt={} elapsed={} timeout={}: {}", endpoint_,
+          join_attempts_, Secs(waited), Secs(opts_.connect_timeout), out.message);
     }
     // Quick retries first: the hosting agent usually starts a moment later.
     Duration delay = join_attempts_ < 10 ? Duration(0.05) : Duration(0.5);
@@ -107,7 +110,7 @@ void RemoteCoordinator::OnWatched(const RpcOutcome& out) {
   }
   if (out.unknown_node()) {
     LauncherLog()->warn("the rendezvous server no longer knows this node ({}); joining again",
-                out.message);
+                        out.message);
     joined_ = false;
     watching_ = false;
     join_started_ = Clock::now();
@@ -244,9 +247,8 @@ void RemoteCoordinator::Shutdown() {
   }
   if (opts_.probe_server) opts_.probe_server->Stop();
   if (opts_.server) {
-    opts_.server->FinishAndShutdown("the agent hosting the rendezvous (" + opts_.node.host +
-                                        ") stopped",
-                                    opts_.linger);
+    opts_.server->FinishAndShutdown(
+        "the agent hosting the rendezvous (" + opts_.node.host + ") stopped", opts_.linger);
   }
 }
 

@@ -29,7 +29,7 @@ struct RemoteCoordinatorOptions {
   rendezvous::Duration connect_timeout{900};  // the server is not reachable yet
   rendezvous::Duration lost_after{15};        // the server stopped answering
   rendezvous::Duration watch_wait{5};
-  rendezvous::Duration linger{10};            // hosting: wait for every node to see the end
+  rendezvous::Duration linger{10};  // hosting: wait for every node to see the end
   std::unique_ptr<rendezvous::RendezvousServer> server;  // started; hosted by this agent
   std::unique_ptr<ProbeServer> probe_server;  // --network-check: answers the other agents
   std::string role = "default";
@@ -40,10 +40,12 @@ class RemoteCoordinator : public Coordinator {
   RemoteCoordinator(boost::asio::io_context& io, RemoteCoordinatorOptions options);
   ~RemoteCoordinator() override;
 
+  // Coordinator: every report goes to the server (retried while it is unreachable).
   void Start(Listener* listener) override;
   void WorkersFailed(const std::vector<WorkerFailure>& failures) override;
   void WorkersSucceeded() override;
   void WorkersStopped() override;
+  // The fault-time save and the network check.
   void ReportProgress(uint64_t save_id,
                       const std::vector<rendezvous::RankProgress>& ranks) override;
   void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,

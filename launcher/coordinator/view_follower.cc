@@ -26,9 +26,8 @@ void ViewFollower::Apply(const NodeView& v) {
   if (v.restart_count > announced_restarts_) {
     announced_restarts_ = v.restart_count;
     // torchrun's line, on every node: the restart was spent job-wide.
-    LauncherLog()->warn(
-        "[{}] Worker group FAILED. {}/{} attempts left; will restart worker group", role_,
-        v.max_restarts - v.restart_count + 1, v.max_restarts);
+    LauncherLog()->warn("[{}] Worker group FAILED. {}/{} attempts left; will restart worker group",
+                        role_, v.max_restarts - v.restart_count + 1, v.max_restarts);
   }
   if (v.phase == Phase::kSucceeded || v.phase == Phase::kFailed) {
     finished_ = true;
@@ -46,8 +45,8 @@ void ViewFollower::Apply(const NodeView& v) {
   }
   if (v.phase == Phase::kSaving && v.member && v.save) {
     const auto& o = *v.save;
-    std::string key = fmt::format("{}/{}/{}/{}/{}", v.round, o.id, o.collecting, o.step,
-                                  o.finalize);
+    std::string key =
+        fmt::format("{}/{}/{}/{}/{}", v.round, o.id, o.collecting, o.step, o.finalize);
     if (key != last_save_key_) {
       last_save_key_ = key;
       listener_->OnSaveOrder(v.round, o);

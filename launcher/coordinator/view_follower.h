@@ -18,8 +18,8 @@
 #pragma once
 
 #include <functional>
-#include <string>
 #include <optional>
+#include <string>
 
 #include "launcher/coordinator/coordinator.h"
 #include "rendezvous/job_state.h"
@@ -51,7 +51,7 @@ class ViewFollower {
   rendezvous::NodeView last_view_;
   int announced_restarts_ = 0;
   std::string last_save_key_;
-  uint64_t last_check_id_ = 0;     // the last network check whose results were passed on
+  uint64_t last_check_id_ = 0;  // the last network check whose results were passed on
   uint64_t last_check_order_ = 0;
   std::optional<uint64_t> stopping_round_;
   std::optional<uint64_t> started_round_;

@@ -27,8 +27,7 @@ struct CheckRunner::Task {
   std::chrono::steady_clock::time_point started;
 };
 
-CheckRunner::CheckRunner(boost::asio::io_context& io, std::vector<std::string> command,
-                         EnvMap env)
+CheckRunner::CheckRunner(boost::asio::io_context& io, std::vector<std::string> command, EnvMap env)
     : io_(io), command_(std::move(command)), env_(std::move(env)) {}
 
 CheckRunner::~CheckRunner() {
@@ -76,23 +75,23 @@ void CheckRunner::Run(const CheckOrder& order, Done done) {
       po.bytes = order.bytes;
       po.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(order.timeout);
       std::weak_ptr<Task> weak = t;
-      t->probe = ProbeClient::Start(
-          io_, spec.peer_addr, static_cast<uint16_t>(spec.peer_port), po,
-          [this, weak](Result<ProbeResult> r) {
-            auto task = weak.lock();
-            if (!task) return;
-            task->probe_pending = false;
-            task->result.probed = true;
-            task->result.probe_ok = r.has_value();
-            if (r) {
-              task->result.mbps_ab = r->download_mbps;  // listener -> client
-              task->result.mbps_ba = r->upload_mbps;
-              task->result.rtt_ms = r->rtt_ms;
-            } else {
-              task->result.reason = r.error().message;
-            }
-            Finished();
-          });
+      t->probe = ProbeClient::Start(io_, spec.peer_addr, static_cast<uint16_t>(spec.peer_port), po,
+                                    [this, weak](Result<ProbeResult> r) {
+                                      auto task = weak.lock();
+                                      if (!task) return;
+                                      task->probe_pending = false;
+                                      task->result.probed = true;
+                                      task->result.probe_ok = r.has_value();
+                                      if (r) {
+                                        task->result.mbps_ab =
+                                            r->download_mbps;  // listener -> client
+                                        task->result.mbps_ba = r->upload_mbps;
+                                        task->result.rtt_ms = r->rtt_ms;
+                                      } else {
+                                        task->result.reason = r.error().message;
+                                      }
+                                      Finished();
+                                    });
     }
   }
   if (!with_command) {
@@ -110,8 +109,7 @@ void CheckRunner::Run(const CheckOrder& order, Done done) {
   });
 }
 
-void CheckRunner::StartCommand(const std::shared_ptr<Task>& t,
-                               const rendezvous::CheckTask& task) {
+void CheckRunner::StartCommand(const std::shared_ptr<Task>& t, const rendezvous::CheckTask& task) {
   const rendezvous::CheckTask* spec = &task;
   if (command_.empty()) {
     t->result.ran_command = true;
@@ -125,15 +123,15 @@ void CheckRunner::StartCommand(const std::shared_ptr<Task>& t,
   ps.args.assign(command_.begin() + 1, command_.end());
   ps.env = env_;
   const int rank = spec->client ? 1 : 0;
-  for (const auto& [k, v] : std::map<std::string, std::string>{
-           {"RANK", std::to_string(rank)},
-           {"LOCAL_RANK", "0"},
-           {"GROUP_RANK", std::to_string(rank)},
-           {"WORLD_SIZE", "2"},
-           {"LOCAL_WORLD_SIZE", "1"},
-           {"MASTER_ADDR", spec->master_addr},
-           {"MASTER_PORT", std::to_string(spec->master_port)},
-           {"FTRUN_NETWORK_CHECK_PEER", spec->peer_host}}) {
+  for (const auto& [k, v] :
+       std::map<std::string, std::string>{{"RANK", std::to_string(rank)},
+                                          {"LOCAL_RANK", "0"},
+                                          {"GROUP_RANK", std::to_string(rank)},
+                                          {"WORLD_SIZE", "2"},
+                                          {"LOCAL_WORLD_SIZE", "1"},
+                                          {"MASTER_ADDR", spec->master_addr},
+                                          {"MASTER_PORT", std::to_string(spec->master_port)},
+                                          {"FTRUN_NETWORK_CHECK_PEER", spec->peer_host}}) {
     ps.env[k] = v;
   }
   t->started = std::chrono::steady_clock::now();
@@ -161,8 +159,7 @@ void CheckRunner::StartCommand(const std::shared_ptr<Task>& t,
     return;
   }
   t->command = std::move(*proc);
-  t->timer.expires_after(
-      std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_));
+  t->timer.expires_after(std::chrono::duration_cast<std::chrono::steady_clock::duration>(timeout_));
   t->timer.async_wait([weak, timeout = timeout_](const boost::system::error_code& ec) {
     auto task = weak.lock();
     if (ec || !task || !task->command || task->command->exited()) return;

@@ -24,8 +24,8 @@ namespace ftrun::launcher {
 
 class CheckRunner {
  public:
-  using Done = std::function<void(uint64_t order_id,
-                                  std::vector<rendezvous::CheckTaskResult> results)>;
+  using Done =
+      std::function<void(uint64_t order_id, std::vector<rendezvous::CheckTaskResult> results)>;
 
   // `command`: the check command's argv (empty: none); `env`: its base environment.
   CheckRunner(boost::asio::io_context& io, std::vector<std::string> command, EnvMap env);

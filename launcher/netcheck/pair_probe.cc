@@ -10,8 +10,8 @@
 #include <boost/asio/write.hpp>
 #include <vector>
 
-#include "launcher/netcheck/probe_wire.h"
 #include "common/log.h"
+#include "launcher/netcheck/probe_wire.h"
 
 namespace ftrun::launcher {
 
@@ -53,8 +53,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     timer_.expires_after(after);
     timer_.async_wait([self, after](const boost::system::error_code& ec) {
       if (ec) return;  // cancelled or re-armed
-      LauncherLog()
-          ->warn("netcheck probe from {}: closed after {} ms", self->peer_, after.count());
+      LauncherLog()->warn("netcheck probe from {}: closed after {} ms", self->peer_, after.count());
       self->Close();
     });
   }

@@ -9,9 +9,9 @@
 #include <boost/asio/write.hpp>
 #include <vector>
 
+#include "common/log.h"
 #include "launcher/netcheck/pair_probe.h"
 #include "launcher/netcheck/probe_wire.h"
-#include "common/log.h"
 
 namespace ftrun::launcher {
 
@@ -201,9 +201,8 @@ struct ProbeClient::Session : std::enable_shared_from_this<ProbeClient::Session>
       result.rtt_ms = n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
     }
     result.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    LauncherLog()
-        ->debug("netcheck probe to {}:{}: up {:.1f} MB/s down {:.1f} MB/s rtt {:.3f} ms", host,
-                port, result.upload_mbps, result.download_mbps, result.rtt_ms);
+    LauncherLog()->debug("netcheck probe to {}:{}: up {:.1f} MB/s down {:.1f} MB/s rtt {:.3f} ms",
+                         host, port, result.upload_mbps, result.download_mbps, result.rtt_ms);
     Complete(Ok(result));
   }
 

@@ -12,10 +12,10 @@
 #include <cstring>
 #include <map>
 
+#include "common/log.h"
 #include "launcher/netcheck/switchbox.h"
 #include "launcher/workers/template.h"
 #include "launcher/workers/worker_process.h"
-#include "common/log.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -97,8 +97,7 @@ struct SwitchboxCheck::State : std::enable_shared_from_this<SwitchboxCheck::Stat
     }
     p.proc = std::move(*proc);
     p.pipe = std::make_unique<asio::posix::stream_descriptor>(io, fds[0]);
-    LauncherLog()
-        ->debug("switchbox probe for {} started pid={}", p.pair.Name(), p.proc->pid());
+    LauncherLog()->debug("switchbox probe for {} started pid={}", p.pair.Name(), p.proc->pid());
     Read(i);
   }
 
@@ -177,9 +176,8 @@ struct SwitchboxCheck::State : std::enable_shared_from_this<SwitchboxCheck::Stat
     p.finished = true;
     p.result = BoxPairResult{p.pair, ok, mbps, std::move(reason)};
     if (!cancelled) {
-      LauncherLog()
-          ->info("switchbox pair {}: {}", p.pair.Name(),
-                 ok ? fmt::format("{:.1f} MB/s", mbps) : p.result.reason);
+      LauncherLog()->info("switchbox pair {}: {}", p.pair.Name(),
+                          ok ? fmt::format("{:.1f} MB/s", mbps) : p.result.reason);
     }
     if (--remaining == 0) Complete();
   }
@@ -188,9 +186,8 @@ struct SwitchboxCheck::State : std::enable_shared_from_this<SwitchboxCheck::Stat
     for (auto& p : probes) {
       if (p->finished || p->exited || !p->proc) continue;
       p->timed_out = true;
-      LauncherLog()
-          ->warn("switchbox probe for {} (pid={}) still runs after {} ms: killing it",
-                 p->pair.Name(), p->proc->pid(), opts.time_limit.count());
+      LauncherLog()->warn("switchbox probe for {} (pid={}) still runs after {} ms: killing it",
+                          p->pair.Name(), p->proc->pid(), opts.time_limit.count());
       p->proc->SignalGroup(SIGKILL);
     }
   }

@@ -160,9 +160,7 @@ std::string FormatFailureSummary(const std::string& name,
   out << "\n" << border << "\n" << title << "\n" << section << "\nFailures:\n";
   if (others.empty()) out << "  <NO_OTHER_FAILURES>\n";
   for (const auto& o : others) out << o << "\n";
-  out << section << "\nRoot Cause (first observed failure):\n"
-      << root_text << "\n"
-      << border;
+  out << section << "\nRoot Cause (first observed failure):\n" << root_text << "\n" << border;
   return out.str();
 }
 

@@ -74,8 +74,8 @@ Result<std::string> RunLogDir::PrepareAttempt(int restart_count, int nproc) {
   }
   for (int r = 0; r < nproc; ++r) {
     fs::create_directories(attempt / std::to_string(r), ec);
-    if (ec) return Error{"cannot create " + (attempt / std::to_string(r)).string() + ": " +
-                         ec.message()};
+    if (ec)
+      return Error{"cannot create " + (attempt / std::to_string(r)).string() + ": " + ec.message()};
   }
   return Ok(attempt.string());
 }

@@ -26,10 +26,10 @@ struct SharedFile {
 };
 
 struct TeeOptions {
-  std::string log_file;      // "" : no file (--log-dir /dev/null)
-  bool append_log = false;   // append to log_file instead of truncating it
-  int console_fd = -1;       // 1 or 2; -1: not shown (filtered out)
-  std::string prefix;        // e.g. "[default0]:"
+  std::string log_file;     // "" : no file (--log-dir /dev/null)
+  bool append_log = false;  // append to log_file instead of truncating it
+  int console_fd = -1;      // 1 or 2; -1: not shown (filtered out)
+  std::string prefix;       // e.g. "[default0]:"
   std::vector<std::string> filters;
   std::shared_ptr<SharedFile> filter_file;
 };
@@ -38,8 +38,7 @@ class OutputTee {
  public:
   // Creates the pipe and opens the log file. The caller gives write_fd() to the child as its
   // stdout/stderr, then calls CloseWriteEnd().
-  static Result<std::unique_ptr<OutputTee>> Create(boost::asio::io_context& io,
-                                                   TeeOptions options);
+  static Result<std::unique_ptr<OutputTee>> Create(boost::asio::io_context& io, TeeOptions options);
   ~OutputTee();
   OutputTee(const OutputTee&) = delete;
   OutputTee& operator=(const OutputTee&) = delete;
@@ -66,7 +65,7 @@ class OutputTee {
   int file_fd_ = -1;
   std::string partial_;
   std::vector<char> buf_ = std::vector<char>(64 * 1024);
-  bool reading_ = false;   // an async read is in flight (it owns buf_)
+  bool reading_ = false;  // an async read is in flight (it owns buf_)
   bool draining_ = false;
   bool drained_ = false;
   bool reported_error_ = false;

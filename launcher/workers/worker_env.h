@@ -15,7 +15,7 @@ struct WorkerEnvInputs {
   const LaunchConfig& config;
   const rendezvous::NodeAssignment& assignment;
   int local_rank = 0;
-  std::string error_file;   // "" when logs are disabled (--log-dir /dev/null)
+  std::string error_file;  // "" when logs are disabled (--log-dir /dev/null)
 };
 
 EnvMap BuildWorkerEnv(const WorkerEnvInputs& in);

@@ -11,10 +11,10 @@
 #include <vector>
 
 #include "common/environment.h"
+#include "common/result.h"
 #include "launcher/workers/failure_report.h"
 #include "launcher/workers/output_tee.h"
 #include "rendezvous/assignment.h"
-#include "common/result.h"
 
 namespace ftrun::launcher {
 

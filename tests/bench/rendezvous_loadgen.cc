@@ -36,9 +36,11 @@ struct Shared {
 // One simulated agent: Join, then Watch until the round runs.
 class Agent {
  public:
-  Agent(v1::Rendezvous::Stub* stub, Shared* shared, std::string run_id, std::string node,
-        int nproc)
-      : stub_(stub), shared_(shared), run_id_(std::move(run_id)), node_(std::move(node)),
+  Agent(v1::Rendezvous::Stub* stub, Shared* shared, std::string run_id, std::string node, int nproc)
+      : stub_(stub),
+        shared_(shared),
+        run_id_(std::move(run_id)),
+        node_(std::move(node)),
         nproc_(nproc) {}
 
   void Join() {
@@ -106,7 +108,8 @@ std::string Arg(int argc, char** argv, const std::string& name, const std::strin
 int main(int argc, char** argv) {
   const std::string target = Arg(argc, argv, "target", "127.0.0.1:29400");
   const int nodes = std::atoi(Arg(argc, argv, "nodes", "100").c_str());
-  const int channels = std::max(1, std::min(nodes, std::atoi(Arg(argc, argv, "channels", "256").c_str())));
+  const int channels =
+      std::max(1, std::min(nodes, std::atoi(Arg(argc, argv, "channels", "256").c_str())));
   const int nproc = std::atoi(Arg(argc, argv, "nproc", "8").c_str());
   const std::string run_id = Arg(argc, argv, "run-id", "bench");
   const int timeout = std::atoi(Arg(argc, argv, "timeout", "120").c_str());

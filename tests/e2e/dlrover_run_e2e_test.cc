@@ -74,16 +74,37 @@ TEST_F(DlroverRunE2E, TwoAgentsPrecheckTwoNodeUnitSaveAtBreakpointAndARestart) {
                                                   {"DLROVER_MASTER_ADDR", "127.0.0.1:" + port},
                                                   {"ELASTIC_JOB_NAME", "dlrover-e2e"}};
   // The test's own environment must not choose for the job.
-  const std::vector<std::string> unset = {"NODE_NUM", "LOGLEVEL", "PET_NNODES",
-                                          "PET_NPROC_PER_NODE", "PET_RDZV_ENDPOINT",
-                                          "PET_RDZV_BACKEND", "FTRUN_EVENT_LOG"};
-  const std::vector<std::string> argv = {
-      "dlrover-run", "--nnodes", "2", "--nproc_per_node", "2", "--precheck", "2",
-      "--node_unit", "2", "--save_at_breakpoint", "--max_restarts", "1",
-      "--event-log", dir_ / "events", "--log-dir", dir_ / "logs",
-      SourceDir() + "/tests/e2e/workers/dlrover_train.py", out, "--world", "4", "--role",
-      "dlrover-trainer", "--steps", std::to_string(kSteps), "--crash-rank", "3",
-      "--crash-step", "3"};
+  const std::vector<std::string> unset = {
+      "NODE_NUM",          "LOGLEVEL",         "PET_NNODES",     "PET_NPROC_PER_NODE",
+      "PET_RDZV_ENDPOINT", "PET_RDZV_BACKEND", "FTRUN_EVENT_LOG"};
+  const std::vector<std::string> argv = {"dlrover-run",
+                                         "--nnodes",
+                                         "2",
+                                         "--nproc_per_node",
+                                         "2",
+                                         "--precheck",
+                                         "2",
+                                         "--node_unit",
+                                         "2",
+                                         "--save_at_breakpoint",
+                                         "--max_restarts",
+                                         "1",
+                                         "--event-log",
+                                         dir_ / "events",
+                                         "--log-dir",
+                                         dir_ / "logs",
+                                         SourceDir() + "/tests/e2e/workers/dlrover_train.py",
+                                         out,
+                                         "--world",
+                                         "4",
+                                         "--role",
+                                         "dlrover-trainer",
+                                         "--steps",
+                                         std::to_string(kSteps),
+                                         "--crash-rank",
+                                         "3",
+                                         "--crash-step",
+                                         "3"};
   // The first agent hosts the rendezvous at DLROVER_MASTER_ADDR; the second joins it.
   ChildRun a(FtrunBinary(), argv, env, unset);
   ASSERT_TRUE(WaitFor([&] { return a.Err().find("joined the job") != std::string::npos; }, 60s))

@@ -70,8 +70,7 @@ TEST_F(FaultSave, RankKilledMidStepASurvivorSavesAndNoStepIsLost) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   // The periodic checkpoint was at step 9; the fault-time save kept step 16.
   EXPECT_NE(r.err.find("saved step 16 (saver 0)"), std::string::npos) << r.err;
-  EXPECT_NE(r.out.find("attempt 1: world_size=4 resuming at step 17"), std::string::npos)
-      << r.out;
+  EXPECT_NE(r.out.find("attempt 1: world_size=4 resuming at step 17"), std::string::npos) << r.out;
   EXPECT_TRUE(FileExists(dir_ / "out/checkpoints/ftrun-step-16/MANIFEST.json"));
   ExpectSameWeightsAsTheUninterruptedRun();
 }
@@ -115,8 +114,8 @@ TEST_F(FaultSave, FtrunKilledDuringASaveTheResumeIgnoresThePartialDirectory) {
                  Job({"--max-restarts", "1"},
                      {"--crash-rank", "3", "--crash-step", "17", "--broken-save", "partial"}),
                  Env());
-  ASSERT_TRUE(WaitFor([&] { return first.Out().find("fault-time save hangs") != std::string::npos; },
-                      120s))
+  ASSERT_TRUE(
+      WaitFor([&] { return first.Out().find("fault-time save hangs") != std::string::npos; }, 120s))
       << first.Err();
   first.Signal(SIGKILL);
   first.Wait(30s);
@@ -136,11 +135,25 @@ TEST_F(FaultSave, FtrunKilledDuringASaveTheResumeIgnoresThePartialDirectory) {
 TEST_F(FaultSave, WholeNodeLostThenBackSavesAndResumes) {
   const std::string port = std::to_string(launcher::PickFreePort().value());
   auto node = [&](int rank) {
-    std::vector<std::string> argv = {"--nnodes", "2", "--node-rank", std::to_string(rank),
-                                     "--master-port", port, "--nproc-per-node", "2",
-                                     "--log-dir", dir_ / "logs", Train(), "--steps",
-                                     std::to_string(kSteps), "--out", dir_ / "out",
-                                     "--ckpt-every", "0", "--step-time", "0.15"};
+    std::vector<std::string> argv = {"--nnodes",
+                                     "2",
+                                     "--node-rank",
+                                     std::to_string(rank),
+                                     "--master-port",
+                                     port,
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--log-dir",
+                                     dir_ / "logs",
+                                     Train(),
+                                     "--steps",
+                                     std::to_string(kSteps),
+                                     "--out",
+                                     dir_ / "out",
+                                     "--ckpt-every",
+                                     "0",
+                                     "--step-time",
+                                     "0.15"};
     return std::make_unique<ChildRun>(FtrunBinary(), argv, Env());
   };
   auto n0 = node(0);

@@ -30,10 +30,24 @@ class Preflight : public ::testing::Test {
   // One agent of a two-node job (one worker each) whose pair runs comm_check.py; the workers
   // write their environment and all-reduce with gloo (tests/e2e/workers/dump_env.py).
   std::vector<std::string> Agent() {
-    return {"--log-dir", dir_ / "logs", "--nproc-per-node", "1", "--nnodes", "2",
-            "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port_, "--rdzv-id",
-            "preflight", "--rdzv-conf", "last_call_timeout=0.5", "--comm-perf-test",
-            "--network-check-bytes", "1MiB", SourceDir() + "/tests/e2e/workers/dump_env.py",
+    return {"--log-dir",
+            dir_ / "logs",
+            "--nproc-per-node",
+            "1",
+            "--nnodes",
+            "2",
+            "--rdzv-backend",
+            "c10d",
+            "--rdzv-endpoint",
+            "127.0.0.1:" + port_,
+            "--rdzv-id",
+            "preflight",
+            "--rdzv-conf",
+            "last_call_timeout=0.5",
+            "--comm-perf-test",
+            "--network-check-bytes",
+            "1MiB",
+            SourceDir() + "/tests/e2e/workers/dump_env.py",
             dir_ / "out"};
   }
   std::map<std::string, std::string> Env(const std::string& python = kPython) {

@@ -6,8 +6,8 @@
 
 #include <cmath>
 #include <filesystem>
-#include <set>
 #include <regex>
+#include <set>
 
 #include "launcher/config/host.h"
 #include "tests/support/test_support.h"
@@ -54,8 +54,8 @@ class TorchE2E : public ::testing::Test {
 };
 
 TEST_F(TorchE2E, DdpTrainingRunWithFourRanks) {
-  auto r = RunFtrun({"--nproc-per-node", "4", "--log-dir", dir_ / "logs", Train(), "--steps",
-                     "30", "--out", dir_ / "out"},
+  auto r = RunFtrun({"--nproc-per-node", "4", "--log-dir", dir_ / "logs", Train(), "--steps", "30",
+                     "--out", dir_ / "out"},
                     Env(), 120s);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   std::string digest = Str(ReadJson(dir_ / "out/result.0.json"), "checksum");
@@ -69,8 +69,8 @@ TEST_F(TorchE2E, DdpTrainingRunWithFourRanks) {
 }
 
 TEST_F(TorchE2E, RankCrashesOnceAndTheJobCompletesWithTheSameWeights) {
-  auto clean = RunFtrun({"--nproc-per-node", "4", "--log-dir", dir_ / "logs", Train(),
-                         "--steps", "30", "--out", dir_ / "clean"},
+  auto clean = RunFtrun({"--nproc-per-node", "4", "--log-dir", dir_ / "logs", Train(), "--steps",
+                         "30", "--out", dir_ / "clean"},
                         Env(), 120s);
   ASSERT_EQ(clean.exit_code, 0) << clean.err;
   // Without the fault-time save (as under torchrun): resume from the periodic checkpoint.
@@ -91,14 +91,14 @@ TEST_F(TorchE2E, RankCrashesOnceAndTheJobCompletesWithTheSameWeights) {
 }
 
 TEST_F(TorchE2E, WorkerEnvironmentMatchesTorchrunKeyByKey) {
-  const std::vector<std::string> common = {"--nproc_per_node", "2", "--max_restarts", "1",
-                                           "--rdzv_id", "e2e", "--role", "trainer"};
+  const std::vector<std::string> common = {"--nproc_per_node", "2",   "--max_restarts", "1",
+                                           "--rdzv_id",        "e2e", "--role",         "trainer"};
   auto run = [&](const std::string& which) {
     std::string out = dir_ / which;
     std::filesystem::create_directories(out);
     std::vector<std::string> argv = common;
-    argv.insert(argv.end(), {"--log_dir", out + "/logs",
-                             SourceDir() + "/tests/e2e/workers/dump_env.py", out});
+    argv.insert(argv.end(),
+                {"--log_dir", out + "/logs", SourceDir() + "/tests/e2e/workers/dump_env.py", out});
     RunResult r;
     if (which == "torchrun") {
       argv.insert(argv.begin(), SourceDir() + "/scripts/torchrun_compat.py");
@@ -129,13 +129,13 @@ TEST_F(TorchE2E, WorkerEnvironmentMatchesTorchrunKeyByKey) {
         EXPECT_EQ(tv, "True");  // torchrun's agent hosts a c10d store; ftrun's does not
         EXPECT_EQ(fv, "False");
       } else if (k == "TORCHELASTIC_ERROR_FILE") {
-        std::string tail = "/logs/e2e_[a-z0-9_]{8}/attempt_0/" + std::to_string(rank) +
-                           "/error.json";
+        std::string tail =
+            "/logs/e2e_[a-z0-9_]{8}/attempt_0/" + std::to_string(rank) + "/error.json";
         EXPECT_TRUE(std::regex_match(tv, std::regex(t + tail))) << tv;
         EXPECT_TRUE(std::regex_match(fv, std::regex(f + tail))) << fv;
       } else if (k == "TORCH_NCCL_ASYNC_ERROR_HANDLING" || k == "TORCHELASTIC_SIGNALS_TO_HANDLE" ||
                  k.rfind("FTRUN_", 0) == 0) {  // ftrun's control channel
-        EXPECT_EQ(tv, "<unset>") << k;  // set by newer torchrun versions only
+        EXPECT_EQ(tv, "<unset>") << k;         // set by newer torchrun versions only
         EXPECT_NE(fv, "<unset>") << k;
       } else {
         EXPECT_EQ(tv, fv) << "rank " << rank << " " << k;
@@ -191,7 +191,8 @@ TEST_F(TorchE2E, TwoAgentsTimesTwoRanksAllReduce) {
 TEST_F(TorchE2E, FileTimerWatchdogKillsAnOverrunningWorker) {
   auto r = RunFtrun({"--nproc-per-node", "2", "--log-dir", dir_ / "logs",
                      SourceDir() + "/tests/e2e/workers/watchdog.py"},
-                    {{"PYTHON_EXEC", kPython}, {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"},
+                    {{"PYTHON_EXEC", kPython},
+                     {"TORCHELASTIC_ENABLE_FILE_TIMER", "1"},
                      {"TORCHELASTIC_TIMER_FILE", dir_ / "watchdog.fifo"}},
                     120s);
   EXPECT_EQ(r.exit_code, 1) << r.err;

@@ -30,9 +30,7 @@ inline bool Has(const std::string& text, const std::string& needle) {
 }
 
 // This host has an NVIDIA GPU (then --numa-affinity and --auto-config behave differently).
-inline bool HostHasGpu() {
-  return launcher::DetectHostFacts(CurrentEnvironment()).gpu_count > 0;
-}
+inline bool HostHasGpu() { return launcher::DetectHostFacts(CurrentEnvironment()).gpu_count > 0; }
 
 class DlroverRun : public ::testing::Test {
  protected:
@@ -41,9 +39,14 @@ class DlroverRun : public ::testing::Test {
   // The variables dlrover-run reads, and every PET_*: the test's own environment must not
   // leak into the runs.
   static std::vector<std::string> Unset() {
-    std::vector<std::string> out = {"DLROVER_MASTER_ADDR", "ELASTIC_JOB_NAME", "NODE_NUM",
-                                    "HCCL_IF_BASE_PORT", "DLROVER_TRAINING_ELASTIC_MODE",
-                                    "LOGLEVEL", "CUDA_VISIBLE_DEVICES", "FTRUN_EVENT_LOG"};
+    std::vector<std::string> out = {"DLROVER_MASTER_ADDR",
+                                    "ELASTIC_JOB_NAME",
+                                    "NODE_NUM",
+                                    "HCCL_IF_BASE_PORT",
+                                    "DLROVER_TRAINING_ELASTIC_MODE",
+                                    "LOGLEVEL",
+                                    "CUDA_VISIBLE_DEVICES",
+                                    "FTRUN_EVENT_LOG"};
     for (const auto& [k, v] : CurrentEnvironment()) {
       if (k.rfind("PET_", 0) == 0) out.push_back(k);
     }
@@ -100,8 +103,7 @@ class DlroverRun : public ::testing::Test {
     std::vector<std::string> options;
     std::map<std::string, std::string> env;
   };
-  static std::vector<Spelling> Spellings(const std::string& dashed,
-                                         const std::string& value = "") {
+  static std::vector<Spelling> Spellings(const std::string& dashed, const std::string& value = "") {
     std::string underscored = dashed, pet = "PET_";
     for (char& c : underscored) c = c == '-' ? '_' : c;
     for (char c : dashed) pet += c == '-' ? '_' : static_cast<char>(std::toupper(c));

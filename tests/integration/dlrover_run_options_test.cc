@@ -33,12 +33,14 @@ TEST_F(DlroverRun, PrecheckTurnsOnTheNetworkCheckAndTheCommPerfTest) {
 
 TEST_F(DlroverRun, NodeUnitMustDivideMaxInEverySpelling) {
   for (const auto& s : Spellings("node-unit", "2")) {
-    auto ok = DryRun([&] {
-      auto o = s.options;
-      o.insert(o.end(), {"--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                         "127.0.0.1:" + port_});
-      return o;
-    }(), s.env);
+    auto ok = DryRun(
+        [&] {
+          auto o = s.options;
+          o.insert(o.end(), {"--nnodes", "1:4", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                             "127.0.0.1:" + port_});
+          return o;
+        }(),
+        s.env);
     EXPECT_EQ(ok.exit_code, 0) << s.name << ": " << ok.err;
     EXPECT_TRUE(Has(ok.out, "nodes:          2:4")) << s.name << ": MIN is raised to one unit\n"
                                                     << ok.out;

@@ -17,9 +17,9 @@ using namespace std::chrono_literals;
 // ---- the workers' environment ----
 
 TEST_F(DlroverRun, WorkersRunAsDlroverTrainerWithTheElasticJobNameAsRunId) {
-  auto r = Run(Cmd({"--nproc-per-node", "2", "--tee", "3"},
-                   {"env", dir_ / "env", "print", "hello"}),
-               {{"ELASTIC_JOB_NAME", "llama-pretrain"}});
+  auto r =
+      Run(Cmd({"--nproc-per-node", "2", "--tee", "3"}, {"env", dir_ / "env", "print", "hello"}),
+          {{"ELASTIC_JOB_NAME", "llama-pretrain"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   for (int rank = 0; rank < 2; ++rank) {
     auto env = WorkerEnv("env", rank);
@@ -47,9 +47,9 @@ TEST_F(DlroverRun, AscendTrainingPortMustBeAPort) {
 }
 
 TEST_F(DlroverRun, AscendHcclPortAlreadySetIsKept) {
-  auto r = Run(Cmd({"--accelerator", "ascend-npu", "--training-port", "61234"},
-                   {"env", dir_ / "env"}),
-               {{"HCCL_IF_BASE_PORT", "50000"}});
+  auto r =
+      Run(Cmd({"--accelerator", "ascend-npu", "--training-port", "61234"}, {"env", dir_ / "env"}),
+          {{"HCCL_IF_BASE_PORT", "50000"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(WorkerEnv("env")["HCCL_IF_BASE_PORT"], "50000");
   // Other accelerators leave it alone.
@@ -93,8 +93,10 @@ TEST_F(DlroverRun, SeveralNodesWithoutMasterAddrWarnOnceAndUseTheStaticRendezvou
   for (auto& a : agents) {
     auto r = a->Wait(30s);
     EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_EQ(Occurrences(r.err, "DLROVER_MASTER_ADDR is not set; using torchrun's static "
-                                 "rendezvous at --master-addr 127.0.0.1:" + port_),
+    EXPECT_EQ(Occurrences(r.err,
+                          "DLROVER_MASTER_ADDR is not set; using torchrun's static "
+                          "rendezvous at --master-addr 127.0.0.1:" +
+                              port_),
               1)
         << r.err;
     EXPECT_TRUE(Has(r.err, "rdzv_backend=static")) << r.err;
@@ -106,11 +108,11 @@ TEST_F(DlroverRun, SeveralNodesWithoutMasterAddrWarnOnceAndUseTheStaticRendezvou
 // ---- several agents on loopback ----
 
 TEST_F(DlroverRun, NodeUnitTwoFormsARoundOfTwoAndTheThirdWaits) {
-  const std::map<std::string, std::string> env = {
-      {"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_}, {"ELASTIC_JOB_NAME", "unit"}};
-  auto opts = Cmd({"--nnodes", "1:4", "--node-unit", "2", "--nproc-per-node", "2",
-                   "--rdzv-conf", kFastConf},
-                  {"record", dir_ / "records", "wait-file", dir_ / "done"});
+  const std::map<std::string, std::string> env = {{"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_},
+                                                  {"ELASTIC_JOB_NAME", "unit"}};
+  auto opts = Cmd(
+      {"--nnodes", "1:4", "--node-unit", "2", "--nproc-per-node", "2", "--rdzv-conf", kFastConf},
+      {"record", dir_ / "records", "wait-file", dir_ / "done"});
   auto a = Start(opts, env);  // the first one hosts the rendezvous at DLROVER_MASTER_ADDR
   ASSERT_TRUE(WaitFor([&] { return Has(a->Err(), "joined the job"); }, 20s)) << a->Err();
   EXPECT_TRUE(Has(a->Err(), "starting nnodes=2:4")) << "MIN is raised to one unit: " << a->Err();
@@ -149,8 +151,8 @@ TEST_F(DlroverRun, NodeUnitNotDividingMaxIsAUsageError) {
 }
 
 TEST_F(DlroverRun, AutoConfigTakesTheNodeCountFromNodeNum) {
-  const std::map<std::string, std::string> env = {
-      {"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_}, {"NODE_NUM", "2"}};
+  const std::map<std::string, std::string> env = {{"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_},
+                                                  {"NODE_NUM", "2"}};
   auto opts = Cmd({"--auto-config", "--nproc-per-node", "1", "--rdzv-conf", kFastConf},
                   {"record", dir_ / "records"});
   auto runs = RunTwoAgents(opts, env);
@@ -172,8 +174,7 @@ TEST_F(DlroverRun, AutoConfigTakesTheNodeCountFromNodeNum) {
 }
 
 TEST_F(DlroverRun, PrecheckOneRunsTheNetworkCheckBeforeTheWorkers) {
-  const std::map<std::string, std::string> env = {
-      {"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_}};
+  const std::map<std::string, std::string> env = {{"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_}};
   auto opts = Cmd({"--nnodes", "2", "--precheck", "1", "--nproc-per-node", "1",
                    "--network-check-bytes", "1MiB", "--rdzv-conf", kFastConf},
                   {"record", dir_ / "records"});

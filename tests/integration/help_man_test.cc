@@ -22,8 +22,7 @@ std::set<std::string> HelpOptions(const std::vector<std::string>& argv) {
 }
 
 // Long options named on the tag line of every .TP paragraph in one .SH section of the man page.
-std::set<std::string> ManOptions(const std::string& section,
-                                 const std::string& page = "ftrun.1") {
+std::set<std::string> ManOptions(const std::string& section, const std::string& page = "ftrun.1") {
   std::set<std::string> out;
   auto lines = Lines(ReadFile(SourceDir() + "/man/" + page));
   static const std::regex option(R"(\\-\\-([a-z0-9_]+(?:\\-[a-z0-9_]+)*))");
@@ -44,7 +43,8 @@ std::set<std::string> ManOptions(const std::string& section,
 
 void ExpectSame(const std::set<std::string>& help, const std::set<std::string>& man,
                 const std::string& what) {
-  for (const auto& o : help) EXPECT_TRUE(man.count(o)) << what << ": " << o << " not in the man page";
+  for (const auto& o : help)
+    EXPECT_TRUE(man.count(o)) << what << ": " << o << " not in the man page";
   for (const auto& o : man) EXPECT_TRUE(help.count(o)) << what << ": " << o << " not in --help";
 }
 
@@ -102,10 +102,10 @@ TEST(HelpAndManPage, MsrunManPageDocumentsItsBehaviour) {
 
 TEST(HelpAndManPage, ManPageDocumentsExitCodesAndDifferences) {
   std::string man = ReadFile(SourceDir() + "/man/ftrun.1");
-  for (const char* section : {".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH DIFFERENCES FROM TORCHRUN",
-                              ".SH FILES", ".SH SIGNALS", ".SH MULTI\\-NODE JOBS",
-                              ".SH FTRUN MASTER", ".SH FTRUN STATUS", ".SH EVENT LOG",
-                              ".SH METRICS", ".SH FAULT\\-TIME CHECKPOINTS"}) {
+  for (const char* section :
+       {".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH DIFFERENCES FROM TORCHRUN", ".SH FILES",
+        ".SH SIGNALS", ".SH MULTI\\-NODE JOBS", ".SH FTRUN MASTER", ".SH FTRUN STATUS",
+        ".SH EVENT LOG", ".SH METRICS", ".SH FAULT\\-TIME CHECKPOINTS"}) {
     EXPECT_NE(man.find(section), std::string::npos) << section;
   }
 }

@@ -61,22 +61,25 @@ TEST_P(Hygiene, TwoHundredRestartsLeakNothing) {
   TempDir dir;
   const std::string stamps = dir / "stamps";
   constexpr int kEarly = 40, kLate = 190, kLast = 200;
-  const std::vector<std::string> worker = {
-      "stamp", stamps,
-      "if-attempt", std::to_string(kEarly), "wait-file", dir / "go-early",
-      "if-attempt", std::to_string(kLate), "wait-file", dir / "go-late",
-      "if-attempt", std::to_string(kLast), "exit", "0",
-      "if-rank", "0", "exit", "1",
-      "sleep", "60"};
-  std::vector<std::string> args = {"--nproc-per-node", "4", "--max-restarts",
-                                   std::to_string(kLast), "--monitor-interval", "0.5",
-                                   "--log-level", "warning"};
+  const std::vector<std::string> worker = {"stamp",      stamps,
+                                           "if-attempt", std::to_string(kEarly),
+                                           "wait-file",  dir / "go-early",
+                                           "if-attempt", std::to_string(kLate),
+                                           "wait-file",  dir / "go-late",
+                                           "if-attempt", std::to_string(kLast),
+                                           "exit",       "0",
+                                           "if-rank",    "0",
+                                           "exit",       "1",
+                                           "sleep",      "60"};
+  std::vector<std::string> args = {
+      "--nproc-per-node",   "4",   "--max-restarts", std::to_string(kLast),
+      "--monitor-interval", "0.5", "--log-level",    "warning"};
   if (GetParam()) {
     auto port = launcher::PickFreePort();
     ASSERT_TRUE(port);
-    args.insert(args.end(), {"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                             "127.0.0.1:" + std::to_string(*port), "--rdzv-conf",
-                             "last_call_timeout=0.1"});
+    args.insert(args.end(),
+                {"--nnodes", "1:2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                 "127.0.0.1:" + std::to_string(*port), "--rdzv-conf", "last_call_timeout=0.1"});
   }
   args.insert(args.end(), {"--no-python", FakeWorkerBinary()});
   args.insert(args.end(), worker.begin(), worker.end());
@@ -103,8 +106,8 @@ TEST_P(Hygiene, TwoHundredRestartsLeakNothing) {
   // ASan holds freed memory in quarantine (RSS grows by design) and checks for leaks itself;
   // TSan keeps a history of accesses and synchronization that grows with the run.
 #if !defined(__SANITIZE_ADDRESS__) && !defined(FTRUN_TSAN)
-  EXPECT_LT(late.rss_kb - early.rss_kb, 1024) << "RSS " << early.rss_kb << " -> " << late.rss_kb
-                                              << " KiB";
+  EXPECT_LT(late.rss_kb - early.rss_kb, 1024)
+      << "RSS " << early.rss_kb << " -> " << late.rss_kb << " KiB";
 #endif
   RecordProperty("fds", late.fds);
   RecordProperty("threads", late.threads);

@@ -48,17 +48,17 @@ TEST_F(Lifecycle, AllWorkersSucceed) {
 
 TEST_F(Lifecycle, ExitIsSeenAtOnceWhateverTheMonitorInterval) {
   // With a 60 s interval a polling launcher would still be asleep when the timeout hits.
-  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--monitor-interval", "60"}, {"exit", "0"}),
-                    {}, 20s);
+  auto r =
+      RunFtrun(Cmd({"--nproc-per-node", "2", "--monitor-interval", "60"}, {"exit", "0"}), {}, 20s);
   EXPECT_FALSE(r.timed_out);
   EXPECT_EQ(r.exit_code, 0) << r.err;
 }
 
 TEST_F(Lifecycle, FailureThenRestartCompletes) {
   // Rank 1 fails on attempt 0 only; the restart count is visible to the workers.
-  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--max-restarts", "2"},
-                        {"stamp", dir_ / "stamps", "if-attempt", "0", "if-rank", "1", "exit",
-                         "3", "sleep", "0.2"}));
+  auto r = RunFtrun(Cmd(
+      {"--nproc-per-node", "2", "--max-restarts", "2"},
+      {"stamp", dir_ / "stamps", "if-attempt", "0", "if-rank", "1", "exit", "3", "sleep", "0.2"}));
   EXPECT_EQ(r.exit_code, 0) << r.err;
   // Stamps are "<rank> <attempt> <ns>". Rank 0 of attempt 0 may be stopped before it stamps.
   int rank1_attempt0 = 0, attempt1 = 0;
@@ -88,8 +88,8 @@ TEST_F(Lifecycle, RestartsExhaustedReportsRootCause) {
 }
 
 TEST_F(Lifecycle, WorkerKilledBySignal) {
-  auto r = RunFtrun(Cmd({"--nproc-per-node", "2"},
-                        {"if-rank", "0", "kill-self", "9", "sleep", "30"}));
+  auto r =
+      RunFtrun(Cmd({"--nproc-per-node", "2"}, {"if-rank", "0", "kill-self", "9", "sleep", "30"}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("  exitcode  : -9 (pid: "), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("Signal 9 (SIGKILL) received by PID"), std::string::npos) << r.err;
@@ -107,9 +107,8 @@ TEST_F(Lifecycle, ErrorFileTracebackInSummaryAndParentErrorFile) {
 }
 
 TEST_F(Lifecycle, SigtermIsForwardedAndExitIsOne) {
-  ChildRun run(FtrunBinary(),
-               Cmd({"--nproc-per-node", "2"},
-                   {"on-term-exit", "42", "pidfile", dir_.path(), "sleep", "60"}));
+  ChildRun run(FtrunBinary(), Cmd({"--nproc-per-node", "2"},
+                                  {"on-term-exit", "42", "pidfile", dir_.path(), "sleep", "60"}));
   auto pids = WorkerPids(2);
   run.Signal(SIGTERM);
   auto r = run.Wait(20s);
@@ -174,9 +173,8 @@ TEST_F(Lifecycle, SigkillOfFtrunLeavesNoWorker) {
 }
 
 TEST_F(Lifecycle, NoZombiesWhileRunning) {
-  ChildRun run(FtrunBinary(),
-               Cmd({"--nproc-per-node", "3"},
-                   {"pidfile", dir_.path(), "if-rank", "1", "sleep", "60", "exit", "0"}));
+  ChildRun run(FtrunBinary(), Cmd({"--nproc-per-node", "3"}, {"pidfile", dir_.path(), "if-rank",
+                                                              "1", "sleep", "60", "exit", "0"}));
   auto pids = WorkerPids(3);
   // Ranks 0 and 2 exit at once; they must be reaped while rank 1 keeps running.
   for (pid_t p : {pids[0], pids[2]}) {
@@ -191,8 +189,8 @@ TEST_F(Lifecycle, NoZombiesWhileRunning) {
 
 TEST_F(Lifecycle, GrandchildrenAreStoppedWithTheirWorker) {
   auto r = RunFtrun(Cmd({"--nproc-per-node", "2"},
-                        {"grandchild", dir_.path(), "if-rank", "0", "wait-file",
-                         dir_ / "1.gpid", "if-rank", "0", "exit", "1", "sleep", "60"}));
+                        {"grandchild", dir_.path(), "if-rank", "0", "wait-file", dir_ / "1.gpid",
+                         "if-rank", "0", "exit", "1", "sleep", "60"}));
   EXPECT_EQ(r.exit_code, 1) << r.err;
   for (int rank : {0, 1}) {
     pid_t g = ReadPid(dir_ / (std::to_string(rank) + ".gpid"));

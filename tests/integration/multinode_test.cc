@@ -31,15 +31,16 @@ class MultiNode : public ::testing::Test {
     return argv;
   }
   std::vector<std::string> Static(int node_rank, std::vector<std::string> extra = {}) {
-    std::vector<std::string> o = {"--nnodes", "2", "--node-rank", std::to_string(node_rank),
-                                  "--master-addr", "127.0.0.1", "--master-port", port_};
+    std::vector<std::string> o = {
+        "--nnodes",      "2",         "--node-rank",   std::to_string(node_rank),
+        "--master-addr", "127.0.0.1", "--master-port", port_};
     o.insert(o.end(), extra.begin(), extra.end());
     return o;
   }
   std::vector<std::string> Dynamic(const std::string& nnodes, std::vector<std::string> extra = {}) {
-    std::vector<std::string> o = {"--nnodes", nnodes, "--rdzv-backend", "c10d",
-                                  "--rdzv-endpoint", "127.0.0.1:" + port_, "--rdzv-id", "job",
-                                  "--rdzv-conf", kFastConf};
+    std::vector<std::string> o = {
+        "--nnodes",  nnodes, "--rdzv-backend", "c10d",   "--rdzv-endpoint", "127.0.0.1:" + port_,
+        "--rdzv-id", "job",  "--rdzv-conf",    kFastConf};
     o.insert(o.end(), extra.begin(), extra.end());
     return o;
   }
@@ -90,8 +91,9 @@ TEST_F(MultiNode, StaticNodeWaitsForNodeZeroWithLogLines) {
 }
 
 TEST_F(MultiNode, RankCrashOnNodeOneRestartsBothNodesWithTheSameCount) {
-  std::vector<std::string> w = {"record", dir_ / "records", "if-attempt", "0", "if-rank", "2",
-                                "exit", "3", "if-attempt", "0", "sleep", "30"};
+  std::vector<std::string> w = {
+      "record", dir_ / "records", "if-attempt", "0",     "if-rank", "2", "exit",
+      "3",      "if-attempt",     "0",          "sleep", "30"};
   ChildRun n0(FtrunBinary(), Cmd(Static(0, {"--max-restarts", "2"}), w));
   ChildRun n1(FtrunBinary(), Cmd(Static(1, {"--max-restarts", "2"}), w));
   auto r0 = n0.Wait(60s), r1 = n1.Wait(60s);
@@ -119,11 +121,11 @@ TEST_F(MultiNode, FinalFailureReachesEveryNodeAtOnce) {
 }
 
 TEST_F(MultiNode, DynamicRanksFollowJoinOrderAndMasterIsRankZero) {
-  ChildRun a(FtrunBinary(), Cmd(Dynamic("2", {"--local-addr", "127.0.0.1"}),
-                                {"record", dir_ / "records"}));
+  ChildRun a(FtrunBinary(),
+             Cmd(Dynamic("2", {"--local-addr", "127.0.0.1"}), {"record", dir_ / "records"}));
   ASSERT_TRUE(WaitFor([&] { return a.Err().find("joined the job") != std::string::npos; }, 10s));
-  ChildRun b(FtrunBinary(), Cmd(Dynamic("2", {"--local-addr", "127.0.0.2"}),
-                                {"record", dir_ / "records"}));
+  ChildRun b(FtrunBinary(),
+             Cmd(Dynamic("2", {"--local-addr", "127.0.0.2"}), {"record", dir_ / "records"}));
   auto ra = a.Wait(30s), rb = b.Wait(30s);
   ASSERT_EQ(ra.exit_code, 0) << ra.err;
   ASSERT_EQ(rb.exit_code, 0) << rb.err;
@@ -146,8 +148,8 @@ TEST_F(MultiNode, ScaleUpStartsANewRoundWithoutSpendingARestart) {
 }
 
 TEST_F(MultiNode, ScaleDownWhenAnAgentIsKilled) {
-  std::vector<std::string> w = {"record", dir_ / "records", "pidfile", dir_.path(), "wait-file",
-                                dir_ / "done"};
+  std::vector<std::string> w = {"record",    dir_ / "records", "pidfile",
+                                dir_.path(), "wait-file",      dir_ / "done"};
   ChildRun a(FtrunBinary(), Cmd(Dynamic("1:2"), w));
   ASSERT_TRUE(WaitFor([&] { return Count("world=2") == 2; }, 20s)) << a.Err();
   ChildRun b(FtrunBinary(), Cmd(Dynamic("1:2"), w));
@@ -166,8 +168,7 @@ TEST_F(MultiNode, ScaleDownWhenAnAgentIsKilled) {
 }
 
 TEST_F(MultiNode, BelowMinTheJobWaitsForJoinTimeoutThenFailsSayingSo) {
-  std::vector<std::string> conf = {"--rdzv-conf",
-                                   std::string(kFastConf) + ",join_timeout=1.5"};
+  std::vector<std::string> conf = {"--rdzv-conf", std::string(kFastConf) + ",join_timeout=1.5"};
   std::vector<std::string> w = {"record", dir_ / "records", "sleep", "60"};
   ChildRun a(FtrunBinary(), Cmd(Dynamic("2", conf), w));  // a hosts: it starts first
   ASSERT_TRUE(WaitFor([&] { return a.Err().find("joined the job") != std::string::npos; }, 20s));
@@ -190,7 +191,8 @@ TEST_F(MultiNode, SpareWaitsAtMaxAndFillsTheGap) {
   ChildRun b(FtrunBinary(), Cmd(Dynamic("1:2"), w));
   ASSERT_TRUE(WaitFor([&] { return Count("world=4") == 4; }, 20s)) << a.Err() << b.Err();
   ChildRun spare(FtrunBinary(), Cmd(Dynamic("1:2", {"--role", "spare"}), w));
-  ASSERT_TRUE(WaitFor([&] { return spare.Err().find("joined the job") != std::string::npos; }, 20s));
+  ASSERT_TRUE(
+      WaitFor([&] { return spare.Err().find("joined the job") != std::string::npos; }, 20s));
   EXPECT_EQ(Count("role=spare"), 0) << "a spare does not disturb a full round";
   b.Signal(SIGKILL);
   b.Wait(10s);
@@ -239,8 +241,9 @@ TEST_F(MultiNode, StandaloneMasterServesTheJob) {
   ChildRun master(FtrunBinary(), {"master", "--port", port_, "--nnodes", "2", "--rdzv-id", "job",
                                   "--max-restarts", "1"});
   ASSERT_TRUE(WaitFor([&] { return master.Err().find("listening") != std::string::npos; }, 10s));
-  std::vector<std::string> w = {"record", dir_ / "records", "if-attempt", "0", "if-rank", "1",
-                                "exit", "1", "if-attempt", "0", "sleep", "30"};
+  std::vector<std::string> w = {
+      "record", dir_ / "records", "if-attempt", "0",     "if-rank", "1", "exit",
+      "1",      "if-attempt",     "0",          "sleep", "30"};
   ChildRun a(FtrunBinary(), Cmd(Dynamic("2"), w));
   ChildRun b(FtrunBinary(), Cmd(Dynamic("2"), w));
   auto ra = a.Wait(60s), rb = b.Wait(60s), rm = master.Wait(60s);
@@ -254,14 +257,14 @@ TEST_F(MultiNode, StandaloneMasterServesTheJob) {
 }
 
 TEST_F(MultiNode, ARestartedMasterIsRejoinedWithRoundAndRestartCountCarriedOn) {
-  const std::vector<std::string> master_args = {"master", "--port", port_, "--nnodes", "2",
-                                                "--rdzv-id", "job", "--max-restarts", "3",
-                                                "--rdzv-conf", kFastConf};
+  const std::vector<std::string> master_args = {"master", "--port",      port_,    "--nnodes",
+                                                "2",      "--rdzv-id",   "job",    "--max-restarts",
+                                                "3",      "--rdzv-conf", kFastConf};
   auto master = std::make_unique<ChildRun>(FtrunBinary(), master_args);
   ASSERT_TRUE(WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s));
   // Attempt 0: rank 1 fails (one restart spent); attempt 1 waits for "go".
-  std::vector<std::string> w = {"record", dir_ / "records", "if-attempt", "0", "if-rank", "1",
-                                "exit", "1", "wait-file", dir_ / "go"};
+  std::vector<std::string> w = {"record", dir_ / "records", "if-attempt", "0",         "if-rank",
+                                "1",      "exit",           "1",          "wait-file", dir_ / "go"};
   const auto conf = Dynamic("2", {"--rdzv-conf", std::string(kFastConf) + ",is_host=0"});
   ChildRun a(FtrunBinary(), Cmd(conf, w));
   ChildRun b(FtrunBinary(), Cmd(conf, w));
@@ -287,8 +290,8 @@ TEST_F(MultiNode, ARestartedMasterIsRejoinedWithRoundAndRestartCountCarriedOn) {
 
 TEST_F(MultiNode, PortInUseIsOneClearLine) {
   boost::asio::io_context io;
-  boost::asio::ip::tcp::acceptor busy(io, {boost::asio::ip::tcp::v4(),
-                                           static_cast<unsigned short>(std::stoi(port_))});
+  boost::asio::ip::tcp::acceptor busy(
+      io, {boost::asio::ip::tcp::v4(), static_cast<unsigned short>(std::stoi(port_))});
   auto r = RunFtrun(Cmd(Static(0), {"exit", "0"}), {}, 30s);
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("cannot listen on port " + port_), std::string::npos) << r.err;
@@ -296,7 +299,8 @@ TEST_F(MultiNode, PortInUseIsOneClearLine) {
 }
 
 TEST_F(MultiNode, LosingTheHostAgentFailsTheOthersQuickly) {
-  std::vector<std::string> conf = {"--rdzv-conf", "keep_alive_interval=0.5,keep_alive_max_attempt=4"};
+  std::vector<std::string> conf = {"--rdzv-conf",
+                                   "keep_alive_interval=0.5,keep_alive_max_attempt=4"};
   ChildRun n0(FtrunBinary(), Cmd(Static(0, conf), {"pidfile", dir_.path(), "sleep", "60"}));
   ChildRun n1(FtrunBinary(), Cmd(Static(1, conf), {"pidfile", dir_.path(), "sleep", "60"}));
   ASSERT_TRUE(WaitFor([&] { return ReadPid(dir_ / "3.pid") > 0; }, 20s));
@@ -312,8 +316,8 @@ TEST_F(MultiNode, SignalledHostAgentEndsTheJobForEveryone) {
   ChildRun n1(FtrunBinary(), Cmd(Static(1), {"pidfile", dir_.path(), "sleep", "60"}));
   // Ranks 0-1 run on n0, 2-3 on n1: n0 must have started its workers, or it dies of the
   // signal as torchrun does.
-  ASSERT_TRUE(WaitFor([&] { return ReadPid(dir_ / "1.pid") > 0 && ReadPid(dir_ / "3.pid") > 0; },
-                      20s));
+  ASSERT_TRUE(
+      WaitFor([&] { return ReadPid(dir_ / "1.pid") > 0 && ReadPid(dir_ / "3.pid") > 0; }, 20s));
   n0.Signal(SIGTERM);
   auto r1 = n1.Wait(30s), r0 = n0.Wait(30s);
   EXPECT_EQ(r0.exit_code, 1);

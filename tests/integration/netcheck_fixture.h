@@ -44,10 +44,24 @@ class NetCheck : public ::testing::Test {
                                const std::vector<std::string>& actions,
                                const std::string& conf = kFastConf,
                                const std::string& bytes = "1MiB") {
-    std::vector<std::string> argv = {
-        "--log-dir", dir_ / "logs", "--nproc-per-node", "2", "--event-log", dir_ / "events",
-        "--nnodes", nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port_,
-        "--rdzv-id", "job", "--rdzv-conf", conf, "--network-check-bytes", bytes};
+    std::vector<std::string> argv = {"--log-dir",
+                                     dir_ / "logs",
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--event-log",
+                                     dir_ / "events",
+                                     "--nnodes",
+                                     nnodes,
+                                     "--rdzv-backend",
+                                     "c10d",
+                                     "--rdzv-endpoint",
+                                     "127.0.0.1:" + port_,
+                                     "--rdzv-id",
+                                     "job",
+                                     "--rdzv-conf",
+                                     conf,
+                                     "--network-check-bytes",
+                                     bytes};
     argv.insert(argv.end(), options.begin(), options.end());
     argv.push_back("--no-python");
     argv.push_back(FakeWorkerBinary());
@@ -76,9 +90,7 @@ class NetCheck : public ::testing::Test {
     return agents;
   }
 
-  int Count(const std::string& needle) {
-    return CountLines(ReadFile(dir_ / "records"), needle);
-  }
+  int Count(const std::string& needle) { return CountLines(ReadFile(dir_ / "records"), needle); }
   // The event log's records of one kind.
   std::vector<google::protobuf::Struct> Events(const std::string& event) {
     std::vector<google::protobuf::Struct> out;
@@ -116,7 +128,7 @@ class NetCheck : public ::testing::Test {
   }
   // A single-node job with the switchbox check.
   std::vector<std::string> Switchbox(std::vector<std::string> options) {
-    std::vector<std::string> argv = {"--log-dir", dir_ / "logs", "--nproc-per-node", "2",
+    std::vector<std::string> argv = {"--log-dir",   dir_ / "logs",   "--nproc-per-node", "2",
                                      "--event-log", dir_ / "events", "--switchbox-check"};
     argv.insert(argv.end(), options.begin(), options.end());
     argv.insert(argv.end(), {"--no-python", FakeWorkerBinary(), "record", dir_ / "records"});

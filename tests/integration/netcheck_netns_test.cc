@@ -61,8 +61,7 @@ class NetCheckNetNs : public ::testing::Test {
       created_.push_back(ns);
       // Both ends are created inside the namespaces, never in the host's.
       const std::vector<std::vector<std::string>> steps = {
-          {"-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns",
-           bridge_},
+          {"-n", ns, "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", bridge_},
           {"-n", bridge_, "link", "set", port, "master", "br0"},
           {"-n", bridge_, "link", "set", port, "up"},
           {"-n", ns, "addr", "add", Addr(i) + "/24", "dev", "eth0"},
@@ -88,12 +87,31 @@ class NetCheckNetNs : public ::testing::Test {
   std::unique_ptr<ChildRun> Agent(int i, const std::string& nnodes,
                                   const std::vector<std::string>& check) {
     std::vector<std::string> args = {
-        "netns", "exec", ns_[i], FtrunBinary(), "--log-dir", dir_ / "logs",
-        "--nproc-per-node", "2", "--role", "node" + std::to_string(i), "--event-log",
-        dir_ / "events", "--nnodes", nnodes, "--rdzv-backend", "c10d", "--rdzv-endpoint",
-        Addr(0) + ":29400", "--rdzv-id", "netcheck", "--rdzv-conf",
-        "last_call_timeout=5,keep_alive_interval=0.5,keep_alive_max_attempt=6", "--local-addr",
-        Addr(i), "--network-check"};
+        "netns",
+        "exec",
+        ns_[i],
+        FtrunBinary(),
+        "--log-dir",
+        dir_ / "logs",
+        "--nproc-per-node",
+        "2",
+        "--role",
+        "node" + std::to_string(i),
+        "--event-log",
+        dir_ / "events",
+        "--nnodes",
+        nnodes,
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        Addr(0) + ":29400",
+        "--rdzv-id",
+        "netcheck",
+        "--rdzv-conf",
+        "last_call_timeout=5,keep_alive_interval=0.5,keep_alive_max_attempt=6",
+        "--local-addr",
+        Addr(i),
+        "--network-check"};
     args.insert(args.end(), check.begin(), check.end());
     args.insert(args.end(), {"--no-python", FakeWorkerBinary(), "record", dir_ / "records"});
     return std::make_unique<ChildRun>("/usr/sbin/ip", args);
@@ -105,8 +123,7 @@ class NetCheckNetNs : public ::testing::Test {
     for (int i = 0; i < kNodes; ++i) {
       agents.push_back(Agent(i, nnodes, check));
       ChildRun& a = *agents.back();
-      EXPECT_TRUE(WaitFor([&] { return a.Err().find("joined the job") != std::string::npos; },
-                          30s))
+      EXPECT_TRUE(WaitFor([&] { return a.Err().find("joined the job") != std::string::npos; }, 30s))
           << "node " << i << ":\n"
           << a.Err();
     }
@@ -132,9 +149,9 @@ class NetCheckNetNs : public ::testing::Test {
                               const std::string& verdict) {
     ASSERT_EQ(r.size(), static_cast<size_t>(kNodes));
     EXPECT_EQ(r[bad].exit_code, 75) << r[bad].err;
-    EXPECT_EQ(CountLines(r[bad].err, "this node leaves the job: the network check found it " +
-                                         verdict),
-              1)
+    EXPECT_EQ(
+        CountLines(r[bad].err, "this node leaves the job: the network check found it " + verdict),
+        1)
         << r[bad].err;
     for (int i = 0; i < kNodes; ++i) {
       if (i == bad) continue;
@@ -157,14 +174,14 @@ class NetCheckNetNs : public ::testing::Test {
 
 TEST_F(NetCheckNetNs, AllHealthyAreKept) {
   auto r = RunAll("4", {"--network-check-bytes", "4MiB"});
-  for (int i = 0; i < kNodes; ++i) EXPECT_EQ(r[i].exit_code, 0) << "node " << i << ":\n" << r[i].err;
+  for (int i = 0; i < kNodes; ++i)
+    EXPECT_EQ(r[i].exit_code, 0) << "node " << i << ":\n" << r[i].err;
   EXPECT_EQ(Count("world=8"), 8) << ReadFile(dir_ / "records");
   for (int i = 0; i < kNodes; ++i) EXPECT_EQ(Count("role=node" + std::to_string(i)), 2);
   EXPECT_NE(r[0].err.find("network check finished round=0: all nodes passed"), std::string::npos)
       << r[0].err;
   // The probes went to the nodes' own addresses.
-  EXPECT_NE(r[1].err.find("network check round=0 check_round=0 wave=0: probing"),
-            std::string::npos)
+  EXPECT_NE(r[1].err.find("network check round=0 check_round=0 wave=0: probing"), std::string::npos)
       << r[1].err;
   pb::Struct check = Check();
   EXPECT_EQ(check.fields().at("faulty").list_value().values_size(), 0);
@@ -175,8 +192,9 @@ TEST_F(NetCheckNetNs, ASlowNodeIsExcludedAsAStragglerAndNotItsPartner) {
   std::string err;
   if (::access("/usr/sbin/tc", X_OK) != 0) GTEST_SKIP() << "tc (iproute2) is not installed";
   // Node 2 sends at 40 Mbit/s (5 MB/s); the others move hundreds of MB/s over the bridge.
-  if (Tc(2, {"qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "40mbit", "burst", "32kb",
-             "latency", "200ms"},
+  if (Tc(2,
+         {"qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "40mbit", "burst", "32kb",
+          "latency", "200ms"},
          &err) != 0) {
     GTEST_SKIP() << "tc cannot shape traffic here (tbf): " << err;
   }
@@ -207,16 +225,16 @@ TEST_F(NetCheckNetNs, ANodeWhoseProbePortIsUnreachableIsExcluded) {
   // without it, a redirect to a device that is down drops as well (act_mirred).
   bool dropping = true;
   for (const char* dir : {"dport", "sport"}) {
-    std::vector<std::string> filter = {"filter", "add", "dev", "eth0", "parent", "ffff:",
-                                       "protocol", "ip", "prio", "1", "u32", "match", "ip",
-                                       "protocol", "6", "0xff", "match", "ip", dir, kProbePort,
-                                       "0xffff", "action"};
+    std::vector<std::string> filter = {
+        "filter", "add", "dev", "eth0",     "parent", "ffff:",    "protocol", "ip",
+        "prio",   "1",   "u32", "match",    "ip",     "protocol", "6",        "0xff",
+        "match",  "ip",  dir,   kProbePort, "0xffff", "action"};
     auto drop = filter;
     drop.push_back("drop");
     if (Tc(2, drop, &err) == 0) continue;
     if (Ip({"-n", ns_[2], "link", "show", "sink"}) != 0 &&
-        Ip({"-n", ns_[2], "link", "add", "sink", "type", "veth", "peer", "name", "sinkp"},
-           &err) != 0) {
+        Ip({"-n", ns_[2], "link", "add", "sink", "type", "veth", "peer", "name", "sinkp"}, &err) !=
+            0) {
       dropping = false;
       break;
     }

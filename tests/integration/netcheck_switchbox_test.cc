@@ -16,10 +16,10 @@ namespace {
 using namespace std::chrono_literals;
 
 TEST_F(NetCheck, SwitchboxAllPairsPassAndTheJobRuns) {
-  auto r = RunFtrun(Switchbox({"--box-pairs", "0:1", "2:4", "--min-bandwidth", "10000",
-                               "--min-channels", "2", "--switchbox-probe",
-                               Probe("0:1=12345.6 2:4=15000")}),
-                    {}, 30s);
+  auto r =
+      RunFtrun(Switchbox({"--box-pairs", "0:1", "2:4", "--min-bandwidth", "10000", "--min-channels",
+                          "2", "--switchbox-probe", Probe("0:1=12345.6 2:4=15000")}),
+               {}, 30s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("switchbox pair 0:1: 12345.6 MB/s"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("switchbox pair 2:4: 15000.0 MB/s"), std::string::npos) << r.err;
@@ -34,8 +34,9 @@ TEST_F(NetCheck, SwitchboxAllPairsPassAndTheJobRuns) {
 TEST_F(NetCheck, SwitchboxTooFewPassingPairsLeaveBeforeJoining) {
   ChildRun master(FtrunBinary(), {"master", "--port", port_, "--nnodes", "2", "--rdzv-id", "job"});
   ASSERT_TRUE(WaitFor([&] { return master.Err().find("listening") != std::string::npos; }, 20s));
-  auto argv = Cmd("2", {"--switchbox-check", "--box-pairs", "0:1 2:4 3:5 6:7", "--min-channels",
-                        "2", "--switchbox-probe", Probe("0:1=12000 2:4=500 3:5=crash 6:7=error")},
+  auto argv = Cmd("2",
+                  {"--switchbox-check", "--box-pairs", "0:1 2:4 3:5 6:7", "--min-channels", "2",
+                   "--switchbox-probe", Probe("0:1=12000 2:4=500 3:5=crash 6:7=error")},
                   Record());
   auto r = RunFtrun(argv, {}, 30s);
   EXPECT_EQ(r.exit_code, 75) << r.err;
@@ -57,10 +58,10 @@ TEST_F(NetCheck, SwitchboxTooFewPassingPairsLeaveBeforeJoining) {
 TEST_F(NetCheck, SwitchboxGarbageAndAHungProbeFailTheirPairsWithReasons) {
   const std::string pids = dir_ / "hung.pids";
   auto start = std::chrono::steady_clock::now();
-  auto r = RunFtrun(Switchbox({"--box-pairs", "0:1 2:4 3:5", "--min-channels", "1",
-                               "--switchbox-timeout", "1", "--switchbox-probe",
-                               Probe("0:1=12000 2:4=garbage 3:5=hang")}),
-                    {{"FAKE_PROBE_PIDS", pids}}, 30s);
+  auto r = RunFtrun(
+      Switchbox({"--box-pairs", "0:1 2:4 3:5", "--min-channels", "1", "--switchbox-timeout", "1",
+                 "--switchbox-probe", Probe("0:1=12000 2:4=garbage 3:5=hang")}),
+      {{"FAKE_PROBE_PIDS", pids}}, 30s);
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(r.exit_code, 0) << "one passing pair is enough here:\n" << r.err;
@@ -103,8 +104,8 @@ TEST_F(NetCheck, SwitchboxDefaultProbeWithoutAGpuIsOneLine) {
 }
 
 TEST_F(NetCheck, MalformedBoxPairIsAUsageErrorNamingIt) {
-  auto r = RunFtrun(Switchbox({"--box-pairs", "0:1", "2-4", "--switchbox-probe", Probe("")}), {},
-                    30s);
+  auto r =
+      RunFtrun(Switchbox({"--box-pairs", "0:1", "2-4", "--switchbox-probe", Probe("")}), {}, 30s);
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("--box-pairs: bad pair \"2-4\""), std::string::npos) << r.err;
   EXPECT_FALSE(FileExists(dir_ / "records"));

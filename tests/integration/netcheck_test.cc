@@ -82,12 +82,10 @@ TEST_F(NetCheck, CheckCommandFailingOnOneAgentExcludesItAndNotItsPartner) {
   const std::string bad = NodeId(r[2].err);
   ASSERT_FALSE(bad.empty()) << r[2].err;
   EXPECT_EQ(r[2].exit_code, 75) << r[2].err;
-  EXPECT_EQ(CountLines(r[2].err, "this node leaves the job: the network check found it faulty"),
-            1)
+  EXPECT_EQ(CountLines(r[2].err, "this node leaves the job: the network check found it faulty"), 1)
       << r[2].err;
   EXPECT_EQ(CountLines(r[2].err, "[error]"), 1) << "one line says why:\n" << r[2].err;
-  EXPECT_NE(r[2].err.find("check command on " + HostOf(bad) + ": exit code 1"),
-            std::string::npos)
+  EXPECT_NE(r[2].err.find("check command on " + HostOf(bad) + ": exit code 1"), std::string::npos)
       << r[2].err;
   EXPECT_EQ(r[2].err.find("worker local_rank=0 started"), std::string::npos) << r[2].err;
   for (int i : {0, 1, 3}) EXPECT_EQ(r[i].exit_code, 0) << "agent " << i << ":\n" << r[i].err;
@@ -115,8 +113,8 @@ TEST_F(NetCheck, TooFewLeftAfterTheExclusionFailsTheJobNamingTheNode) {
   for (auto& a : agents) r.push_back(a->Wait(60s));
   const std::string bad = NodeId(r[2].err);
   EXPECT_EQ(r[2].exit_code, 75) << r[2].err;
-  const std::string why = "the network check excluded " + HostOf(bad) +
-                          "; 3 node(s) left, --nnodes needs at least 4";
+  const std::string why =
+      "the network check excluded " + HostOf(bad) + "; 3 node(s) left, --nnodes needs at least 4";
   for (int i : {0, 1, 3}) {
     EXPECT_EQ(r[i].exit_code, 1) << "agent " << i << ":\n" << r[i].err;
     EXPECT_NE(r[i].err.find("job finished outcome=failed exit_code=1 reason=\"" + why),
@@ -210,8 +208,7 @@ TEST_F(NetCheck, AJoiningAgentBringsANewCheckAndTheJobGoesOn) {
   ASSERT_TRUE(WaitFor([&] { return Count("world=4") == 4; }, 30s))
       << agents[0]->Err() << agents[1]->Err();
   ChildRun c(FtrunBinary(), argv);
-  ASSERT_TRUE(WaitFor([&] { return Count("world=6") == 6; }, 30s))
-      << agents[0]->Err() << c.Err();
+  ASSERT_TRUE(WaitFor([&] { return Count("world=6") == 6; }, 30s)) << agents[0]->Err() << c.Err();
   std::ofstream(dir_ / "done") << "";
   auto r0 = agents[0]->Wait(30s), r1 = agents[1]->Wait(30s), rc = c.Wait(30s);
   EXPECT_EQ(r0.exit_code, 0) << r0.err;

@@ -57,8 +57,8 @@ class NetNs : public ::testing::Test {
   }
   // Workers record their view; --role tells which namespace a record came from.
   std::vector<std::string> Worker(const std::string& ns) {
-    return {"--log-dir", dir_ / "logs", "--nproc-per-node", "2", "--role", ns, "--no-python",
-            FakeWorkerBinary(), "record", dir_ / "records"};
+    return {"--log-dir", dir_ / "logs", "--nproc-per-node", "2",      "--role",
+            ns,          "--no-python", FakeWorkerBinary(), "record", dir_ / "records"};
   }
   // Every worker sees WORLD_SIZE 4 and, as MASTER_ADDR, the address of the namespace whose
   // node is group rank 0.
@@ -84,9 +84,10 @@ class NetNs : public ::testing::Test {
 
 TEST_F(NetNs, StaticRendezvousAcrossNamespaces) {
   auto opts = [&](int rank, const std::string& self) {
-    std::vector<std::string> o = {"--nnodes", "2", "--node-rank", std::to_string(rank),
-                                  "--master-addr", subnet_ + "1", "--master-port", "29500",
-                                  "--local-addr", self};
+    std::vector<std::string> o = {
+        "--nnodes",      "2",           "--node-rank",   std::to_string(rank),
+        "--master-addr", subnet_ + "1", "--master-port", "29500",
+        "--local-addr",  self};
     auto w = Worker(rank == 0 ? a_ : b_);
     o.insert(o.end(), w.begin(), w.end());
     return o;
@@ -97,16 +98,16 @@ TEST_F(NetNs, StaticRendezvousAcrossNamespaces) {
   ASSERT_EQ(r0.exit_code, 0) << r0.err;
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
   ExpectFourWorkersWithRankZeroAsMaster();
-  EXPECT_NE(ReadFile(dir_ / "records").find("group=0 world=4 attempt=0 master=" + subnet_ +
-                                            "1:"),
+  EXPECT_NE(ReadFile(dir_ / "records").find("group=0 world=4 attempt=0 master=" + subnet_ + "1:"),
             std::string::npos)
       << "static: node rank 0 is group rank 0";
 }
 
 TEST_F(NetNs, DynamicRendezvousHostedWhereTheEndpointLives) {
   auto opts = [&](const std::string& ns, const std::string& self) {
-    std::vector<std::string> o = {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                                  subnet_ + "1:29400", "--rdzv-id", "ns", "--local-addr", self};
+    std::vector<std::string> o = {
+        "--nnodes",  "2",  "--rdzv-backend", "c10d", "--rdzv-endpoint", subnet_ + "1:29400",
+        "--rdzv-id", "ns", "--local-addr",   self};
     auto w = Worker(ns);
     o.insert(o.end(), w.begin(), w.end());
     return o;

@@ -66,9 +66,9 @@ class Operations : public ::testing::Test {
 };
 
 TEST_F(Operations, EventLogRecordsTheLifecycle) {
-  std::vector<std::string> argv = {"--log-dir", dir_ / "logs", "--event-log", dir_ / "ev.jsonl",
-                                   "--nproc-per-node", "2", "--max-restarts", "1", "--rdzv-id",
-                                   "evjob"};
+  std::vector<std::string> argv = {
+      "--log-dir", dir_ / "logs",    "--event-log", dir_ / "ev.jsonl", "--nproc-per-node",
+      "2",         "--max-restarts", "1",           "--rdzv-id",       "evjob"};
   auto w = Worker({"if-attempt", "0", "if-rank", "1", "exit", "3", "exit", "0"});
   argv.insert(argv.end(), w.begin(), w.end());
   auto r = RunFtrun(argv);
@@ -80,10 +80,10 @@ TEST_F(Operations, EventLogRecordsTheLifecycle) {
     EXPECT_EQ(Str(e, "schema"), "1.000000");
     EXPECT_EQ(Str(e, "run_id"), "evjob");
     EXPECT_NE(Str(e, "node"), "<unset>");
-    EXPECT_TRUE(std::regex_match(Str(e, "time"),
-                                 std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
+    EXPECT_TRUE(
+        std::regex_match(Str(e, "time"), std::regex(R"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z)")));
   }
-  const std::vector<std::string> expected = {"agent_started", "round_started", "workers_spawned",
+  const std::vector<std::string> expected = {"agent_started", "round_started",  "workers_spawned",
                                              "worker_exited", "fault_reported", "restart",
                                              "round_started", "job_finished"};
   size_t at = 0;
@@ -112,16 +112,19 @@ TEST_F(Operations, EventLogThatCannotBeOpenedIsOneLine) {
 
 TEST_F(Operations, MetricsEndpoint) {
   auto argv = Worker({"pidfile", dir_.path(), "sleep", "30"});
-  argv.insert(argv.begin(), {"--log-dir", dir_ / "logs", "--metrics-port", "0",
-                             "--nproc-per-node", "2"});
+  argv.insert(argv.begin(),
+              {"--log-dir", dir_ / "logs", "--metrics-port", "0", "--nproc-per-node", "2"});
   ChildRun run(FtrunBinary(), argv);
   ASSERT_TRUE(WaitFor([&] { return PortFromLog(run.Err()) > 0 && ReadPid(dir_ / "1.pid"); }, 10s));
   const int port = PortFromLog(run.Err());
   std::string body;
-  ASSERT_TRUE(WaitFor([&] {
-    body = HttpGet(port, "/metrics");
-    return body.find("ftrun_workers_live 2") != std::string::npos;
-  }, 10s)) << body;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        body = HttpGet(port, "/metrics");
+        return body.find("ftrun_workers_live 2") != std::string::npos;
+      },
+      10s))
+      << body;
   EXPECT_NE(body.find("HTTP/1.1 200 OK"), std::string::npos);
   EXPECT_NE(body.find("# TYPE ftrun_restarts gauge"), std::string::npos);
   EXPECT_NE(body.find("ftrun_info{version=\"0.1.0\",run_id=\"none\"} 1"), std::string::npos);
@@ -133,24 +136,26 @@ TEST_F(Operations, MetricsEndpoint) {
 
 TEST_F(Operations, MasterWithEventLogMetricsAndStatus) {
   const std::string port = std::to_string(launcher::PickFreePort().value());
-  ChildRun master(FtrunBinary(), {"master", "--port", port, "--nnodes", "2", "--rdzv-id", "sj",
-                                  "--event-log", dir_ / "master.jsonl", "--metrics-port", "0",
-                                  "--rdzv-conf", "token=t0k"});
+  ChildRun master(FtrunBinary(),
+                  {"master", "--port", port, "--nnodes", "2", "--rdzv-id", "sj", "--event-log",
+                   dir_ / "master.jsonl", "--metrics-port", "0", "--rdzv-conf", "token=t0k"});
   ASSERT_TRUE(WaitFor([&] { return PortFromLog(master.Err()) > 0; }, 10s)) << master.Err();
   auto agent = [&] {
     auto argv = Worker({"wait-file", dir_ / "done"});
-    argv.insert(argv.begin(), {"--log-dir", dir_ / "logs", "--nnodes", "2", "--nproc-per-node",
-                               "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                               "127.0.0.1:" + port, "--rdzv-id", "sj", "--rdzv-conf",
-                               "token=t0k"});
+    argv.insert(argv.begin(), {"--log-dir", dir_ / "logs", "--nnodes", "2", "--nproc-per-node", "2",
+                               "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port,
+                               "--rdzv-id", "sj", "--rdzv-conf", "token=t0k"});
     return std::make_unique<ChildRun>(FtrunBinary(), argv);
   };
   auto a = agent(), b = agent();
   RunResult st;
-  ASSERT_TRUE(WaitFor([&] {
-    st = RunFtrun({"status", "--token", "t0k", "127.0.0.1:" + port});
-    return st.out.find("job sj: running") != std::string::npos;
-  }, 20s)) << st.out << st.err;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        st = RunFtrun({"status", "--token", "t0k", "127.0.0.1:" + port});
+        return st.out.find("job sj: running") != std::string::npos;
+      },
+      20s))
+      << st.out << st.err;
   EXPECT_EQ(st.exit_code, 0);
   EXPECT_NE(st.out.find("world size 4"), std::string::npos) << st.out;
   EXPECT_NE(st.out.find("0-1"), std::string::npos) << st.out;
@@ -188,8 +193,7 @@ TEST_F(Operations, StatusOfNothingIsOneLine) {
 TEST_F(Operations, DryRunStartsNothing) {
   auto r = RunFtrun({"--dry-run", "--nnodes", "2:4", "--nproc-per-node", "8", "--rdzv-backend",
                      "c10d", "--rdzv-endpoint", "node0:29400", "--rdzv-id", "job42",
-                     "--max-restarts", "3", "--log-dir", dir_ / "logs", "train.py", "--lr",
-                     "0.1"},
+                     "--max-restarts", "3", "--log-dir", dir_ / "logs", "train.py", "--lr", "0.1"},
                     {{"TMPDIR", dir_.path()}});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("the command line is valid"), std::string::npos) << r.out;

@@ -61,10 +61,9 @@ TEST_F(WorkerIo, EnvironmentOfEveryRank) {
     EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
     EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
     EXPECT_EQ(env["SOME_USER_VAR"], "kept");
-    EXPECT_TRUE(std::regex_match(
-        env["TORCHELASTIC_ERROR_FILE"],
-        std::regex(logs() + "/job7_[a-z0-9_]{8}/attempt_0/" + std::to_string(rank) +
-                   "/error.json")))
+    EXPECT_TRUE(std::regex_match(env["TORCHELASTIC_ERROR_FILE"],
+                                 std::regex(logs() + "/job7_[a-z0-9_]{8}/attempt_0/" +
+                                            std::to_string(rank) + "/error.json")))
         << env["TORCHELASTIC_ERROR_FILE"];
     // A port the agent picked for this round: the same for all ranks, not --master-port.
     if (rank == 0) master_port = env["MASTER_PORT"];
@@ -77,8 +76,8 @@ TEST_F(WorkerIo, EnvironmentOfEveryRank) {
 TEST_F(WorkerIo, OmpBannerOnlyWhenUnsetAndSeveralWorkers) {
   auto r = RunFtrun(Cmd({"--nproc-per-node", "2"}, {"env", dir_ / "env"}));
   EXPECT_NE(r.err.find("Setting OMP_NUM_THREADS environment variable"), std::string::npos);
-  auto kept = RunFtrun(Cmd({"--nproc-per-node", "2"}, {"env", dir_ / "kept"}),
-                       {{"OMP_NUM_THREADS", "4"}});
+  auto kept =
+      RunFtrun(Cmd({"--nproc-per-node", "2"}, {"env", dir_ / "kept"}), {{"OMP_NUM_THREADS", "4"}});
   EXPECT_EQ(kept.err.find("Setting OMP_NUM_THREADS"), std::string::npos);
   EXPECT_EQ(ParseEnvFile(dir_ / "kept.0")["OMP_NUM_THREADS"], "4");
   auto one = RunFtrun(Cmd({}, {"env", dir_ / "one"}));
@@ -100,12 +99,11 @@ TEST_F(WorkerIo, LocalRankSubstitutionInArguments) {
 }
 
 TEST_F(WorkerIo, LogDirectoryLayout) {
-  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--max-restarts", "1"},
-                        {"if-attempt", "0", "exit", "1"}));
+  auto r = RunFtrun(
+      Cmd({"--nproc-per-node", "2", "--max-restarts", "1"}, {"if-attempt", "0", "exit", "1"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   std::string run = RunDir();
-  EXPECT_TRUE(std::regex_match(fs::path(run).filename().string(),
-                               std::regex("none_[a-z0-9_]{8}")))
+  EXPECT_TRUE(std::regex_match(fs::path(run).filename().string(), std::regex("none_[a-z0-9_]{8}")))
       << run;
   for (const char* d : {"attempt_0/0", "attempt_0/1", "attempt_1/0", "attempt_1/1"}) {
     EXPECT_TRUE(fs::is_directory(run + "/" + d)) << d;
@@ -153,7 +151,8 @@ TEST_F(WorkerIo, TeeWritesFilesAndPrefixedConsoleLines) {
 
 TEST_F(WorkerIo, TeeKeepsEverythingWhenTheWorkerDiesRightAway) {
   std::vector<std::string> actions;
-  for (int i = 0; i < 2000; ++i) actions.insert(actions.end(), {"print", "line" + std::to_string(i)});
+  for (int i = 0; i < 2000; ++i)
+    actions.insert(actions.end(), {"print", "line" + std::to_string(i)});
   actions.insert(actions.end(), {"kill-self", "9"});
   auto r = RunFtrun(Cmd({"--tee", "1"}, actions));
   EXPECT_EQ(r.exit_code, 1);
@@ -184,9 +183,9 @@ TEST_F(WorkerIo, LocalRanksFilter) {
 }
 
 TEST_F(WorkerIo, DuplicateStdoutFilters) {
-  auto r = RunFtrun(Cmd({"--nproc-per-node", "2", "--tee", "1", "--duplicate-stdout-filters",
-                         "loss,acc"},
-                        {"print", "step 1", "print", "loss=0.5", "print", "acc=0.9"}));
+  auto r = RunFtrun(
+      Cmd({"--nproc-per-node", "2", "--tee", "1", "--duplicate-stdout-filters", "loss,acc"},
+          {"print", "step 1", "print", "loss=0.5", "print", "acc=0.9"}));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   auto lines = Lines(ReadFile(RunDir() + "/attempt_0/filtered_stdout.log"));
   EXPECT_EQ(lines.size(), 4u);
@@ -194,8 +193,9 @@ TEST_F(WorkerIo, DuplicateStdoutFilters) {
 }
 
 TEST_F(WorkerIo, DevNullLogDirDisablesFiles) {
-  std::vector<std::string> argv = {"--log-dir", "/dev/null", "--redirects", "1", "--no-python",
-                                   FakeWorkerBinary(), "env", dir_ / "env", "print", "gone"};
+  std::vector<std::string> argv = {
+      "--log-dir",        "/dev/null", "--redirects", "1",     "--no-python",
+      FakeWorkerBinary(), "env",       dir_ / "env",  "print", "gone"};
   auto r = RunFtrun(argv);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(ParseEnvFile(dir_ / "env.0")["TORCHELASTIC_ERROR_FILE"], "");
@@ -204,11 +204,9 @@ TEST_F(WorkerIo, DevNullLogDirDisablesFiles) {
 
 TEST_F(WorkerIo, PythonExecIsTheInterpreter) {
   std::string script = dir_ / "w.sh";
-  {
-    std::ofstream(script) << "echo \"args=$* rank=$RANK\"\n";
-  }
-  auto r = RunFtrun({"--log-dir", logs(), script, "a", "${local_rank}"},
-                    {{"PYTHON_EXEC", "/bin/sh"}});
+  { std::ofstream(script) << "echo \"args=$* rank=$RANK\"\n"; }
+  auto r =
+      RunFtrun({"--log-dir", logs(), script, "a", "${local_rank}"}, {{"PYTHON_EXEC", "/bin/sh"}});
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.out.find("args=a 0 rank=0"), std::string::npos) << r.out;
 }

@@ -2,8 +2,7 @@
 
 namespace ftrun::launcher {
 
-Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs a, const EnvMap& env,
-                                       const HostFacts& host,
+Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs a, const EnvMap& env, const HostFacts& host,
                                        std::vector<std::string>& warnings) {
   if (a.precheck >= 1) a.network_check = true;
   if (a.precheck >= 2) a.comm_perf_test = true;
@@ -12,8 +11,8 @@ Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs a, const EnvMap& env,
     auto num = Lookup(env, "NODE_NUM");
     auto n = ToInt(num.value_or(""));
     if (!n || *n <= 0) {
-      return Error{"--auto-config: NODE_NUM must be the number of nodes, got '" +
-                   num.value_or("") + "'"};
+      return Error{"--auto-config: NODE_NUM must be the number of nodes, got '" + num.value_or("") +
+                   "'"};
     }
     a.nnodes = std::to_string(*n);
     if (host.gpu_count > 0) {
@@ -34,8 +33,9 @@ Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs a, const EnvMap& env,
     } else {
       warnings.push_back(
           "dlrover-run: DLROVER_MASTER_ADDR is not set; using torchrun's static rendezvous at "
-          "--master-addr " + a.master_addr + ":" + std::to_string(a.master_port) +
-          " with --node-rank " + std::to_string(a.node_rank));
+          "--master-addr " +
+          a.master_addr + ":" + std::to_string(a.master_port) + " with --node-rank " +
+          std::to_string(a.node_rank));
     }
   }
   if (auto job = Lookup(env, "ELASTIC_JOB_NAME"); job && !job->empty() && a.rdzv_id == "none") {
@@ -80,8 +80,7 @@ Status ApplyDlroverSettings(const TorchrunArgs& a, const EnvMap& env, LaunchConf
   c.membind_policy = a.membind_policy;
   if (a.accelerator == "ascend-npu" && !Lookup(env, "HCCL_IF_BASE_PORT")) {
     if (a.training_port < 1 || a.training_port > 65535) {
-      return Error{"--training-port: " + std::to_string(a.training_port) +
-                   " is not a port number"};
+      return Error{"--training-port: " + std::to_string(a.training_port) + " is not a port number"};
     }
     c.extra_env["HCCL_IF_BASE_PORT"] = std::to_string(a.training_port);
   }

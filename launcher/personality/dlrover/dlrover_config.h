@@ -7,10 +7,10 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cli/torchrun_args.h"
 #include "common/environment.h"
-#include "launcher/config/launch_config.h"
 #include "common/result.h"
+#include "launcher/cli/torchrun_args.h"
+#include "launcher/config/launch_config.h"
 
 namespace ftrun::launcher {
 
@@ -23,8 +23,7 @@ namespace ftrun::launcher {
 //   ELASTIC_JOB_NAME      -> the run id (TORCHELASTIC_RUN_ID), as dlrover-run;
 //   --save-at-breakpoint  -> --fault-save on.
 // Warnings (options that need DLRover's master) are appended to `warnings`.
-Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs args, const EnvMap& env,
-                                       const HostFacts& host,
+Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs args, const EnvMap& env, const HostFacts& host,
                                        std::vector<std::string>& warnings);
 
 // The options that remain after BuildLaunchConfig: --node-unit (checked against --nnodes),

@@ -148,7 +148,8 @@ Result<MsrunConfig> BuildMsrunConfig(const MsrunArgs& a, const EnvMap& env,
   m.sim_rank_id = a.sim_rank_id;
   m.simulation = a.sim_level != -1 || Lookup(env, "MS_SIMULATION_LEVEL").has_value();
   if (m.simulation) {
-    if (m.sim_rank_id == -1) m.sim_rank_id = ToInt(Lookup(env, "RANK_ID").value_or("")).value_or(-1);
+    if (m.sim_rank_id == -1)
+      m.sim_rank_id = ToInt(Lookup(env, "RANK_ID").value_or("")).value_or(-1);
     if (a.sim_level == -1) {
       if (auto rs = Lookup(env, "RANK_SIZE"); rs && !rs->empty()) m.rank_size = *rs;
     }

@@ -11,10 +11,10 @@
 #include <utility>
 #include <vector>
 
-#include "launcher/cli/msrun_args.h"
 #include "common/environment.h"
-#include "launcher/config/launch_config.h"
 #include "common/result.h"
+#include "launcher/cli/msrun_args.h"
+#include "launcher/config/launch_config.h"
 
 namespace ftrun::launcher {
 
@@ -38,19 +38,19 @@ struct MsrunConfig {
   int node_rank = -1;
   std::string master_addr;  // as given; resolved to an IPv4 address by the caller
   int master_port = 8118;
-  std::string log_dir;      // "" : the current directory
+  std::string log_dir;  // "" : the current directory
   bool join = false;
   int cluster_time_out = 600;
   CpuBinding bind_core;
   bool simulation = false;  // --sim_level or MS_SIMULATION_LEVEL: no scheduler, one node
   int sim_level = -1;
   int sim_rank_id = -1;
-  std::string rank_size;    // RANK_SIZE: worker_num, or the environment's in simulation
+  std::string rank_size;  // RANK_SIZE: worker_num, or the environment's in simulation
   std::string rank_table_file;
-  std::string worker_log_name;               // {ip}/{hostname} not yet replaced; "" : worker
-  std::optional<std::set<int>> tail_ranks;   // nullopt : every worker's log
-  std::vector<std::string> command;          // the task: python prefix applied
-  std::vector<std::string> warnings;         // msrun's warnings, once logging is up
+  std::string worker_log_name;              // {ip}/{hostname} not yet replaced; "" : worker
+  std::optional<std::set<int>> tail_ranks;  // nullopt : every worker's log
+  std::vector<std::string> command;         // the task: python prefix applied
+  std::vector<std::string> warnings;        // msrun's warnings, once logging is up
 };
 
 // Builds and validates. `cpus`: the CPUs this process may run on (for --bind_core True).

@@ -64,8 +64,7 @@ void MsrunPlanner::OnProcessFailed(pid_t pid, int local_rank, int exitcode) {
   }
 }
 
-void MsrunPlanner::ReportFailure(const std::vector<WorkerFailure>& failures,
-                                 std::ostream& err) {
+void MsrunPlanner::ReportFailure(const std::vector<WorkerFailure>& failures, std::ostream& err) {
   // msrun greps scheduler.log for ERROR|CRITICAL|Traceback|Error with 5 lines of context.
   std::ifstream in(LogPath("scheduler.log"));
   std::vector<std::string> lines;
@@ -89,8 +88,7 @@ void MsrunPlanner::ReportFailure(const std::vector<WorkerFailure>& failures,
 }
 
 Result<std::string> MsrunPlanner::PrepareLogs(const rendezvous::NodeAssignment&) {
-  return Ok(config_.log_dir.empty() ? std::filesystem::current_path().string()
-                                    : config_.log_dir);
+  return Ok(config_.log_dir.empty() ? std::filesystem::current_path().string() : config_.log_dir);
 }
 
 EnvMap MsrunPlanner::CommonEnv() const {
@@ -119,13 +117,17 @@ std::vector<std::string> MsrunPlanner::Command(int local_index) const {
       cpus = b.scheduler;
     } else if (local_index >= static_cast<int>(b.devices.size())) {
       if (!warned_) {
-        MsrunLog()->warn("Cannot find process[{}] in args '--bind_core'. Will not launch process "
-                    "with taskset.", local_index);
+        MsrunLog()->warn(
+            "Cannot find process[{}] in args '--bind_core'. Will not launch process "
+            "with taskset.",
+            local_index);
       }
     } else if (b.devices[local_index].first != local_index) {
       if (!warned_) {
-        MsrunLog()->warn("Cannot find physical_device_id[{}] for process[{}] in args '--bind_core'. "
-                    "Will not launch process with taskset.", local_index, local_index);
+        MsrunLog()->warn(
+            "Cannot find physical_device_id[{}] for process[{}] in args '--bind_core'. "
+            "Will not launch process with taskset.",
+            local_index, local_index);
       }
     } else {
       cpus = b.devices[local_index].second;
@@ -184,17 +186,18 @@ std::vector<ProcessPlan> MsrunPlanner::Plan(const rendezvous::NodeAssignment& a,
     const int shown_id = id >= 0 ? id : i;
     const bool tailed = !c.tail_ranks || c.tail_ranks->count(shown_id) != 0;
     if (c.join && !tailed && !warned_) {
-      MsrunLog()->warn("The '--tail_worker_log' is:{}, which doesn't contain this worker {}. So this "
-                  "worker {}'s log will not be output to console. Reset '--tail_worker_log', if "
-                  "you want to output this worker's log to console.",
-                  fmt::join(*c.tail_ranks, ","), shown_id, shown_id);
+      MsrunLog()->warn(
+          "The '--tail_worker_log' is:{}, which doesn't contain this worker {}. So this "
+          "worker {}'s log will not be output to console. Reset '--tail_worker_log', if "
+          "you want to output this worker's log to console.",
+          fmt::join(*c.tail_ranks, ","), shown_id, shown_id);
     }
     p.out = Output(log, c.join && tailed);
     p.err_to_out = true;
     if (started_once_) AppendRestartMarker(log, a);
     std::cout << "Start worker process with rank id:" << shown_id << ", log file:" << log
-              << ". Environment variable [RANK_ID="
-              << Lookup(p.env, "RANK_ID").value_or("") << "] is exported." << std::endl;
+              << ". Environment variable [RANK_ID=" << Lookup(p.env, "RANK_ID").value_or("")
+              << "] is exported." << std::endl;
     plans.push_back(std::move(p));
   }
   warned_ = true;

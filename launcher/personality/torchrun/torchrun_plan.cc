@@ -50,8 +50,7 @@ WorkerCommand BuildWorkerCommand(const LaunchConfig& c, int local_rank) {
   return cmd;
 }
 
-TorchrunPlanner::TorchrunPlanner(const LaunchConfig& config, EnvMap agent_env,
-                                 RunLogDir log_dir)
+TorchrunPlanner::TorchrunPlanner(const LaunchConfig& config, EnvMap agent_env, RunLogDir log_dir)
     : config_(config), agent_env_(std::move(agent_env)), log_dir_(std::move(log_dir)) {}
 
 Result<std::string> TorchrunPlanner::PrepareLogs(const rendezvous::NodeAssignment& a) {
@@ -83,8 +82,8 @@ StreamPlan TorchrunPlanner::Stream(int local_rank, int rank, bool is_out, int re
     s.file = file;
     s.tee.log_file = file;
     s.tee.console_fd = shown ? (is_out ? STDOUT_FILENO : STDERR_FILENO) : -1;
-    std::string tmpl = c.line_prefix_template.empty() ? "[${role_name}${local_rank}]:"
-                                                      : c.line_prefix_template;
+    std::string tmpl =
+        c.line_prefix_template.empty() ? "[${role_name}${local_rank}]:" : c.line_prefix_template;
     s.tee.prefix = SafeSubstitute(tmpl, {{"role_name", c.role},
                                          {"rank", std::to_string(rank)},
                                          {"local_rank", std::to_string(local_rank)}});

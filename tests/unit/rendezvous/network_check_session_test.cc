@@ -93,11 +93,11 @@ TEST(NetworkCheckSession, StaleOrWrongReportsAreIgnored) {
   r.index = 0;
   r.probed = true;
   r.probe_ok = true;
-  EXPECT_FALSE(s.Report("n1", 4, {r}, now));   // an older order
-  EXPECT_FALSE(s.Report("n0", 5, {r}, now));   // the listener cannot report the probe
-  EXPECT_FALSE(s.Report("n9", 5, {r}, now));   // a stranger
+  EXPECT_FALSE(s.Report("n1", 4, {r}, now));  // an older order
+  EXPECT_FALSE(s.Report("n0", 5, {r}, now));  // the listener cannot report the probe
+  EXPECT_FALSE(s.Report("n9", 5, {r}, now));  // a stranger
   r.index = 42;
-  EXPECT_FALSE(s.Report("n1", 5, {r}, now));   // no such pair
+  EXPECT_FALSE(s.Report("n1", 5, {r}, now));  // no such pair
   EXPECT_FALSE(s.done());
 }
 
@@ -123,8 +123,8 @@ TEST(NetworkCheckSession, MissingResultsFailAtTheDeadline) {
   // n3 never reports (its pair n2-n3 fails); the others do.
   ReportWave(s, {"n1"}, {}, now);
   EXPECT_FALSE(s.Tick(now + seconds(14)));
-  EXPECT_TRUE(s.Tick(now + seconds(16)));  // 10 s probe + 5 s slack
-  ASSERT_FALSE(s.done());                  // round 1 re-tests n2 and n3
+  EXPECT_TRUE(s.Tick(now + seconds(16)));                        // 10 s probe + 5 s slack
+  ASSERT_FALSE(s.done());                                        // round 1 re-tests n2 and n3
   ReportWave(s, {"n0", "n1", "n2"}, {"n3"}, now + seconds(16));  // n3 is still dead
   s.Tick(now + seconds(40));
   ASSERT_TRUE(s.done());

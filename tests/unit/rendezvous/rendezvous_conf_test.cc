@@ -48,12 +48,17 @@ TEST(RendezvousConf, UnknownKeyIsAWarning) {
 
 TEST(RendezvousConf, ErrorsNameTheKey) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"join_timeout=", "join_timeout"},     {"=5", "empty key"},
-      {"a=1,", "empty key"},                 {"join_timeout", "key=value"},
-      {"join_timeout=-1", "join_timeout"},   {"timeout=abc", "timeout"},
-      {"timeout=nan", "timeout"},            {"is_host=maybe", "is_host"},
+      {"join_timeout=", "join_timeout"},
+      {"=5", "empty key"},
+      {"a=1,", "empty key"},
+      {"join_timeout", "key=value"},
+      {"join_timeout=-1", "join_timeout"},
+      {"timeout=abc", "timeout"},
+      {"timeout=nan", "timeout"},
+      {"is_host=maybe", "is_host"},
       {"keep_alive_max_attempt=0", "keep_alive_max_attempt"},
-      {"rank=x", "rank"},                    {"store_type=file", "store_type"},
+      {"rank=x", "rank"},
+      {"store_type=file", "store_type"},
       // longer than a timer can hold (found by fuzzing)
       {"join_timeout=6e87", "join_timeout"},
       {"keep_alive_interval=1e8,keep_alive_max_attempt=11", "keep_alive_max_attempt"},

@@ -113,7 +113,8 @@ TEST_F(ServerTest, JoinWatchReportFlow) {
   ASSERT_TRUE(Join(*stub, JoinReq("a"), &ja).ok());
   EXPECT_EQ(ja.view().phase(), v1::PHASE_FORMING);
   // a's watch is answered when b's join completes the round.
-  auto watch = std::async(std::launch::async, [&] { return Watch(*stub, "a", ja.view().version()); });
+  auto watch =
+      std::async(std::launch::async, [&] { return Watch(*stub, "a", ja.view().version()); });
   ASSERT_TRUE(Join(*stub, JoinReq("b")).ok());
   v1::WatchResponse wa = watch.get();
   EXPECT_EQ(wa.view().phase(), v1::PHASE_RUNNING);

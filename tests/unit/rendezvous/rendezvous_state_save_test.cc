@@ -85,8 +85,7 @@ TEST_F(SaveTest, SaverFailureOrTimeoutAbandonsTheSaveButNotTheRestart) {
   state_->ReportProgress("b", 0, id, {P(2, 5)}, now_);
   state_->ReportSaved("a", 0, id, 0, false, false, "disk full", now_);
   ASSERT_EQ(phase(), Phase::kStopping);
-  EXPECT_NE(View("a").reason.find("save of step 5 failed on rank 0: disk full"),
-            std::string::npos);
+  EXPECT_NE(View("a").reason.find("save of step 5 failed on rank 0: disk full"), std::string::npos);
   StopAll(0, {"a", "b"});
   // Second fault: the saver never answers.
   state_->ReportFailed("a", 1, {Failure(1)}, now_);

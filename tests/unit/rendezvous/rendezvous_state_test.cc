@@ -25,8 +25,8 @@ TEST_F(RendezvousStateTest, CompletesAtMaxAtOnce) {
   EXPECT_EQ(b.assignment.base_rank, 2);
   EXPECT_EQ(b.assignment.world_size, 4);
   EXPECT_EQ(b.assignment.group_world_size, 2);
-  EXPECT_EQ(b.assignment.master_addr, "a.addr");       // rank 0's address
-  EXPECT_EQ(b.assignment.master_port, 1000 + 'a');     // and the free port it reported
+  EXPECT_EQ(b.assignment.master_addr, "a.addr");    // rank 0's address
+  EXPECT_EQ(b.assignment.master_port, 1000 + 'a');  // and the free port it reported
   EXPECT_EQ(b.assignment.round, 0u);
   EXPECT_EQ(b.assignment.restart_count, 0);
 }
@@ -123,7 +123,7 @@ TEST_F(RendezvousStateTest, NewNodeWhileRunningBelowMaxStartsANewRoundWithoutARe
   StopAll(0, {"a"});
   EXPECT_EQ(phase(), Phase::kStopping);  // b has not stopped yet
   StopAll(0, {"b"});
-  ASSERT_EQ(phase(), Phase::kRunning);   // re-formed at once, no last call
+  ASSERT_EQ(phase(), Phase::kRunning);            // re-formed at once, no last call
   EXPECT_EQ(View("c").assignment.group_rank, 2);  // newcomers after the survivors
   EXPECT_EQ(View("a").assignment.group_rank, 0);
   EXPECT_EQ(View("a").assignment.round, 1u);
@@ -208,8 +208,7 @@ TEST_F(RendezvousStateTest, FailureRestartsUntilRestartsAreExhausted) {
   auto v = View("a");
   EXPECT_EQ(v.restart_count, 1);
   ASSERT_EQ(v.failures.size(), 1u);
-  EXPECT_NE(v.reason.find("worker rank 3 on h failed (exitcode 7); restart 1/1"),
-            std::string::npos)
+  EXPECT_NE(v.reason.find("worker rank 3 on h failed (exitcode 7); restart 1/1"), std::string::npos)
       << v.reason;
   StopAll(0, {"a", "b"});
   ASSERT_EQ(phase(), Phase::kRunning);

@@ -40,7 +40,8 @@ TEST(SavePlanner, NewestStepEveryGroupCanProvide) {
 TEST(SavePlanner, GroupWithNoHealthyMemberMeansNoSave) {
   auto r = PlanSave({R(0, "a", 5), R(1, "b", 5, false, false), R(3, "b", 5, true)});
   EXPECT_FALSE(r.decision);
-  EXPECT_EQ(r.why_not, "replica group 'b' has no healthy member whose last optimizer update finished");
+  EXPECT_EQ(r.why_not,
+            "replica group 'b' has no healthy member whose last optimizer update finished");
 }
 
 TEST(SavePlanner, NoCommonStep) {

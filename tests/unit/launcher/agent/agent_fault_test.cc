@@ -68,8 +68,7 @@ TEST_F(AgentTest, FailureHoldsASurvivorThatCanSaveUntilTheStopOrder) {
   EXPECT_TRUE(MetricSays(R"(ftrun_saves_total{outcome="saved"} 1)"));
   agent->OnRestartRequested("saved; restarting");
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kWaiting);
-  EXPECT_EQ(log->stopped, 1);
+  ExpectStoppedAndWaiting(1);
 }
 
 TEST_F(AgentTest, HeldSurvivorsAreStoppedWhenNoStopOrderComes) {
@@ -86,8 +85,7 @@ TEST_F(AgentTest, HeldSurvivorsAreStoppedWhenNoStopOrderComes) {
   EXPECT_EQ(agent->state(), AgentState::kHoldingForSave);
   clock.Advance(std::chrono::seconds(1));  // save timeout + 10 s
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kWaiting);
-  EXPECT_EQ(log->stopped, 1);
+  ExpectStoppedAndWaiting(1);
 }
 
 TEST_F(AgentTest, SurvivorGraceLetsTheSurvivorsExitByThemselves) {
@@ -100,8 +98,7 @@ TEST_F(AgentTest, SurvivorGraceLetsTheSurvivorsExitByThemselves) {
   EXPECT_TRUE(child(0).group_signals.empty());
   child(1).Exit(0);  // TTP saved and exited the survivor
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kWaiting);
-  EXPECT_EQ(log->stopped, 1);
+  ExpectStoppedAndWaiting(1);
 }
 
 TEST_F(AgentTest, SurvivorGraceEndsWithTheStopSignal) {
@@ -115,8 +112,7 @@ TEST_F(AgentTest, SurvivorGraceEndsWithTheStopSignal) {
   EXPECT_EQ(agent->state(), AgentState::kSurvivorGrace);
   clock.Advance(std::chrono::seconds(1));
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kWaiting);
-  EXPECT_EQ(log->stopped, 1);
+  ExpectStoppedAndWaiting(1);
 }
 
 TEST_F(AgentTest, HungRankDumpsItsStacksAndBecomesAFailure) {

@@ -90,6 +90,16 @@ class AgentTest : public ::testing::Test {
   }
   int planner_nproc() const { return static_cast<int>(config.nproc_per_node); }
 
+  void ExpectFinished(int exit_code) {
+    EXPECT_EQ(agent->state(), AgentState::kFinished);
+    EXPECT_EQ(agent->exit_code(), exit_code);
+  }
+  // The group has stopped and the agent said so to the coordinator (`reports` times in all).
+  void ExpectStoppedAndWaiting(int reports) {
+    EXPECT_EQ(agent->state(), AgentState::kWaiting);
+    EXPECT_EQ(log->stopped, reports);
+  }
+
   FakeChild& child(size_t i) { return *spawner.children.at(i); }
   bool MetricSays(const std::string& line) const {
     return agent->RenderMetrics().find(line + "\n") != std::string::npos;

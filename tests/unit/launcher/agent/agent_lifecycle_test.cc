@@ -35,8 +35,7 @@ TEST_F(AgentTest, AllWorkersSucceedingIsReportedAndTheVerdictEndsTheJob) {
   EXPECT_EQ(log->succeeded, 1);
   agent->OnJobFinished({true, {}, ""});
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kFinished);
-  EXPECT_EQ(agent->exit_code(), 0);
+  ExpectFinished(0);
 }
 
 TEST_F(AgentTest, FailureStopsTheSurvivorsReportsStoppedAndTheNextRoundRestarts) {
@@ -69,8 +68,7 @@ TEST_F(AgentTest, AWorkerThatIgnoresSigtermIsKilledWhenTheGraceIsOver) {
   clock.Advance(std::chrono::milliseconds(1));
   Settle();
   EXPECT_TRUE(spawner.children.empty());
-  EXPECT_EQ(agent->state(), AgentState::kWaiting);
-  EXPECT_EQ(log->stopped, 1);
+  ExpectStoppedAndWaiting(1);
 }
 
 TEST_F(AgentTest, RestartRequestedStopsTheWorkersThenReportsStopped) {
@@ -79,8 +77,7 @@ TEST_F(AgentTest, RestartRequestedStopsTheWorkersThenReportsStopped) {
   agent->OnRestartRequested("a node left");
   EXPECT_EQ(agent->state(), AgentState::kStopping);
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kWaiting);
-  EXPECT_EQ(log->stopped, 1);
+  ExpectStoppedAndWaiting(1);
   EXPECT_TRUE(log->failures.empty());
 }
 
@@ -117,8 +114,7 @@ TEST_F(AgentTest, RestartBudgetSpentStopsTheWorkersAndFailsWithTheSummary) {
   agent->OnJobFinished(r);
   EXPECT_EQ(agent->state(), AgentState::kStopping);
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kFinished);
-  EXPECT_EQ(agent->exit_code(), 1);
+  ExpectFinished(1);
   EXPECT_EQ(planner->failure_reports, 1);
   EXPECT_GE(log->shutdowns, 1);
 }
@@ -131,8 +127,7 @@ TEST_F(AgentTest, ForwardedSignalStopsTheWorkersWithItAndEndsTheJob) {
   child(0).ignores_sigterm = true;  // irrelevant: the signal sent is SIGUSR2
   ASSERT_EQ(::raise(SIGUSR2), 0);
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kFinished);
-  EXPECT_EQ(agent->exit_code(), 128 + SIGUSR2);
+  ExpectFinished(128 + SIGUSR2);
   EXPECT_GE(log->shutdowns, 1);
 }
 
@@ -147,8 +142,7 @@ TEST_F(AgentTest, SecondSignalKillsWorkersThatIgnoreTheFirst) {
   EXPECT_EQ(agent->state(), AgentState::kStopping);
   ASSERT_EQ(::raise(SIGTERM), 0);
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kFinished);
-  EXPECT_EQ(agent->exit_code(), 1);
+  ExpectFinished(1);
 }
 
 TEST_F(AgentTest, AProgramThatCannotStartEndsTheJob) {
@@ -156,8 +150,7 @@ TEST_F(AgentTest, AProgramThatCannotStartEndsTheJob) {
   StartAgent();
   agent->OnRoundStarted(Round(1));
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kFinished);
-  EXPECT_EQ(agent->exit_code(), 1);
+  ExpectFinished(1);
 }
 
 TEST_F(AgentTest, AnExcludedNodeKillsItsWorkersAndExitsWithTempfail) {
@@ -165,8 +158,7 @@ TEST_F(AgentTest, AnExcludedNodeKillsItsWorkersAndExitsWithTempfail) {
   StartRound(1);
   agent->OnExcluded("too slow");
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kFinished);
-  EXPECT_EQ(agent->exit_code(), launcher::kExitExcluded);
+  ExpectFinished(launcher::kExitExcluded);
   EXPECT_TRUE(spawner.children.empty());
 }
 
@@ -188,8 +180,7 @@ TEST_F(AgentTest, MasterLostForGoodFailsTheJobAfterStoppingTheWorkers) {
   StartRound(1);
   agent->OnJobFinished({false, {}, "lost contact with the rendezvous server"});
   Settle();
-  EXPECT_EQ(agent->state(), AgentState::kFinished);
-  EXPECT_EQ(agent->exit_code(), 1);
+  ExpectFinished(1);
   EXPECT_TRUE(spawner.children.empty());
 }
 

@@ -29,7 +29,9 @@ class Client {
     ::fcntl(fd_, F_SETFL, O_NONBLOCK);
   }
   ~Client() { ::close(fd_); }
-  void Send(const std::string& s) { ASSERT_EQ(::write(fd_, s.data(), s.size()), (ssize_t)s.size()); }
+  void Send(const std::string& s) {
+    ASSERT_EQ(::write(fd_, s.data(), s.size()), (ssize_t)s.size());
+  }
   // What arrived so far; sets closed when the agent hung up.
   std::string Received() {
     char buf[4096];
@@ -68,10 +70,12 @@ class ControlServerTest : public ::testing::Test {
     server_->SetWorkers({999999, ::getpgid(0)}, 4, 2);
   }
   bool Pump(const std::function<bool()>& cond) {
-    return testing::WaitFor([&] {
-      io_.run_for(2ms);
-      return cond();
-    }, 5s);
+    return testing::WaitFor(
+        [&] {
+          io_.run_for(2ms);
+          return cond();
+        },
+        5s);
   }
   void ExpectRejected(const std::string& hello, const std::string& line, const std::string& why) {
     Client c(server_->path());
@@ -85,7 +89,8 @@ class ControlServerTest : public ::testing::Test {
   boost::asio::io_context io_;
   std::unique_ptr<ControlServer> server_;
   std::vector<std::string> saved_, peer_failed_;
-  const std::string hello_ = R"({"type":"hello","version":1,"rank":5,"handler":true,"group":"g1"})" "\n";
+  const std::string hello_ = R"({"type":"hello","version":1,"rank":5,"handler":true,"group":"g1"})"
+                             "\n";
 };
 
 TEST_F(ControlServerTest, SocketIsPrivate) {
@@ -102,16 +107,22 @@ TEST_F(ControlServerTest, HelloProgressSavedAndPeerFailed) {
   EXPECT_TRUE(server_->rank(1).connected);
   EXPECT_TRUE(server_->rank(1).has_handler);
   EXPECT_EQ(server_->rank(1).group, "g1");
-  c.Send(R"({"type":"progress","step":41,"updating":true})" "\n");
+  c.Send(R"({"type":"progress","step":41,"updating":true})"
+         "\n");
   ASSERT_TRUE(Pump([&] { return server_->rank(1).step == 41; }));
   EXPECT_TRUE(server_->rank(1).updating);
-  c.Send(R"({"type":"progress","step":41})" "\n" R"({"type":"peer_failed","error":"gloo: Connection closed by peer"})" "\n");
+  c.Send(R"({"type":"progress","step":41})"
+         "\n"
+         R"({"type":"peer_failed","error":"gloo: Connection closed by peer"})"
+         "\n");
   ASSERT_TRUE(Pump([&] { return !peer_failed_.empty(); }));
   EXPECT_FALSE(server_->rank(1).updating);
   EXPECT_EQ(peer_failed_[0], "1:gloo: Connection closed by peer");
-  ASSERT_TRUE(server_->Send(1, JsonMessage("save").Set("id", int64_t{3}).Set("step", int64_t{41}).str()));
+  ASSERT_TRUE(
+      server_->Send(1, JsonMessage("save").Set("id", int64_t{3}).Set("step", int64_t{41}).str()));
   ASSERT_TRUE(Pump([&] { return c.Received().find(R"("type":"save")") != std::string::npos; }));
-  c.Send(R"({"type":"saved","id":3,"ok":false,"error":"disk full"})" "\n");
+  c.Send(R"({"type":"saved","id":3,"ok":false,"error":"disk full"})"
+         "\n");
   ASSERT_TRUE(Pump([&] { return !saved_.empty(); }));
   EXPECT_EQ(saved_[0], "1:3:S:fail:disk full");
   EXPECT_FALSE(server_->Send(0, "{}")) << "rank 0 never connected";
@@ -120,22 +131,52 @@ TEST_F(ControlServerTest, HelloProgressSavedAndPeerFailed) {
 TEST_F(ControlServerTest, FinishedRanksAreMarked) {
   Client c(server_->path());
   c.Send(hello_);
-  c.Send(R"({"type":"progress","step":7})" "\n" R"({"type":"finished"})" "\n");
+  c.Send(R"({"type":"progress","step":7})"
+         "\n"
+         R"({"type":"finished"})"
+         "\n");
   ASSERT_TRUE(Pump([&] { return server_->rank(1).finished; }));
   EXPECT_EQ(server_->rank(1).step, 7);
 }
 
 TEST_F(ControlServerTest, BadMessagesCloseTheConnectionWithAReason) {
   ExpectRejected("", "not json\n", "not a JSON object");
-  ExpectRejected("", R"({"type":"progress","step":1})" "\n", "first message must be 'hello'");
-  ExpectRejected("", R"({"type":"hello","version":2,"rank":5})" "\n", "protocol version 2");
-  ExpectRejected("", R"({"type":"hello","version":1,"rank":7})" "\n", "says rank 7 but is rank 5");
-  ExpectRejected(hello_, R"({"type":"dance"})" "\n", "unknown message type 'dance'");
-  ExpectRejected(hello_, R"({"type":"progress","step":"ten"})" "\n", "'step' must be an integer");
-  ExpectRejected(hello_, R"({"type":"progress","step":1.5})" "\n", "'step' must be an integer");
-  ExpectRejected(hello_, R"({"type":"progress"})" "\n", "without 'step'");
-  ExpectRejected(hello_, R"({"type":"saved","ok":true})" "\n", "needs 'id' and 'ok'");
-  ExpectRejected(hello_, R"({"nope":1})" "\n", "without a 'type'");
+  ExpectRejected("",
+                 R"({"type":"progress","step":1})"
+                 "\n",
+                 "first message must be 'hello'");
+  ExpectRejected("",
+                 R"({"type":"hello","version":2,"rank":5})"
+                 "\n",
+                 "protocol version 2");
+  ExpectRejected("",
+                 R"({"type":"hello","version":1,"rank":7})"
+                 "\n",
+                 "says rank 7 but is rank 5");
+  ExpectRejected(hello_,
+                 R"({"type":"dance"})"
+                 "\n",
+                 "unknown message type 'dance'");
+  ExpectRejected(hello_,
+                 R"({"type":"progress","step":"ten"})"
+                 "\n",
+                 "'step' must be an integer");
+  ExpectRejected(hello_,
+                 R"({"type":"progress","step":1.5})"
+                 "\n",
+                 "'step' must be an integer");
+  ExpectRejected(hello_,
+                 R"({"type":"progress"})"
+                 "\n",
+                 "without 'step'");
+  ExpectRejected(hello_,
+                 R"({"type":"saved","ok":true})"
+                 "\n",
+                 "needs 'id' and 'ok'");
+  ExpectRejected(hello_,
+                 R"({"nope":1})"
+                 "\n",
+                 "without a 'type'");
   ExpectRejected(hello_, std::string(70000, 'x') + "\n", "over 64 KiB");
   // The agent still serves a well-behaved worker.
   Client ok(server_->path());
@@ -145,7 +186,10 @@ TEST_F(ControlServerTest, BadMessagesCloseTheConnectionWithAReason) {
 
 TEST_F(ControlServerTest, StrangersAreRejected) {
   server_->SetWorkers({999998, 999999}, 4, 3);  // this process is not a worker now
-  ExpectRejected("", R"({"type":"hello","version":1,"rank":5})" "\n", "is not one of this agent's workers");
+  ExpectRejected("",
+                 R"({"type":"hello","version":1,"rank":5})"
+                 "\n",
+                 "is not one of this agent's workers");
 }
 
 TEST_F(ControlServerTest, NewAttemptForgetsTheOldConnections) {

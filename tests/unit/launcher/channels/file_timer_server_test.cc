@@ -43,12 +43,14 @@ TEST(FileTimerServer, ParsesAcquireAndRelease) {
   EXPECT_EQ(s.timer_count(), 2u);
   EXPECT_TRUE(s.HandleLine(Request(10, "a", -1, 0)));
   EXPECT_EQ(s.timer_count(), 1u);
-  for (const char* bad : {"", "{", "[]", "{\"pid\": 1}", "{\"pid\": \"x\", \"scope_id\": \"a\", "
-                          "\"expiration_time\": 1, \"signal\": 9}",
-                          // out of range (found by fuzzing: the conversion to int overflowed)
-                          "{\"pid\": 1e71, \"scope_id\": \"a\", \"expiration_time\": 1, \"signal\": 9}",
-                          "{\"pid\": 10, \"scope_id\": \"a\", \"expiration_time\": 1, \"signal\": 1e71}",
-                          "{\"pid\": 10, \"scope_id\": \"a\", \"expiration_time\": 1, \"signal\": -9}"}) {
+  for (const char* bad :
+       {"", "{", "[]", "{\"pid\": 1}",
+        "{\"pid\": \"x\", \"scope_id\": \"a\", "
+        "\"expiration_time\": 1, \"signal\": 9}",
+        // out of range (found by fuzzing: the conversion to int overflowed)
+        "{\"pid\": 1e71, \"scope_id\": \"a\", \"expiration_time\": 1, \"signal\": 9}",
+        "{\"pid\": 10, \"scope_id\": \"a\", \"expiration_time\": 1, \"signal\": 1e71}",
+        "{\"pid\": 10, \"scope_id\": \"a\", \"expiration_time\": 1, \"signal\": -9}"}) {
     EXPECT_FALSE(s.HandleLine(bad)) << bad;
   }
   EXPECT_EQ(s.timer_count(), 1u);

@@ -51,13 +51,27 @@ TEST(TorchrunArgs, DefaultsMatchTorchrun) {
 
 TEST(TorchrunArgs, BothSpellingsOfEveryMultiWordOption) {
   const std::vector<std::pair<std::string, std::string>> cases = {
-      {"nproc-per-node", "4"},    {"rdzv-backend", "c10d"},   {"rdzv-endpoint", "h:1"},
-      {"rdzv-id", "job"},         {"rdzv-conf", "a=b"},       {"max-restarts", "3"},
-      {"monitor-interval", "2"},  {"start-method", "fork"},   {"log-dir", "/tmp/x"},
-      {"local-ranks-filter", "0"}, {"node-rank", "1"},        {"master-addr", "10.0.0.1"},
-      {"master-port", "1234"},    {"local-addr", "a"},        {"signals-to-handle", "SIGTERM"},
-      {"shutdown-timeout", "5"},  {"log-level", "debug"},     {"logs-specs", "x"},
-      {"event-log-handler", "y"}, {"numa-binding", "node"},   {"duplicate-stdout-filters", "a"},
+      {"nproc-per-node", "4"},
+      {"rdzv-backend", "c10d"},
+      {"rdzv-endpoint", "h:1"},
+      {"rdzv-id", "job"},
+      {"rdzv-conf", "a=b"},
+      {"max-restarts", "3"},
+      {"monitor-interval", "2"},
+      {"start-method", "fork"},
+      {"log-dir", "/tmp/x"},
+      {"local-ranks-filter", "0"},
+      {"node-rank", "1"},
+      {"master-addr", "10.0.0.1"},
+      {"master-port", "1234"},
+      {"local-addr", "a"},
+      {"signals-to-handle", "SIGTERM"},
+      {"shutdown-timeout", "5"},
+      {"log-level", "debug"},
+      {"logs-specs", "x"},
+      {"event-log-handler", "y"},
+      {"numa-binding", "node"},
+      {"duplicate-stdout-filters", "a"},
       {"duplicate-stderr-filters", "b"},
   };
   for (const auto& [name, value] : cases) {
@@ -80,8 +94,8 @@ TEST(TorchrunArgs, BothSpellingsOfEveryMultiWordOption) {
 }
 
 TEST(TorchrunArgs, FlagsAndShortOptions) {
-  auto p = Parse({"--standalone", "--no_python", "--run-path", "--virtual-local-rank", "-r",
-                  "3", "-t", "0:1,1:2", "-m", "pkg.mod"});
+  auto p = Parse({"--standalone", "--no_python", "--run-path", "--virtual-local-rank", "-r", "3",
+                  "-t", "0:1,1:2", "-m", "pkg.mod"});
   ASSERT_EQ(p.action, Action::kRun) << p.error;
   EXPECT_TRUE(p.args.standalone);
   EXPECT_TRUE(p.args.no_python);
@@ -98,14 +112,13 @@ TEST(TorchrunArgs, FlagsAndShortOptions) {
 }
 
 TEST(TorchrunArgs, EverythingAfterTheScriptIsPassedThrough) {
-  auto p = Parse({"--nproc-per-node", "2", "train.py", "--nproc-per-node", "8", "-m", "--lr",
-                  "0.1", "--", "${local_rank}", "--help"});
+  auto p = Parse({"--nproc-per-node", "2", "train.py", "--nproc-per-node", "8", "-m", "--lr", "0.1",
+                  "--", "${local_rank}", "--help"});
   ASSERT_EQ(p.action, Action::kRun) << p.error;
   EXPECT_EQ(p.args.nproc_per_node, "2");
   EXPECT_EQ(p.args.script, "train.py");
-  EXPECT_EQ(p.args.script_args,
-            (std::vector<std::string>{"--nproc-per-node", "8", "-m", "--lr", "0.1", "--",
-                                      "${local_rank}", "--help"}));
+  EXPECT_EQ(p.args.script_args, (std::vector<std::string>{"--nproc-per-node", "8", "-m", "--lr",
+                                                          "0.1", "--", "${local_rank}", "--help"}));
   EXPECT_FALSE(p.args.module);
 }
 

@@ -40,8 +40,7 @@ TEST(LaunchConfig, Defaults) {
   EXPECT_EQ(c->entry, EntryKind::kPython);
   EXPECT_EQ(c->python, "python3");
   EXPECT_EQ(c->shutdown_timeout, std::chrono::seconds(30));
-  EXPECT_EQ(c->signals,
-            (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}));
+  EXPECT_EQ(c->signals, (std::vector<int>{SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2}));
   EXPECT_EQ(c->log_level, spdlog::level::info);
   EXPECT_EQ(c->rdzv.timeout.count(), 900);
   EXPECT_EQ(c->rdzv.rank, 0);
@@ -149,20 +148,18 @@ TEST(LaunchConfig, Rendezvous) {
   EXPECT_NE(ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:1"}).find("not supported"),
             std::string::npos);
   EXPECT_NE(ErrorOf({"--rdzv-backend", "zk"}).find("unknown backend"), std::string::npos);
-  EXPECT_NE(ErrorOf({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999"})
-                .find("--rdzv-endpoint"),
-            std::string::npos);
+  EXPECT_NE(
+      ErrorOf({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999"}).find("--rdzv-endpoint"),
+      std::string::npos);
   EXPECT_NE(ErrorOf({"--rdzv-conf", "timeout="}).find("timeout"), std::string::npos);
-  EXPECT_NE(ErrorOf({"--rdzv-conf", "join_timeout=abc"}).find("join_timeout"),
-            std::string::npos);
+  EXPECT_NE(ErrorOf({"--rdzv-conf", "join_timeout=abc"}).find("join_timeout"), std::string::npos);
   EXPECT_NE(ErrorOf({"--master-port", "70000"}).find("--master-port"), std::string::npos);
-  EXPECT_NE(ErrorOf({"--nnodes", "2", "--node-rank", "2"}).find("--node-rank"),
-            std::string::npos);
+  EXPECT_NE(ErrorOf({"--nnodes", "2", "--node-rank", "2"}).find("--node-rank"), std::string::npos);
 }
 
 TEST(LaunchConfig, StaticEndpointFromMasterAddrAndPort) {
-  auto c = Build({"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.2.3",
-                  "--master-port", "4000"});
+  auto c = Build(
+      {"--nnodes", "2", "--node-rank", "1", "--master-addr", "10.1.2.3", "--master-port", "4000"});
   ASSERT_TRUE(c) << c.error().message;
   EXPECT_EQ(c->endpoint_host, "10.1.2.3");
   EXPECT_EQ(c->endpoint_port, 4000);
@@ -226,9 +223,9 @@ TEST(LaunchConfig, LogOptions) {
             spdlog::level::debug);
   EXPECT_NE(ErrorOf({}, {{"LOGLEVEL", "loud"}}).find("LOGLEVEL"), std::string::npos);
   EXPECT_FALSE(Build({"--logs-specs", "x"})->warnings.empty());
-  EXPECT_EQ(Build({}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]"}})
-                ->line_prefix_template,
-            "[${rank}]");
+  EXPECT_EQ(
+      Build({}, {{"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", "[${rank}]"}})->line_prefix_template,
+      "[${rank}]");
 }
 
 TEST(LaunchConfig, ValueErrors) {
@@ -237,8 +234,9 @@ TEST(LaunchConfig, ValueErrors) {
   EXPECT_NE(ErrorOf({"--role", ""}).find("--role"), std::string::npos);
   for (const char* opt : {"--monitor-interval", "--save-timeout", "--hang-timeout",
                           "--network-check-timeout", "--switchbox-timeout"}) {
-    EXPECT_NE(ErrorOf({opt, "1e12"}).find(std::string(opt) + ": 1e+12 seconds is more than "
-                                                             "ftrun accepts"),
+    EXPECT_NE(ErrorOf({opt, "1e12"})
+                  .find(std::string(opt) + ": 1e+12 seconds is more than "
+                                           "ftrun accepts"),
               std::string::npos)
         << opt;
   }

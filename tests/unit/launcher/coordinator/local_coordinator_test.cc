@@ -30,6 +30,14 @@ class LocalCoordinatorTest : public ::testing::Test {
     io.poll();
   }
   std::vector<std::string> Take() { return std::exchange(rec.calls, {}); }
+  // A worker of `rank` fails and the workers stop: the coordinator's last order.
+  std::string FailAndStop(int rank) {
+    coord->WorkersFailed(Failure(rank));
+    coord->WorkersStopped();
+    Settle();
+    auto calls = Take();
+    return calls.empty() ? "" : calls.back();
+  }
   static std::vector<launcher::WorkerFailure> Failure(int rank) {
     launcher::WorkerFailure f;
     f.rank = rank;
@@ -50,23 +58,14 @@ TEST_F(LocalCoordinatorTest, TheRoundFormsAtOnce) {
 TEST_F(LocalCoordinatorTest, AFailureSpendsARestartThenTheNextRoundStarts) {
   Make(1);
   Take();
-  coord->WorkersFailed(Failure(1));
-  coord->WorkersStopped();
-  Settle();
-  auto calls = Take();
-  ASSERT_FALSE(calls.empty());
-  EXPECT_EQ(calls.back(), "start 1");
+  EXPECT_EQ(FailAndStop(1), "start 1");
 }
 
 TEST_F(LocalCoordinatorTest, AFailureWithTheBudgetSpentFailsTheJob) {
   Make(0);
   Take();
-  coord->WorkersFailed(Failure(0));
-  coord->WorkersStopped();
-  Settle();
-  auto calls = Take();
-  ASSERT_FALSE(calls.empty());
-  EXPECT_EQ(calls.back().rfind("failed ", 0), 0u) << calls.back();
+  const std::string last = FailAndStop(0);
+  EXPECT_EQ(last.rfind("failed ", 0), 0u) << last;
 }
 
 TEST_F(LocalCoordinatorTest, SuccessEndsTheJob) {

@@ -69,7 +69,9 @@ TEST(FailureReport, SummaryMatchesTorchrunLayout) {
       "------------------------------------------------------------\n"
       "Root Cause (first observed failure):\n"
       "[0]:\n"
-      "  time      : " + IsoTimestamp(1795238258) + "\n"
+      "  time      : " +
+      IsoTimestamp(1795238258) +
+      "\n"
       "  host      : localhost\n"
       "  rank      : 1 (local_rank: 1)\n"
       "  exitcode  : 3 (pid: 23004)\n"

@@ -3,8 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "launcher/cli/torchrun_args.h"
-#include "launcher/workers/template.h"
 #include "launcher/personality/torchrun/torchrun_plan.h"
+#include "launcher/workers/template.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -129,8 +129,8 @@ TEST(Template, SafeSubstituteLikePython) {
   EXPECT_EQ(SafeSubstitute("${other} $HOME $", v), "${other} $HOME $");
   EXPECT_EQ(SafeSubstitute("${local_rank", v), "${local_rank");
   EXPECT_EQ(SafeSubstitute("cost $5", v), "cost $5");
-  EXPECT_EQ(SafeSubstitute("[${role_name}${local_rank}]:", {{"role_name", "trainer"},
-                                                            {"local_rank", "0"}}),
+  EXPECT_EQ(SafeSubstitute("[${role_name}${local_rank}]:",
+                           {{"role_name", "trainer"}, {"local_rank", "0"}}),
             "[trainer0]:");
 }
 

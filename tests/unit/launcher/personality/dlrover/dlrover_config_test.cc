@@ -68,14 +68,33 @@ TEST(DlroverArgs, EveryOptionInBothSpellings) {
       }
       return "--" + n;
     };
-    TorchrunArgs a = Args({name("precheck"), "2", name("network-check"), name("comm-perf-test"),
-                           name("node-unit"), "2", name("auto-config"), name("auto-tunning"),
-                           name("exclude-straggler"), name("save-at-breakpoint"),
-                           name("accelerator"), "ascend-npu", name("training-port"), "61000",
-                           name("numa-affinity"), name("membind-policy"), "bind",
-                           name("ucp-device-type"), "gpu", name("switchbox-check"),
-                           name("box-pairs"), "0:1", "2:3", name("min-bandwidth"), "5000",
-                           name("min-channels"), "1"});
+    TorchrunArgs a = Args({name("precheck"),
+                           "2",
+                           name("network-check"),
+                           name("comm-perf-test"),
+                           name("node-unit"),
+                           "2",
+                           name("auto-config"),
+                           name("auto-tunning"),
+                           name("exclude-straggler"),
+                           name("save-at-breakpoint"),
+                           name("accelerator"),
+                           "ascend-npu",
+                           name("training-port"),
+                           "61000",
+                           name("numa-affinity"),
+                           name("membind-policy"),
+                           "bind",
+                           name("ucp-device-type"),
+                           "gpu",
+                           name("switchbox-check"),
+                           name("box-pairs"),
+                           "0:1",
+                           "2:3",
+                           name("min-bandwidth"),
+                           "5000",
+                           name("min-channels"),
+                           "1"});
     EXPECT_EQ(a.precheck, 2) << sep;
     EXPECT_TRUE(a.network_check && a.comm_perf_test && a.auto_config && a.auto_tunning);
     EXPECT_TRUE(a.exclude_straggler && a.save_at_breakpoint && a.numa_affinity);
@@ -92,9 +111,8 @@ TEST(DlroverArgs, EveryOptionInBothSpellings) {
 }
 
 TEST(DlroverArgs, BadChoicesAreUsageErrors) {
-  for (auto argv : std::vector<std::vector<std::string>>{{"--precheck", "3"},
-                                                         {"--accelerator", "tpu"},
-                                                         {"--membind-policy", "strict"}}) {
+  for (auto argv : std::vector<std::vector<std::string>>{
+           {"--precheck", "3"}, {"--accelerator", "tpu"}, {"--membind-policy", "strict"}}) {
     auto p = Parse(argv);
     EXPECT_EQ(p.action, Action::kUsageError) << argv[0];
     EXPECT_NE(p.error.find(argv[0]), std::string::npos) << p.error;
@@ -145,8 +163,8 @@ TEST(DlroverConfig, AutoConfigReadsNodeNumAndTheGpus) {
   EXPECT_NE(missing.error().message.find("NODE_NUM"), std::string::npos);
 
   std::vector<std::string> warnings;
-  auto no_gpu = Build({"--auto-config", "--nproc-per-node", "2"}, {{"NODE_NUM", "1"}}, {},
-                      &warnings);
+  auto no_gpu =
+      Build({"--auto-config", "--nproc-per-node", "2"}, {{"NODE_NUM", "1"}}, {}, &warnings);
   ASSERT_TRUE(no_gpu) << no_gpu.error().message;
   EXPECT_EQ(no_gpu->nproc_per_node, 2);
   ASSERT_FALSE(warnings.empty());
@@ -253,8 +271,8 @@ TEST_F(NumaTest, EachRankGetsItsGpusNode) {
 }
 
 TEST_F(NumaTest, CudaVisibleDevicesChoosesTheGpus) {
-  auto p = GpuNumaPlacements(2, {{"CUDA_VISIBLE_DEVICES", "3,0"}}, root_ + "/nvidia",
-                             root_ + "/sys");
+  auto p =
+      GpuNumaPlacements(2, {{"CUDA_VISIBLE_DEVICES", "3,0"}}, root_ + "/nvidia", root_ + "/sys");
   ASSERT_TRUE(p) << p.error().message;
   EXPECT_EQ((*p)[0].node, 1);
   EXPECT_EQ((*p)[1].node, 0);
