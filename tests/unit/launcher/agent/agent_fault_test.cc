@@ -80,11 +80,9 @@ TEST_F(AgentTest, HeldSurvivorsAreStoppedWhenNoStopOrderComes) {
   child(1).Exit(1);
   Settle();
   ASSERT_EQ(agent->state(), AgentState::kHoldingForSave);
-  clock.Advance(std::chrono::seconds(29));
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(29));
   EXPECT_EQ(agent->state(), AgentState::kHoldingForSave);
-  clock.Advance(std::chrono::seconds(1));  // save timeout + 10 s
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(1));  // save timeout + 10 s
   ExpectStoppedAndWaiting(1);
 }
 
@@ -107,11 +105,9 @@ TEST_F(AgentTest, SurvivorGraceEndsWithTheStopSignal) {
   StartRound(1);
   child(0).Exit(1);
   Settle();
-  clock.Advance(std::chrono::seconds(9));
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(9));
   EXPECT_EQ(agent->state(), AgentState::kSurvivorGrace);
-  clock.Advance(std::chrono::seconds(1));
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(1));
   ExpectStoppedAndWaiting(1);
 }
 
@@ -122,22 +118,18 @@ TEST_F(AgentTest, HungRankDumpsItsStacksAndBecomesAFailure) {
   spawner.own_pgid_next = true;
   StartRound(1);
   auto rank0 = ConnectRank(0, 42);
-  clock.Advance(std::chrono::seconds(4));
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(4));
   EXPECT_TRUE(child(0).signals.empty()) << "not silent long enough";
-  clock.Advance(std::chrono::seconds(2));
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(2));
   EXPECT_EQ(child(0).signals, std::vector<int>{launcher::SaveRelay::StackDumpSignal()});
   EXPECT_TRUE(log->failures.empty()) << "the stacks get a second first";
-  clock.Advance(std::chrono::seconds(1));
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(1));
   ASSERT_EQ(log->failures.size(), 1u);
   EXPECT_EQ(log->failures[0].exitcode, 124);
   EXPECT_NE(log->failures[0].message.find("after step 42"), std::string::npos);
   // The hung rank is alive and can save: it is held for the fault-time save.
   EXPECT_EQ(agent->state(), AgentState::kHoldingForSave);
-  clock.Advance(std::chrono::seconds(10));
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(10));
   EXPECT_EQ(child(0).signals.size(), 1u) << "a rank is declared hung once per attempt";
 }
 
@@ -148,12 +140,10 @@ TEST_F(AgentTest, NoHangVerdictAfterTheRoundStopped) {
   spawner.own_pgid_next = true;
   StartRound(1);
   auto rank0 = ConnectRank(0, 1);
-  clock.Advance(std::chrono::seconds(6));  // stacks asked for; the verdict is 1 s away
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(6));  // stacks asked for; the verdict is 1 s away
   agent->OnRestartRequested("another node failed");
   Settle();
-  clock.Advance(std::chrono::seconds(2));
-  Settle();
+  AdvanceAndSettle(std::chrono::seconds(2));
   EXPECT_TRUE(log->failures.empty());
   EXPECT_EQ(agent->state(), AgentState::kWaiting);
 }

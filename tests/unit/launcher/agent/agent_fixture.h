@@ -66,6 +66,12 @@ class AgentTest : public ::testing::Test {
     }
   }
 
+  // The fake clock moves on and the loop runs what fell due.
+  void AdvanceAndSettle(std::chrono::steady_clock::duration d) {
+    clock.Advance(d);
+    Settle();
+  }
+
   static rendezvous::NodeAssignment Round(uint64_t round, int restart = 0, int nodes = 1,
                                           int group_rank = 0, int nproc = 2) {
     rendezvous::NodeAssignment a;

@@ -62,11 +62,9 @@ TEST_F(AgentTest, AWorkerThatIgnoresSigtermIsKilledWhenTheGraceIsOver) {
   Settle();
   EXPECT_EQ(agent->state(), AgentState::kStopping);
   EXPECT_EQ(child(1).group_signals, std::vector<int>{SIGTERM});
-  clock.Advance(std::chrono::milliseconds(4999));
-  Settle();
+  AdvanceAndSettle(std::chrono::milliseconds(4999));
   EXPECT_EQ(child(1).group_signals, std::vector<int>{SIGTERM}) << "no SIGKILL before 5 s";
-  clock.Advance(std::chrono::milliseconds(1));
-  Settle();
+  AdvanceAndSettle(std::chrono::milliseconds(1));
   EXPECT_TRUE(spawner.children.empty());
   ExpectStoppedAndWaiting(1);
 }
@@ -165,8 +163,7 @@ TEST_F(AgentTest, AnExcludedNodeKillsItsWorkersAndExitsWithTempfail) {
 TEST_F(AgentTest, MasterSilentTheWorkersRunOnAndItsNextOrderIsObeyed) {
   StartAgent();
   StartRound(1);
-  clock.Advance(std::chrono::minutes(10));  // no word from the rendezvous for 10 min
-  Settle();
+  AdvanceAndSettle(std::chrono::minutes(10));  // no word from the rendezvous for 10 min
   EXPECT_EQ(agent->state(), AgentState::kRunning);
   EXPECT_TRUE(child(0).group_signals.empty());
   agent->OnRestartRequested("the master is back and restarts");
