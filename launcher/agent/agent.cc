@@ -6,7 +6,7 @@
 #include <csignal>
 
 #include "common/log.h"
-#include "common/version.h"
+#include "launcher/agent/outcome.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -45,18 +45,11 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
       "world_size={} master_addr={} master_port={} attempt_dir={}",
       a.round, a.restart_count, a.group_rank, a.group_world_size, a.world_size, a.master_addr,
       a.master_port, attempt->empty() ? "-" : *attempt);
-  report_.EmitForRound(EventLog::Event("round_started")
-                           .Set("restart_count", a.restart_count)
-                           .Set("group_rank", a.group_rank)
-                           .Set("group_world_size", a.group_world_size)
-                           .Set("world_size", a.world_size)
-                           .Set("base_rank", a.base_rank)
-                           .Set("master", fmt::format("{}:{}", a.master_addr, a.master_port)),
-                       a.round);
+  events_.RoundStarted(a);
   group_ = std::make_unique<WorkerGroup>(
-      io_, spawner_, clock_, a, opts_.planner->Plan(a, relay_.WorkerEnv()),
+      io_, spawner_, clock_, a, opts_.planner->Plan(a, channels_.WorkerEnv()),
       [this](const WorkerGroup::Worker& w) { OnWorkerExit(w); }, [this] { OnGroupExited(); });
-  report_.SetRound(a.round);
+  events_.SetRound(a.round);
   Enter(AgentState::kRunning, "round started");
   after_stop_ = AfterStop::kNothing;
   fault_timer_->Cancel();
@@ -68,23 +61,14 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
     StopGroup(SIGKILL, AfterStop::kFinish);
     return;
   }
-  relay_.GroupStarted(*group_);
+  channels_.GroupStarted(*group_);
   if (opts_.on_workers_started) {
     auto ready = std::move(opts_.on_workers_started);
     opts_.on_workers_started = nullptr;
     ready();
   }
-  report_.RoundStarted(a);
-  std::vector<int> ranks, pids;
-  for (const auto& w : group_->workers()) {
-    if (w.local_rank < 0) continue;
-    pids.push_back(w.process->pid());
-    ranks.push_back(w.rank);
-  }
-  report_.Emit(EventLog::Event("workers_spawned")
-                   .Set("attempt", a.restart_count)
-                   .Set("ranks", ranks)
-                   .Set("pids", pids));
+  metrics_.RoundStarted(a);
+  events_.WorkersSpawned(*group_);
   hangs_.Watch(group_.get());
 }
 
@@ -92,19 +76,11 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
   const ExitStatus& st = *w.status;
   const int attempt = group_->assignment().restart_count;
   const bool live = WorkersLive(state_);
-  report_.Emit(EventLog::Event("worker_exited")
-                   .Set("local_rank", w.local_rank)
-                   .Set("rank", w.rank)
-                   .Set("pid", static_cast<int>(w.process->pid()))
-                   .Set("exitcode", st.TorchExitCode())
-                   .Set("status", st.Describe())
-                   .Set("outcome", std::string(st.Succeeded() ? "succeeded"
-                                               : live         ? "failed"
-                                                              : "stopped")));
+  events_.WorkerExited(w, st.Succeeded() ? "succeeded" : live ? "failed" : "stopped");
   if (st.Succeeded()) {
     LauncherLog()->info("{} exited {}pid={} attempt={} status={}", Kind(w), Ranks(w),
                         w.process->pid(), attempt, st.Describe());
-    if (state_ == AgentState::kSurvivorGrace && LiveRanks() == 0) EndSurvivorGrace();
+    if (state_ == AgentState::kSurvivorGrace && group_->live_rank_count() == 0) EndSurvivorGrace();
     if (!live || group_->live_count() != 0) return;
     for (const auto& other : group_->workers()) {
       if (!other.status || !other.status->Succeeded()) return;
@@ -116,7 +92,7 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
   if (!live) {
     LauncherLog()->info("{} stopped {}pid={} attempt={} status={}", Kind(w), Ranks(w),
                         w.process->pid(), attempt, st.Describe());
-    if (state_ == AgentState::kSurvivorGrace && LiveRanks() == 0) EndSurvivorGrace();
+    if (state_ == AgentState::kSurvivorGrace && group_->live_rank_count() == 0) EndSurvivorGrace();
     return;
   }
   LauncherLog()->error(
@@ -128,12 +104,8 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
 }
 
 void Agent::OnLocalFailure(const WorkerFailure& failure) {
-  report_.WorkerFailed(failure.timestamp);
-  report_.Emit(EventLog::Event("fault_reported")
-                   .Set("rank", failure.rank)
-                   .Set("local_rank", failure.local_rank)
-                   .Set("exitcode", failure.exitcode)
-                   .Set("message", failure.message.substr(0, failure.message.find('\n'))));
+  metrics_.WorkerFailed(failure.timestamp);
+  events_.FaultReported(failure);
   coordinator_->WorkersFailed({failure});
   if (!relay_.LocalRanksCanSave()) {
     StopGroup(SIGTERM, AfterStop::kReportStopped, true);
@@ -154,7 +126,7 @@ void Agent::OnLocalFailure(const WorkerFailure& failure) {
 
 void Agent::OnRestartRequested(const std::string& reason) {
   LauncherLog()->info("restart requested reason=\"{}\" state={}", reason, StateName(state_));
-  report_.StopAsked();
+  metrics_.StopAsked();
   switch (state_) {
     case AgentState::kRunning:
     case AgentState::kHoldingForSave:
@@ -173,9 +145,23 @@ void Agent::OnRestartRequested(const std::string& reason) {
 }
 
 void Agent::OnRoundStopping(uint64_t round, const std::string& reason, int restart_count) {
-  report_.EmitForRound(
-      EventLog::Event("restart").Set("reason", reason).Set("restart_count", restart_count), round);
+  events_.RoundStopping(round, reason, restart_count);
 }
+
+void Agent::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) {
+  relay_.OnSaveOrder(round, order);
+}
+
+void Agent::OnCheckOrder(uint64_t round, const rendezvous::CheckOrder& order) {
+  preflight_.OnCheckOrder(round, order);
+}
+
+void Agent::OnCheckFinished(uint64_t check_id, const std::vector<std::string>& table,
+                            const std::string& json) {
+  preflight_.OnCheckFinished(check_id, table, json);
+}
+
+void Agent::OnExcluded(const std::string& reason) { ExitExcluded(reason); }
 
 void Agent::OnJobFinished(const JobResult& result) {
   if (state_ == AgentState::kFinished) return;
@@ -197,7 +183,8 @@ void Agent::StopGroup(int sig, AfterStop after, bool survivors_may_save) {
     return;
   }
   const bool first = !Stopping(state_);
-  if (first && survivors_may_save && config_.survivor_grace.count() > 0 && LiveRanks() > 0) {
+  if (first && survivors_may_save && config_.survivor_grace.count() > 0 &&
+      group_->live_rank_count() > 0) {
     // MindIO TTP saves on its own and then exits the survivors: stop them only if it has not
     // finished within the grace (TTP_OT).
     Enter(AgentState::kSurvivorGrace, "the survivors may save and exit first");
@@ -233,20 +220,11 @@ void Agent::EndSurvivorGrace() {
   group_->Stop(grace_signal_, config_.shutdown_timeout);
 }
 
-size_t Agent::LiveRanks() const {
-  size_t n = 0;
-  if (!group_) return n;
-  for (const auto& w : group_->workers()) {
-    if (w.local_rank >= 0 && w.process && !w.process->exited()) ++n;
-  }
-  return n;
-}
-
 void Agent::OnGroupExited() {
   if (group_) {
     // We are inside the group's own callback: destroy it later.
     boost::asio::post(io_, [g = std::shared_ptr<WorkerGroup>(std::move(group_))] {});
-    report_.SetRound(std::nullopt);
+    events_.SetRound(std::nullopt);
   }
   if (state_ == AgentState::kFinished) return;
   switch (after_stop_) {
@@ -268,7 +246,7 @@ void Agent::OnGroupExited() {
 }
 
 void Agent::OnSignal(int sig) {
-  report_.Emit(EventLog::Event("signal").Set("signal", SignalName(sig)));
+  events_.Signal(sig);
   if (!ever_started_) {
     // Before any worker started, torchrun dies of the signal itself; so do we.
     LauncherLog()->warn("received {} before any worker started; exiting", SignalName(sig));
@@ -291,7 +269,7 @@ void Agent::OnSignal(int sig) {
 void Agent::ExitExcluded(const std::string& reason) {
   if (state_ == AgentState::kFinished) return;
   LauncherLog()->error("this node leaves the job: {} (exit code {})", reason, kExitExcluded);
-  report_.Emit(EventLog::Event("node_excluded").Set("why", reason));
+  events_.NodeExcluded(reason);
   if (group_ && group_->live_count() > 0) group_->Stop(SIGKILL, std::chrono::milliseconds(0));
   Finish(kExitExcluded);
 }
@@ -304,12 +282,11 @@ void Agent::Finish(int exit_code) {
   signals_.cancel(ec);
   hangs_.Stop();
   fault_timer_->Cancel();
-  if (watchdog_) watchdog_->Stop();
-  relay_.Stop();
-  report_.Stop();
+  channels_.Stop();
+  metrics_.Stop();
   preflight_.Cancel();
   coordinator_->Shutdown();
-  if (result_) report_.Outcome(*result_, exit_code_, *opts_.planner, opts_.agent_env);
+  if (result_) ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
 }
 
 }  // namespace ftrun::launcher

@@ -10,9 +10,10 @@
 // stops the group -> the group's exit -> WorkersStopped -> the coordinator's next round ->
 // OnRoundStarted starts the new group.
 //
-// Collaborators, each in its own file: SaveRelay (control channel, fault-time save),
-// HangDetector (--hang-timeout), PreflightDriver (switchbox and network checks), AgentReport
-// (event log, metrics, the outcome). Processes come from the injected Spawner and time from
+// Collaborators, each in its own file: WorkerChannels (control channel, watchdog FIFO),
+// SaveRelay (fault-time save), HangDetector (--hang-timeout), PreflightDriver (switchbox and
+// network checks), AgentEvents (event log), AgentMetrics (--metrics-port); outcome.h reports
+// the end. Processes come from the injected Spawner and time from
 // the injected Clock, so unit tests drive every transition without real processes.
 //
 // Thread: loop only (the io_context passed in). Run() drives the loop until the job is over.
@@ -29,12 +30,13 @@
 #include "common/clock.h"
 #include "common/environment.h"
 #include "common/event_log.h"
-#include "launcher/agent/agent_report.h"
+#include "launcher/agent/agent_events.h"
+#include "launcher/agent/agent_metrics.h"
 #include "launcher/agent/agent_state.h"
 #include "launcher/agent/hang_detector.h"
 #include "launcher/agent/preflight_driver.h"
 #include "launcher/agent/save_relay.h"
-#include "launcher/channels/file_timer_server.h"
+#include "launcher/agent/worker_channels.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/coordinator/coordinator.h"
 #include "launcher/workers/spawner.h"
@@ -72,12 +74,13 @@ class Agent : public Coordinator::Listener {
   // Runs the job; returns the exit code. The failure summary (if any) is on stderr.
   int Run();
   // Run() without driving the loop (tests drive it): sets up the channels and joins.
-  // Returns false when set-up failed (exit_code() says how).
+  // Returns false when set-up failed (then state() is kFinished, exit_code() 1; the error
+  // is logged).
   bool Start();
 
   AgentState state() const { return state_; }
   int exit_code() const { return exit_code_; }
-  std::string RenderMetrics() const { return report_.RenderMetrics(); }
+  std::string RenderMetrics() const { return metrics_.Render(); }
 
   // Coordinator::Listener
   void OnRoundStarted(const rendezvous::NodeAssignment& assignment) override;
@@ -100,12 +103,14 @@ class Agent : public Coordinator::Listener {
   // first get that long to save and exit by themselves.
   void StopGroup(int sig, AfterStop after, bool survivors_may_save = false);
   void EndSurvivorGrace();
-  size_t LiveRanks() const;
   void WaitForSignal();
   void OnSignal(int sig);
   void ExitExcluded(const std::string& reason);
   void Finish(int exit_code);
-  bool IsWorkerProcess(pid_t pid) const;
+  // Start() could not open what the user asked for: finished with exit code 1.
+  bool SetUpFailed(const Error& error);
+  // What the ranks say on the control channel, routed to the collaborators.
+  ControlServer::Events ChannelEvents();
 
   boost::asio::io_context& io_;
   AgentOptions opts_;
@@ -116,11 +121,12 @@ class Agent : public Coordinator::Listener {
   Clock& clock_;
   std::unique_ptr<Coordinator> coordinator_;
   boost::asio::signal_set signals_;
-  AgentReport report_;
+  AgentEvents events_;
+  AgentMetrics metrics_;
+  WorkerChannels channels_;
   SaveRelay relay_;
   HangDetector hangs_;
   PreflightDriver preflight_;
-  std::unique_ptr<FileTimerServer> watchdog_;
   std::unique_ptr<Timer> fault_timer_;  // the save deadline, or the survivors' grace
 
   // State below is touched only on the loop.

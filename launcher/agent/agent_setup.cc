@@ -1,9 +1,6 @@
-// Agent, set-up: its collaborators, the channels it serves, the signals it forwards, and the
-// Listener calls that belong to a collaborator. The transitions are in agent.cc.
-#include <unistd.h>
-
+// Agent, set-up: its collaborators, the channels it serves and the signals it forwards. The
+// transitions are in agent.cc.
 #include "common/log.h"
-#include "common/version.h"
 #include "launcher/agent/agent.h"
 
 namespace ftrun::launcher {
@@ -19,15 +16,18 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
       clock_(opts_.clock ? *opts_.clock : *own_clock_),
       coordinator_(std::move(coordinator)),
       signals_(io),
-      report_(
-          io, config_, clock_, opts_.events, [this] { return group_ ? group_->live_count() : 0; },
+      events_(opts_.events),
+      metrics_(
+          io, config_, clock_, [this] { return group_ ? group_->live_count() : 0; },
           [this] { return coordinator_->ServerMetrics(); }),
-      relay_(io, config_, *coordinator_, report_, clock_, [this] { return group_.get(); }),
-      hangs_(clock_, config_, relay_, opts_.host,
+      channels_(io, config_, ChannelEvents(), [this] { return group_.get(); }),
+      relay_(config_, channels_, *coordinator_, events_, metrics_, clock_,
+             [this] { return group_.get(); }),
+      hangs_(clock_, config_, channels_, opts_.host,
              [this](const WorkerFailure& f) {
                if (WorkersLive(state_)) OnLocalFailure(f);
              }),
-      preflight_(io, config_, opts_.agent_env, *coordinator_, report_,
+      preflight_(io, config_, opts_.agent_env, *coordinator_, events_,
                  {[this] { coordinator_->Start(this); },
                   [this](const std::string& why) { ExitExcluded(why); },
                   [this](const std::string& message) {
@@ -46,40 +46,36 @@ int Agent::Run() {
 bool Agent::Start() {
   for (int s : config_.signals) signals_.add(s);
   WaitForSignal();
-  relay_.Start(opts_.agent_env);
+  if (auto s = channels_.Start(opts_.agent_env, opts_.watchdog_fifo); !s) {
+    return SetUpFailed(s.error());
+  }
   if (config_.metrics_port) {
-    auto s = report_.StartMetrics(*config_.metrics_port, opts_.host.get());
-    if (!s) {
-      LauncherLog()->error("{}", s.error().message);
-      return false;
+    if (auto s = metrics_.Start(*config_.metrics_port, opts_.host.get()); !s) {
+      return SetUpFailed(s.error());
     }
   }
-  report_.Emit(EventLog::Event("agent_started")
-                   .Set("version", std::string(kVersion))
-                   .Set("host", opts_.host.get())
-                   .Set("nnodes", fmt::format("{}:{}", config_.min_nodes, config_.max_nodes))
-                   .Set("nproc_per_node", config_.nproc_per_node)
-                   .Set("max_restarts", config_.max_restarts)
-                   .Set("entrypoint", config_.script));
-  if (!opts_.watchdog_fifo.empty()) {
-    watchdog_ = std::make_unique<FileTimerServer>(io_, opts_.watchdog_fifo,
-                                                  [this](pid_t p) { return IsWorkerProcess(p); });
-    if (auto s = watchdog_->Start(); !s) {
-      LauncherLog()->error("TORCHELASTIC_ENABLE_FILE_TIMER=1: {}", s.error().message);
-      return false;
-    }
-  }
+  events_.AgentStarted(config_, opts_.host.get());
   preflight_.Start();  // then joins the job
   return true;
 }
 
-bool Agent::IsWorkerProcess(pid_t pid) const {
-  if (!group_) return false;
-  const pid_t pgid = ::getpgid(pid);
-  for (const auto& w : group_->workers()) {
-    if (w.process && !w.process->exited() && pgid == w.process->pid()) return true;
-  }
+bool Agent::SetUpFailed(const Error& error) {
+  LauncherLog()->error("{}", error.message);
+  exit_code_ = 1;
+  Enter(AgentState::kFinished, "set-up failed");
   return false;
+}
+
+ControlServer::Events Agent::ChannelEvents() {
+  ControlServer::Events ev;
+  ev.on_saved = [this](int lr, uint64_t id, bool finalize, bool ok, const std::string& err) {
+    relay_.OnRankSaved(lr, id, finalize, ok, err);
+  };
+  ev.on_peer_failed = [](int lr, const std::string& err) {
+    LauncherLog()->info("local_rank={} reports a failed collective ({}); it waits for orders", lr,
+                        err);
+  };
+  return ev;
 }
 
 void Agent::WaitForSignal() {
@@ -89,20 +85,5 @@ void Agent::WaitForSignal() {
     if (state_ != AgentState::kFinished) WaitForSignal();
   });
 }
-
-void Agent::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) {
-  relay_.OnSaveOrder(round, order);
-}
-
-void Agent::OnCheckOrder(uint64_t round, const rendezvous::CheckOrder& order) {
-  preflight_.OnCheckOrder(round, order);
-}
-
-void Agent::OnCheckFinished(uint64_t check_id, const std::vector<std::string>& table,
-                            const std::string& json) {
-  preflight_.OnCheckFinished(check_id, table, json);
-}
-
-void Agent::OnExcluded(const std::string& reason) { ExitExcluded(reason); }
 
 }  // namespace ftrun::launcher

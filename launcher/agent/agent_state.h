@@ -17,8 +17,10 @@
 //                              ▼
 //                           finished (exit code 0, 1, 75 or the signal's)
 //
-// Any state goes to `finished` on a fatal set-up error, or when a pre-flight check excludes
-// this node (exit code kExitExcluded). A second signal while stopping kills at once.
+// waiting goes straight to `finished` when the job ends with no workers running (the
+// coordinator's verdict, a round whose logs cannot be prepared, a set-up error in Start()).
+// Any state goes to `finished` when a pre-flight check excludes this node (exit code
+// kExitExcluded; live workers are killed). A second signal while stopping kills at once.
 //
 // Events (all on the loop): Coordinator::Listener calls (round started, restart requested,
 // job finished, save order, check order, excluded), a worker's exit, the whole group's exit,

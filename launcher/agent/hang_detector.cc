@@ -8,11 +8,11 @@
 
 namespace ftrun::launcher {
 
-HangDetector::HangDetector(Clock& clock, const LaunchConfig& config, const SaveRelay& relay,
+HangDetector::HangDetector(Clock& clock, const LaunchConfig& config, const WorkerChannels& channels,
                            std::shared_future<std::string> host, OnHang on_hang)
     : clock_(clock),
       config_(config),
-      relay_(relay),
+      channels_(channels),
       host_(std::move(host)),
       on_hang_(std::move(on_hang)),
       monitor_(clock.NewTimer()) {}
@@ -31,7 +31,7 @@ void HangDetector::Stop() {
 }
 
 void HangDetector::Arm() {
-  if (config_.hang_timeout.count() <= 0 || !relay_.channel() || !group_) return;
+  if (config_.hang_timeout.count() <= 0 || !channels_.control() || !group_) return;
   monitor_->Start(ClockDuration(config_.monitor_interval), [this] {
     Check();
     Arm();
@@ -39,7 +39,7 @@ void HangDetector::Arm() {
 }
 
 void HangDetector::Check() {
-  const ControlServer& channel = *relay_.channel();
+  const ControlServer& channel = *channels_.control();
   const auto now = clock_.Now();
   std::vector<int> silent;  // local ranks, the longest silent first
   for (const auto& w : group_->workers()) {
@@ -62,7 +62,7 @@ void HangDetector::Check() {
     const auto& w = group_->workers().at(lr);
     hung_.insert(lr);
     ranks += (ranks.empty() ? "" : ",") + std::to_string(w.rank);
-    w.process->Signal(SaveRelay::StackDumpSignal());
+    w.process->Signal(WorkerChannels::StackDumpSignal());
   }
   // A rank stuck in a collective makes its peers wait too: every silent rank is listed and
   // dumps its stacks, and one failure (the longest silent) starts the fault protocol.
@@ -78,7 +78,7 @@ void HangDetector::Check() {
 
 void HangDetector::Declare(int local_rank, const std::string& ranks) {
   const auto& w = group_->workers().at(local_rank);
-  const ControlServer& channel = *relay_.channel();
+  const ControlServer& channel = *channels_.control();
   WorkerFailure f;
   f.local_rank = local_rank;
   f.rank = w.rank;

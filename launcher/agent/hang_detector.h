@@ -1,10 +1,10 @@
 // HangDetector: --hang-timeout. Every --monitor-interval it looks at the progress the ranks
 // report on the control channel; ranks silent for longer than the timeout are told to dump
-// their stacks (SaveRelay::StackDumpSignal) and, a second later, the longest silent one is
+// their stacks (WorkerChannels::StackDumpSignal) and, a second later, the longest silent one is
 // handed to the agent as a failure (exit code 124, like timeout(1)), which starts the
 // ordinary fault path. A rank is declared hung once per attempt.
 //
-// Thread: loop only. Ownership: borrows the clock, the config and the relay (they outlive
+// Thread: loop only. Ownership: borrows the clock, the config and the channels (they outlive
 // it); the group passed to Watch() must stay alive until Stop() or the next Watch().
 #pragma once
 
@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "launcher/agent/save_relay.h"
+#include "launcher/agent/worker_channels.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/workers/failure_report.h"
 #include "launcher/workers/worker_group.h"
@@ -26,8 +26,8 @@ namespace ftrun::launcher {
 class HangDetector {
  public:
   using OnHang = std::function<void(const WorkerFailure&)>;
-  // Without a control channel (relay.channel() null) nothing is ever watched.
-  HangDetector(Clock& clock, const LaunchConfig& config, const SaveRelay& relay,
+  // Without a control channel (channels.control() null) nothing is ever watched.
+  HangDetector(Clock& clock, const LaunchConfig& config, const WorkerChannels& channels,
                std::shared_future<std::string> host, OnHang on_hang);
 
   // Watches `group`'s ranks from now on (a new attempt: nobody is hung yet).
@@ -42,7 +42,7 @@ class HangDetector {
 
   Clock& clock_;
   const LaunchConfig& config_;
-  const SaveRelay& relay_;
+  const WorkerChannels& channels_;
   std::shared_future<std::string> host_;  // resolved by the time a rank hangs
   OnHang on_hang_;
   const WorkerGroup* group_ = nullptr;

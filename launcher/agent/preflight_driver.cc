@@ -7,13 +7,13 @@
 namespace ftrun::launcher {
 
 PreflightDriver::PreflightDriver(boost::asio::io_context& io, const LaunchConfig& config,
-                                 EnvMap agent_env, Coordinator& coordinator, AgentReport& report,
+                                 EnvMap agent_env, Coordinator& coordinator, AgentEvents& events,
                                  Outcomes outcomes)
     : io_(io),
       config_(config),
       agent_env_(std::move(agent_env)),
       coordinator_(coordinator),
-      report_(report),
+      events_(events),
       outcomes_(std::move(outcomes)) {}
 
 PreflightDriver::~PreflightDriver() = default;
@@ -66,7 +66,7 @@ void PreflightDriver::OnSwitchboxDone(const SwitchboxReport& report) {
                                .Set("mbps", r.mbps)
                                .Set("reason", r.reason));
   }
-  report_.Emit(std::move(record));
+  events_.Emit(std::move(record));
   if (!report.node_ok) {
     outcomes_.exclude("the switchbox check failed: " + report.Summary());
     return;
@@ -97,7 +97,7 @@ void PreflightDriver::OnCheckFinished(uint64_t check_id, const std::vector<std::
   if (coordinator_.HostsRendezvous()) return;
   LauncherLog()->info("network check {} results:", check_id);
   for (const auto& line : table) LauncherLog()->info("  {}", line);
-  if (auto record = JsonMessage::Parse(json)) report_.EmitUntagged(*record);
+  if (auto record = JsonMessage::Parse(json)) events_.EmitUntagged(*record);
 }
 
 void PreflightDriver::Cancel() {

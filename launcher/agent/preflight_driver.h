@@ -7,7 +7,7 @@
 //           -> exclude(reason)                      (a failed check keeps the node out)
 //           -> fail(message)                        (the check itself cannot run)
 //
-// Thread: loop only. Ownership: owns the check runners; borrows the coordinator and report.
+// Thread: loop only. Ownership: owns the check runners; borrows the coordinator and the event log.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "common/environment.h"
-#include "launcher/agent/agent_report.h"
+#include "launcher/agent/agent_events.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/coordinator/coordinator.h"
 #include "launcher/netcheck/check_runner.h"
@@ -33,7 +33,7 @@ class PreflightDriver {
     std::function<void(const std::string& message)> fail;
   };
   PreflightDriver(boost::asio::io_context& io, const LaunchConfig& config, EnvMap agent_env,
-                  Coordinator& coordinator, AgentReport& report, Outcomes outcomes);
+                  Coordinator& coordinator, AgentEvents& events, Outcomes outcomes);
   ~PreflightDriver();
 
   void Start();
@@ -51,7 +51,7 @@ class PreflightDriver {
   const LaunchConfig& config_;
   EnvMap agent_env_;
   Coordinator& coordinator_;
-  AgentReport& report_;
+  AgentEvents& events_;
   Outcomes outcomes_;
   std::unique_ptr<CheckRunner> check_runner_;  // --network-check: this node's probes
   std::unique_ptr<SwitchboxCheck> switchbox_;  // --switchbox-check, before joining

@@ -1,77 +1,28 @@
 #include "launcher/agent/save_relay.h"
 
 #include <fmt/format.h>
-#include <signal.h>
 
 #include "common/log.h"
 
 namespace ftrun::launcher {
 
-int SaveRelay::StackDumpSignal() { return SIGRTMIN + 2; }
-
-SaveRelay::SaveRelay(boost::asio::io_context& io, const LaunchConfig& config,
-                     Coordinator& coordinator, AgentReport& report, Clock& clock,
-                     CurrentGroup group)
-    : io_(io),
-      config_(config),
+SaveRelay::SaveRelay(const LaunchConfig& config, WorkerChannels& channels, Coordinator& coordinator,
+                     AgentEvents& events, AgentMetrics& metrics, Clock& clock, CurrentGroup group)
+    : config_(config),
+      channels_(channels),
       coordinator_(coordinator),
-      report_(report),
+      events_(events),
+      metrics_(metrics),
       clock_(clock),
       group_(std::move(group)) {}
 
-SaveRelay::~SaveRelay() = default;
-
-void SaveRelay::Start(const EnvMap& agent_env) {
-  ControlServer::Events ev;
-  ev.on_saved = [this](int lr, uint64_t id, bool finalize, bool ok, const std::string& err) {
-    OnRankSaved(lr, id, finalize, ok, err);
-  };
-  ev.on_peer_failed = [](int lr, const std::string& err) {
-    LauncherLog()->info("local_rank={} reports a failed collective ({}); it waits for orders", lr,
-                        err);
-  };
-  control_ = std::make_unique<ControlServer>(io_, ev);
-  std::string root =
-      Lookup(agent_env, "XDG_RUNTIME_DIR").value_or(Lookup(agent_env, "TMPDIR").value_or("/tmp"));
-  if (auto s = control_->Start(root); !s) {
-    if (auto fallback = control_->Start("/tmp"); !fallback) {
-      LauncherLog()->warn("no worker control channel ({}); fault-time saves are off",
-                          s.error().message);
-      control_.reset();
-      return;
-    }
-  }
-  LauncherLog()->debug("control channel ready path={}", control_->path());
-}
-
-void SaveRelay::Stop() {
-  if (control_) control_->Stop();
-}
-
-EnvMap SaveRelay::WorkerEnv() const {
-  if (!control_) return {};
-  return {
-      {"FTRUN_CONTROL_SOCKET", control_->path()},
-      {"FTRUN_STACK_SIGNAL", std::to_string(StackDumpSignal())},
-      {"FTRUN_SAVE_TIMEOUT", fmt::format("{:g}", config_.save_timeout.count())},
-  };
-}
-
-void SaveRelay::GroupStarted(const WorkerGroup& group) {
-  if (!control_) return;
-  std::vector<pid_t> pids;
-  for (const auto& w : group.workers()) {
-    if (w.local_rank >= 0) pids.push_back(w.process->pid());  // auxiliaries have no channel
-  }
-  control_->SetWorkers(pids, group.assignment().base_rank, group.assignment().restart_count);
-}
-
 bool SaveRelay::LocalRanksCanSave() const {
   const WorkerGroup* group = group_();
-  if (!control_ || !config_.fault_save || !group) return false;
+  const ControlServer* control = channels_.control();
+  if (!control || !config_.fault_save || !group) return false;
   for (const auto& w : group->workers()) {
     if (w.local_rank < 0) continue;
-    const RankControl& rc = control_->rank(w.local_rank);
+    const RankControl& rc = control->rank(w.local_rank);
     if (w.process && !w.process->exited() && rc.connected && rc.has_handler) return true;
   }
   return false;
@@ -79,11 +30,12 @@ bool SaveRelay::LocalRanksCanSave() const {
 
 void SaveRelay::ReportProgress(uint64_t round, const rendezvous::SaveOrder& order) {
   const WorkerGroup* group = group_();
+  const ControlServer* control = channels_.control();
   std::vector<rendezvous::RankProgress> ranks;
-  if (group && group->assignment().round == round && control_) {
+  if (group && group->assignment().round == round && control) {
     for (const auto& w : group->workers()) {
       if (w.local_rank < 0) continue;
-      const RankControl& rc = control_->rank(w.local_rank);
+      const RankControl& rc = control->rank(w.local_rank);
       rendezvous::RankProgress p;
       p.rank = w.rank;
       p.group = rc.group;
@@ -98,7 +50,7 @@ void SaveRelay::ReportProgress(uint64_t round, const rendezvous::SaveOrder& orde
   }
   LauncherLog()->info("fault-time save {}: reporting the progress of {} rank(s)", order.id,
                       ranks.size());
-  report_.Emit(EventLog::Event("save_progress_reported")
+  events_.Emit(EventLog::Event("save_progress_reported")
                    .Set("save_id", order.id)
                    .Set("ranks", static_cast<int>(ranks.size())));
   coordinator_.ReportProgress(order.id, ranks);
@@ -106,7 +58,8 @@ void SaveRelay::ReportProgress(uint64_t round, const rendezvous::SaveOrder& orde
 
 void SaveRelay::SendOrFail(int rank, int base, const JsonMessage& m, uint64_t id, bool finalize,
                            const std::string& why) {
-  if (!control_ || !control_->Send(rank - base, m.str())) {
+  ControlServer* control = channels_.control();
+  if (!control || !control->Send(rank - base, m.str())) {
     coordinator_.ReportSaved(id, rank, finalize, false, why);
   }
 }
@@ -138,7 +91,7 @@ void SaveRelay::OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order) 
     LauncherLog()->info("fault-time save {}: asking rank {} (group '{}') to save step {}", order.id,
                         s.rank, s.group, order.step);
     ordered_at_[order.id] = clock_.Now();
-    report_.Emit(EventLog::Event("save_requested")
+    events_.Emit(EventLog::Event("save_requested")
                      .Set("save_id", order.id)
                      .Set("rank", s.rank)
                      .Set("group", s.group)
@@ -169,12 +122,8 @@ void SaveRelay::OnRankSaved(int local_rank, uint64_t id, bool finalize, bool ok,
   if (auto it = ordered_at_.find(id); it != ordered_at_.end()) {
     secs = std::chrono::duration<double>(clock_.Now() - it->second).count();
   }
-  if (!finalize) {
-    SaveMetrics& m = report_.saves();
-    (ok ? m.ok : m.failed)++;
-    m.last_duration = secs;
-  }
-  report_.Emit(EventLog::Event("save_acknowledged")
+  if (!finalize) metrics_.SaveAcknowledged(ok, secs);
+  events_.Emit(EventLog::Event("save_acknowledged")
                    .Set("save_id", id)
                    .Set("rank", rank)
                    .Set("finalize", finalize)

@@ -1,6 +1,5 @@
 #include "launcher/workers/worker_group.h"
 
-#include <fcntl.h>
 #include <unistd.h>
 
 #include <boost/asio/post.hpp>
@@ -14,14 +13,6 @@
 
 namespace ftrun::launcher {
 namespace {
-
-// A closed-on-scope-exit descriptor.
-struct Fd {
-  int fd = -1;
-  ~Fd() {
-    if (fd >= 0) ::close(fd);
-  }
-};
 
 // "worker local_rank=N", or the auxiliary process's name.
 std::string Label(const WorkerGroup::Worker& w) {
@@ -65,26 +56,6 @@ Status WorkerGroup::Start() {
   return {};
 }
 
-Result<int> WorkerGroup::StreamFd(Worker& w, const StreamPlan& s) {
-  switch (s.kind) {
-    case StreamPlan::Kind::kInherit:
-      return -1;
-    case StreamPlan::Kind::kFile: {
-      int fd = OpenLogFile(s.file, s.append);
-      if (fd < 0) return Error{"cannot open " + s.file + ": " + std::strerror(errno)};
-      return fd;
-    }
-    case StreamPlan::Kind::kTee: {
-      auto tee = OutputTee::Create(io_, s.tee);
-      if (!tee) return tee.error();
-      int fd = (*tee)->write_fd();
-      w.tees.push_back(std::move(*tee));
-      return fd;
-    }
-  }
-  return -1;
-}
-
 Status WorkerGroup::StartOne(size_t index, ProcessPlan plan) {
   Worker& w = workers_[index];
   w.local_rank = plan.local_rank;
@@ -92,35 +63,20 @@ Status WorkerGroup::StartOne(size_t index, ProcessPlan plan) {
   w.name = plan.name;
   w.program = plan.program;
   w.error_file = plan.error_file;
-  // Tee pipes are owned by their OutputTee; plain files are closed once the child has them.
-  Fd out, err;
-  auto o = StreamFd(w, plan.out);
-  if (!o) return o.error();
-  if (plan.out.kind == StreamPlan::Kind::kFile) out.fd = *o;
-  Result<int> e = *o;
-  if (!plan.err_to_out) {
-    e = StreamFd(w, plan.err);
-    if (!e) {
-      w.tees.clear();
-      return e.error();
-    }
-    if (plan.err.kind == StreamPlan::Kind::kFile) err.fd = *e;
-  }
+  auto stdio = WorkerStdio::Open(io_, plan);
+  if (!stdio) return stdio.error();
   ProcessSpec spec;
   spec.program = plan.program;
   spec.args = std::move(plan.args);
   spec.env = std::move(plan.env);
-  spec.stdout_fd = *o;
-  spec.stderr_fd = *e;
+  spec.stdout_fd = (*stdio)->stdout_fd();
+  spec.stderr_fd = (*stdio)->stderr_fd();
   auto proc = spawner_.Spawn(spec, [this, index](const ExitStatus& s) { OnExit(index, s); });
-  for (auto& t : w.tees) t->CloseWriteEnd();
-  if (!proc) {
-    w.tees.clear();
-    return proc.error();
-  }
+  if (!proc) return proc.error();
+  w.stdio = std::move(*stdio);
+  w.stdio->Spawned();
   w.process = std::move(*proc);
   ++started_;
-  for (auto& t : w.tees) t->Start();
   LauncherLog()->info("{} started rank={} pid={} attempt={} round={}", Label(w), w.rank,
                       w.process->pid(), assignment_.restart_count, assignment_.round);
   return {};
@@ -129,7 +85,7 @@ Status WorkerGroup::StartOne(size_t index, ProcessPlan plan) {
 void WorkerGroup::OnExit(size_t index, const ExitStatus& status) {
   Worker& w = workers_[index];
   w.status = status;
-  for (auto& t : w.tees) t->Drain();
+  if (w.stdio) w.stdio->Drain();
   on_exit_(w);
   if (live_count() == 0 && !all_exited_reported_) {
     all_exited_reported_ = true;
@@ -148,6 +104,22 @@ size_t WorkerGroup::live_count() const {
     if (w.process && !w.process->exited()) ++n;
   }
   return n;
+}
+
+size_t WorkerGroup::live_rank_count() const {
+  size_t n = 0;
+  for (const auto& w : workers_) {
+    if (w.local_rank >= 0 && w.process && !w.process->exited()) ++n;
+  }
+  return n;
+}
+
+bool WorkerGroup::OwnsProcessGroupOf(pid_t pid) const {
+  const pid_t pgid = ::getpgid(pid);
+  for (const auto& w : workers_) {
+    if (w.process && !w.process->exited() && pgid == w.process->pid()) return true;
+  }
+  return false;
 }
 
 size_t WorkerGroup::rank_count() const {

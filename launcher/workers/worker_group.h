@@ -6,7 +6,7 @@
 // Processes come from the injected Spawner and the grace period from the injected Clock, so
 // tests drive a group without real processes or real time.
 //
-// Thread: loop only. Ownership: owns the children and OutputTee objects; the owner keeps the
+// Thread: loop only. Ownership: owns the children and their WorkerStdio; the owner keeps the
 // group until on_all_exited has run (then every child is reaped). The spawner and clock
 // outlive the group.
 #pragma once
@@ -20,9 +20,9 @@
 #include <vector>
 
 #include "common/clock.h"
-#include "launcher/workers/output_tee.h"
 #include "launcher/workers/spawner.h"
 #include "launcher/workers/worker_plan.h"
+#include "launcher/workers/worker_stdio.h"
 #include "rendezvous/assignment.h"
 
 namespace ftrun::launcher {
@@ -36,8 +36,8 @@ class WorkerGroup {
     std::string program;
     std::string error_file;
     std::unique_ptr<ChildProcess> process;
-    std::vector<std::unique_ptr<OutputTee>> tees;
-    std::optional<ExitStatus> status;  // set once it exited
+    std::unique_ptr<WorkerStdio> stdio;  // its stdout/stderr (files, tees)
+    std::optional<ExitStatus> status;    // set once it exited
   };
   using ExitHandler = std::function<void(const Worker&)>;
 
@@ -58,16 +58,19 @@ class WorkerGroup {
   void Stop(int sig, std::chrono::milliseconds grace);
 
   size_t live_count() const;
+  // How many of the ranks (auxiliaries not counted) are still running.
+  size_t live_rank_count() const;
   // How many of the processes are ranks (the first ones in workers()).
   size_t rank_count() const;
-  bool stopping() const { return stopping_; }
+  // Whether `pid` belongs to the process group of one of the running processes (torch's
+  // watchdog timers may come from a worker's children).
+  bool OwnsProcessGroupOf(pid_t pid) const;
   // The workers in local-rank order, then the auxiliary processes.
   const std::vector<Worker>& workers() const { return workers_; }
   const rendezvous::NodeAssignment& assignment() const { return assignment_; }
 
  private:
   Status StartOne(size_t index, ProcessPlan plan);
-  Result<int> StreamFd(Worker& w, const StreamPlan& s);
   void OnExit(size_t index, const ExitStatus& status);
   void KillRemaining();
 
@@ -84,5 +87,9 @@ class WorkerGroup {
   bool all_exited_reported_ = false;
   size_t started_ = 0;
 };
+
+// The group running now, or null between rounds: how collaborators that outlive one group
+// find the current one.
+using CurrentGroup = std::function<const WorkerGroup*()>;
 
 }  // namespace ftrun::launcher

@@ -99,10 +99,7 @@ struct WorkerProcess::Impl {
 };
 
 WorkerProcess::WorkerProcess(pid_t pid, std::unique_ptr<Impl> impl)
-    : pid_(pid),
-      start_time_(std::chrono::steady_clock::now()),
-      impl_(std::move(impl)),
-      alive_(std::make_shared<bool>(true)) {}
+    : pid_(pid), impl_(std::move(impl)), alive_(std::make_shared<bool>(true)) {}
 
 WorkerProcess::~WorkerProcess() {
   *alive_ = false;

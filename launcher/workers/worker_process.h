@@ -38,7 +38,6 @@ class WorkerProcess : public ChildProcess {
 
   pid_t pid() const override { return pid_; }
   bool exited() const override { return exited_; }
-  std::chrono::steady_clock::time_point start_time() const { return start_time_; }
 
   // Sends `sig` to the child's process group (so grandchildren get it too). A group that is
   // already gone is not an error.
@@ -52,7 +51,6 @@ class WorkerProcess : public ChildProcess {
 
   pid_t pid_;
   bool exited_ = false;
-  std::chrono::steady_clock::time_point start_time_;
   std::unique_ptr<Impl> impl_;
   ExitHandler on_exit_;
   std::shared_ptr<bool> alive_;  // lets a late completion see that the object is gone

@@ -121,7 +121,7 @@ TEST_F(AgentTest, HungRankDumpsItsStacksAndBecomesAFailure) {
   AdvanceAndSettle(std::chrono::seconds(4));
   EXPECT_TRUE(child(0).signals.empty()) << "not silent long enough";
   AdvanceAndSettle(std::chrono::seconds(2));
-  EXPECT_EQ(child(0).signals, std::vector<int>{launcher::SaveRelay::StackDumpSignal()});
+  EXPECT_EQ(child(0).signals, std::vector<int>{launcher::WorkerChannels::StackDumpSignal()});
   EXPECT_TRUE(log->failures.empty()) << "the stacks get a second first";
   AdvanceAndSettle(std::chrono::seconds(1));
   ASSERT_EQ(log->failures.size(), 1u);

@@ -40,7 +40,7 @@ class AgentTest : public ::testing::Test {
   }
 
   // Builds and starts the agent (it joins: the coordinator's Start follows).
-  void StartAgent() {
+  void StartAgent(bool expect_started = true) {
     std::promise<std::string> host;
     host.set_value("node0");
     launcher::AgentOptions o;
@@ -52,9 +52,10 @@ class AgentTest : public ::testing::Test {
     o.spawner = &spawner;
     o.clock = &clock;
     o.signal_exit_code = signal_exit_code;
+    o.watchdog_fifo = watchdog_fifo;
     agent =
         std::make_unique<launcher::Agent>(io, std::move(o), std::make_unique<FakeCoordinator>(log));
-    ASSERT_TRUE(agent->Start());
+    ASSERT_EQ(agent->Start(), expect_started);
     Settle();
   }
 
@@ -171,6 +172,7 @@ class AgentTest : public ::testing::Test {
   boost::asio::io_context io;
   launcher::LaunchConfig config;
   std::string tmpdir;
+  std::string watchdog_fifo;  // served when not empty
   FakeClock clock;
   FakeSpawner spawner{io};
   std::shared_ptr<FakeCoordinator::Log> log = std::make_shared<FakeCoordinator::Log>();

@@ -151,6 +151,14 @@ TEST_F(AgentTest, AProgramThatCannotStartEndsTheJob) {
   ExpectFinished(1);
 }
 
+TEST_F(AgentTest, ASetUpErrorFinishesBeforeJoining) {
+  watchdog_fifo = tmpdir + "/no/such/dir/watchdog";
+  StartAgent(false);
+  ExpectFinished(1);
+  EXPECT_EQ(log->started, 0);
+  EXPECT_EQ(spawner.spawned, 0);
+}
+
 TEST_F(AgentTest, AnExcludedNodeKillsItsWorkersAndExitsWithTempfail) {
   StartAgent();
   StartRound(1);

@@ -1,0 +1,69 @@
+#include "launcher/agent/worker_channels.h"
+
+#include <fmt/format.h>
+#include <signal.h>
+
+#include "common/log.h"
+
+namespace ftrun::launcher {
+
+int WorkerChannels::StackDumpSignal() { return SIGRTMIN + 2; }
+
+WorkerChannels::WorkerChannels(boost::asio::io_context& io, const LaunchConfig& config,
+                               ControlServer::Events events, CurrentGroup current)
+    : io_(io), config_(config), events_(std::move(events)), current_(std::move(current)) {}
+
+WorkerChannels::~WorkerChannels() = default;
+
+Status WorkerChannels::Start(const EnvMap& agent_env, const std::string& watchdog_fifo) {
+  StartControl(agent_env);
+  if (watchdog_fifo.empty()) return {};
+  watchdog_ = std::make_unique<FileTimerServer>(io_, watchdog_fifo, [this](pid_t p) {
+    const WorkerGroup* group = current_();
+    return group && group->OwnsProcessGroupOf(p);
+  });
+  if (auto s = watchdog_->Start(); !s) {
+    return Error{"TORCHELASTIC_ENABLE_FILE_TIMER=1: " + s.error().message};
+  }
+  return {};
+}
+
+void WorkerChannels::StartControl(const EnvMap& agent_env) {
+  control_ = std::make_unique<ControlServer>(io_, events_);
+  std::string root =
+      Lookup(agent_env, "XDG_RUNTIME_DIR").value_or(Lookup(agent_env, "TMPDIR").value_or("/tmp"));
+  if (auto s = control_->Start(root); !s) {
+    if (auto fallback = control_->Start("/tmp"); !fallback) {
+      LauncherLog()->warn("no worker control channel ({}); fault-time saves are off",
+                          s.error().message);
+      control_.reset();
+      return;
+    }
+  }
+  LauncherLog()->debug("control channel ready path={}", control_->path());
+}
+
+void WorkerChannels::Stop() {
+  if (watchdog_) watchdog_->Stop();
+  if (control_) control_->Stop();
+}
+
+EnvMap WorkerChannels::WorkerEnv() const {
+  if (!control_) return {};
+  return {
+      {"FTRUN_CONTROL_SOCKET", control_->path()},
+      {"FTRUN_STACK_SIGNAL", std::to_string(StackDumpSignal())},
+      {"FTRUN_SAVE_TIMEOUT", fmt::format("{:g}", config_.save_timeout.count())},
+  };
+}
+
+void WorkerChannels::GroupStarted(const WorkerGroup& group) {
+  if (!control_) return;
+  std::vector<pid_t> pids;
+  for (const auto& w : group.workers()) {
+    if (w.local_rank >= 0) pids.push_back(w.process->pid());  // auxiliaries have no channel
+  }
+  control_->SetWorkers(pids, group.assignment().base_rank, group.assignment().restart_count);
+}
+
+}  // namespace ftrun::launcher
