@@ -139,6 +139,57 @@ TEST_F(ControlServerTest, FinishedRanksAreMarked) {
   EXPECT_EQ(server_->rank(1).step, 7);
 }
 
+TEST_F(ControlServerTest, UnknownMembersAreIgnored) {
+  Client c(server_->path());
+  c.Send(R"({"type":"hello","version":1,"rank":5,"pid":"informational","future":{"a":[1]}})"
+         "\n"
+         R"({"type":"progress","step":12,"updating":true,"loss":0.25,"tags":["x"]})"
+         "\n"
+         R"({"type":"saved","id":9,"ok":true,"finalize":true,"bytes":null})"
+         "\n");
+  ASSERT_TRUE(Pump([&] { return !saved_.empty(); }));
+  EXPECT_EQ(saved_[0], "1:9:F:ok");
+  EXPECT_EQ(server_->rank(1).step, 12);
+  EXPECT_TRUE(server_->rank(1).updating);
+  EXPECT_FALSE(c.closed());
+}
+
+TEST_F(ControlServerTest, MembersOfTheWrongTypeAreNamed) {
+  ExpectRejected("",
+                 R"({"type":"hello","version":1,"rank":"five"})"
+                 "\n",
+                 "'rank' must be an integer");
+  ExpectRejected("",
+                 R"({"type":5})"
+                 "\n",
+                 "'type' must be a string");
+  ExpectRejected(hello_,
+                 R"({"type":"handler","enabled":"yes"})"
+                 "\n",
+                 "'enabled' must be true or false");
+  ExpectRejected(hello_,
+                 R"({"type":"group","group":["a"]})"
+                 "\n",
+                 "'group' must be a string");
+  ExpectRejected(hello_,
+                 R"({"type":"progress","step":2,"updating":1})"
+                 "\n",
+                 "'updating' must be true or false");
+  ExpectRejected(hello_,
+                 R"({"type":"peer_failed","error":{}})"
+                 "\n",
+                 "'error' must be a string");
+  ExpectRejected(hello_,
+                 R"({"type":"saved","id":1,"ok":"true"})"
+                 "\n",
+                 "'ok' must be true or false");
+  // A hello's settings are read once the connection is bound, as those of a "group".
+  ExpectRejected("",
+                 R"({"type":"hello","version":1,"rank":5,"handler":"on"})"
+                 "\n",
+                 "'handler' must be true or false");
+}
+
 TEST_F(ControlServerTest, BadMessagesCloseTheConnectionWithAReason) {
   ExpectRejected("", "not json\n", "not a JSON object");
   ExpectRejected("",
