@@ -80,8 +80,9 @@ Status ParseJsonLine(const std::string& line, pb::Message* msg) {
       return Error{"'" + it->first + "' must be " + Expected(field)};
     }
   }
-  if (!status.ok())
+  if (!status.ok()) {
     return Error{"not a valid '" + schema.name() + "': " + std::string(status.message())};
+  }
   return {};
 }
 
