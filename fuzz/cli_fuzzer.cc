@@ -133,10 +133,7 @@ void RunMsrun(const CommandLine& in) {
 }  // namespace
 }  // namespace ftrun::fuzz
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  ftrun::fuzz::Quiet();
-  return 0;
-}
+FTRUN_FUZZ_INITIALIZE()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 4096) return -1;  // a command line, not a file

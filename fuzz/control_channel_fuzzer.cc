@@ -83,11 +83,7 @@ void CheckAnswer(const std::string& answer) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  ftrun::fuzz::Quiet();
-  F();
-  return 0;
-}
+FTRUN_FUZZ_INITIALIZE(F())
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 256 * 1024) return -1;  // the interesting limit is 64 KiB a line

@@ -33,11 +33,7 @@ std::string& Dir() {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  ftrun::fuzz::Quiet();
-  Dir();
-  return 0;
-}
+FTRUN_FUZZ_INITIALIZE(Dir())
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 16384) return -1;  // well below a FIFO's 64 KiB buffer

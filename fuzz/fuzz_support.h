@@ -46,6 +46,15 @@ inline void Quiet() {
   }
 }
 
+// Defines the target's LLVMFuzzerInitialize: Quiet(), then `setup` (the target's fixture,
+// built once before the first input, e.g. a server on a socket), if any.
+#define FTRUN_FUZZ_INITIALIZE(setup)                   \
+  extern "C" int LLVMFuzzerInitialize(int*, char***) { \
+    ::ftrun::fuzz::Quiet();                            \
+    setup;                                             \
+    return 0;                                          \
+  }
+
 // An argv and an environment from a fuzz input: the input is split at '\n' and '\0' into
 // words; a word "@env KEY=VALUE" goes into the environment, every other word into argv. So a
 // seed is a readable file with one argument per line.

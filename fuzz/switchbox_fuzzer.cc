@@ -10,10 +10,7 @@
 #include "fuzz/fuzz_support.h"
 #include "launcher/netcheck/switchbox.h"
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  ftrun::fuzz::Quiet();
-  return 0;
-}
+FTRUN_FUZZ_INITIALIZE()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace ftrun::launcher;

@@ -1,7 +1,5 @@
 #include "launcher/channels/control_server.h"
 
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -9,48 +7,24 @@
 #include <boost/asio/read_until.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
-#include <cmath>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
 
 #include "common/log.h"
+#include "ftrun/v1/control.pb.h"
+#include "launcher/channels/json_line.h"
 
 namespace ftrun::launcher {
 namespace {
 
-namespace pb = google::protobuf;
+namespace v1 = ftrun::v1;
 using stream = boost::asio::local::stream_protocol;
 
-const pb::Value* Field(const pb::Struct& s, const char* key) {
-  auto it = s.fields().find(key);
-  return it == s.fields().end() ? nullptr : &it->second;
-}
-
-// Reads an optional typed field; a present field of the wrong type is an error.
-bool GetBool(const pb::Struct& s, const char* key, bool* out, std::string* err) {
-  const pb::Value* v = Field(s, key);
-  if (!v) return true;
-  if (!v->has_bool_value()) return *err = std::string("'") + key + "' must be true or false", false;
-  *out = v->bool_value();
-  return true;
-}
-bool GetString(const pb::Struct& s, const char* key, std::string* out, std::string* err) {
-  const pb::Value* v = Field(s, key);
-  if (!v) return true;
-  if (!v->has_string_value()) return *err = std::string("'") + key + "' must be a string", false;
-  *out = v->string_value();
-  return true;
-}
-bool GetInt(const pb::Struct& s, const char* key, int64_t* out, std::string* err) {
-  const pb::Value* v = Field(s, key);
-  if (!v) return true;
-  double d = v->has_number_value() ? v->number_value() : NAN;
-  if (!std::isfinite(d) || d != std::floor(d) || std::fabs(d) > 9.0e15) {
-    return *err = std::string("'") + key + "' must be an integer", false;
-  }
-  *out = static_cast<int64_t>(d);
-  return true;
+// Reads `line` as the message of its type; "" or the reason it does not fit.
+std::string Parse(const std::string& line, google::protobuf::Message* msg) {
+  auto parsed = ParseJsonLine(line, msg);
+  return parsed ? "" : parsed.error().message;
 }
 
 }  // namespace
@@ -207,82 +181,89 @@ void ControlServer::Close(const std::shared_ptr<Connection>& c, const std::strin
 }
 
 std::string ControlServer::Handle(Connection& c, const std::string& line) {
-  pb::Struct msg;
-  if (!pb::util::JsonStringToMessage(line, &msg).ok()) return "not a JSON object";
-  std::string type, err;
-  if (!GetString(msg, "type", &type, &err)) return err;
+  v1::ControlEnvelope envelope;
+  if (std::string err = Parse(line, &envelope); !err.empty()) return err;
+  const std::string& type = envelope.type();
   if (type.empty()) return "message without a 'type'";
   if (c.local_rank < 0) {
     if (type != "hello") return "the first message must be 'hello', not '" + type + "'";
-    int64_t version = 0, rank = -1;
-    if (!GetInt(msg, "version", &version, &err) || !GetInt(msg, "rank", &rank, &err)) return err;
-    if (version != kControlProtocolVersion) {
-      return "protocol version " + std::to_string(version) +
-             " is not supported (this agent "
-             "speaks " +
-             std::to_string(kControlProtocolVersion) + ")";
-    }
-    const int lr = RankOfPeer(c.peer_pid);
-    if (lr < 0) return "pid " + std::to_string(c.peer_pid) + " is not one of this agent's workers";
-    if (rank != base_rank_ + lr) {
-      return "says rank " + std::to_string(rank) + " but is rank " +
-             std::to_string(base_rank_ + lr);
-    }
-    for (auto& other : connections_) {
-      if (other.get() != &c && other->local_rank == lr) {
-        Close(other, "replaced by a new connection of the same rank");
-        break;
-      }
-    }
-    c.local_rank = lr;
-    for (auto& sp : connections_) {
-      if (sp.get() == &c) by_rank_[lr] = sp;
-    }
-    ranks_[lr].connected = true;
-    Send(lr, JsonMessage("welcome")
-                 .Set("version", int64_t{kControlProtocolVersion})
-                 .Set("rank", rank)
-                 .Set("attempt", int64_t{attempt_})
-                 .str());
+    v1::ControlHello hello;
+    if (std::string err = Parse(line, &hello); !err.empty()) return err;
+    if (std::string err = Bind(c, hello); !err.empty()) return err;
   }
   RankControl& rc = ranks_[c.local_rank];
-  if (type == "hello" || type == "handler" || type == "group") {
-    bool enabled = rc.has_handler;
-    if (!GetBool(msg, type == "handler" ? "enabled" : "handler", &enabled, &err)) return err;
-    std::string group = rc.group;
-    if (!GetString(msg, "group", &group, &err)) return err;
-    if (group.size() > 1024) return "replica group name over 1 KiB";
-    rc.has_handler = enabled;
-    rc.group = group;
+  if (type == "hello" || type == "group" || type == "handler") {
+    v1::ControlGroup group;
+    v1::ControlHandler handler;
+    std::string err = type == "handler" ? Parse(line, &handler) : Parse(line, &group);
+    if (!err.empty()) return err;
+    if (type == "handler") {
+      if (handler.has_enabled()) group.set_handler(handler.enabled());
+      if (handler.has_group()) group.set_group(handler.group());
+    }
+    if (group.has_group() && group.group().size() > 1024) return "replica group name over 1 KiB";
+    if (group.has_handler()) rc.has_handler = group.handler();
+    if (group.has_group()) rc.group = group.group();
   } else if (type == "progress") {
-    int64_t step = -1;
-    bool updating = false;
-    if (!Field(msg, "step")) return "'progress' without 'step'";
-    if (!GetInt(msg, "step", &step, &err) || !GetBool(msg, "updating", &updating, &err)) return err;
-    rc.step = step;
-    rc.updating = updating;
+    v1::ControlProgress progress;
+    if (std::string err = Parse(line, &progress); !err.empty()) return err;
+    if (!progress.has_step()) return "'progress' without 'step'";
+    rc.step = progress.step();
+    rc.updating = progress.updating();
     rc.progress_seen = true;
     rc.last_progress = std::chrono::steady_clock::now();
   } else if (type == "finished") {
+    v1::ControlFinished finished;
+    if (std::string err = Parse(line, &finished); !err.empty()) return err;
     rc.finished = true;
   } else if (type == "peer_failed") {
-    std::string error;
-    if (!GetString(msg, "error", &error, &err)) return err;
+    v1::ControlPeerFailed failed;
+    if (std::string err = Parse(line, &failed); !err.empty()) return err;
     rc.peer_failed = true;
-    if (events_.on_peer_failed) events_.on_peer_failed(c.local_rank, error);
+    if (events_.on_peer_failed) events_.on_peer_failed(c.local_rank, failed.error());
   } else if (type == "saved") {
-    int64_t id = 0;
-    bool finalize = false, ok = false;
-    std::string error;
-    if (!Field(msg, "id") || !Field(msg, "ok")) return "'saved' needs 'id' and 'ok'";
-    if (!GetInt(msg, "id", &id, &err) || !GetBool(msg, "finalize", &finalize, &err) ||
-        !GetBool(msg, "ok", &ok, &err) || !GetString(msg, "error", &error, &err)) {
-      return err;
+    v1::ControlSaved saved;
+    if (std::string err = Parse(line, &saved); !err.empty()) return err;
+    if (!saved.has_id() || !saved.has_ok()) return "'saved' needs 'id' and 'ok'";
+    if (events_.on_saved) {
+      events_.on_saved(c.local_rank, saved.id(), saved.finalize(), saved.ok(), saved.error());
     }
-    if (events_.on_saved) events_.on_saved(c.local_rank, id, finalize, ok, error);
   } else {
     return "unknown message type '" + type + "'";
   }
+  return "";
+}
+
+std::string ControlServer::Bind(Connection& c, const v1::ControlHello& hello) {
+  const int64_t version = hello.version();
+  const int64_t rank = hello.has_rank() ? hello.rank() : -1;
+  if (version != kControlProtocolVersion) {
+    return "protocol version " + std::to_string(version) +
+           " is not supported (this agent "
+           "speaks " +
+           std::to_string(kControlProtocolVersion) + ")";
+  }
+  const int lr = RankOfPeer(c.peer_pid);
+  if (lr < 0) return "pid " + std::to_string(c.peer_pid) + " is not one of this agent's workers";
+  if (rank != base_rank_ + lr) {
+    return "says rank " + std::to_string(rank) + " but is rank " + std::to_string(base_rank_ + lr);
+  }
+  for (auto& other : connections_) {
+    if (other.get() != &c && other->local_rank == lr) {
+      Close(other, "replaced by a new connection of the same rank");
+      break;
+    }
+  }
+  c.local_rank = lr;
+  for (auto& sp : connections_) {
+    if (sp.get() == &c) by_rank_[lr] = sp;
+  }
+  ranks_[lr].connected = true;
+  Send(lr, JsonMessage("welcome")
+               .Set("version", int64_t{kControlProtocolVersion})
+               .Set("rank", rank)
+               .Set("attempt", int64_t{attempt_})
+               .str());
   return "";
 }
 

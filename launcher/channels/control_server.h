@@ -1,6 +1,7 @@
 // ControlServer: the agent end of the worker control channel (ftrun-control(7)). A Unix
 // domain socket in a private directory (mode 0700), path in FTRUN_CONTROL_SOCKET; one JSON
-// object per line, at most 64 KiB. A connection is bound to a local rank by its first
+// object per line, at most 64 KiB, each read into its typed message (schema:
+// proto/ftrun/v1/control.proto). A connection is bound to a local rank by its first
 // message ("hello"), checked against the kernel's view of the peer (SO_PEERCRED: the peer
 // must be in that worker's process group). Workers that never connect are unaffected.
 //
@@ -21,6 +22,10 @@
 
 #include "common/json_message.h"
 #include "common/result.h"
+
+namespace ftrun::v1 {
+class ControlHello;
+}  // namespace ftrun::v1
 
 namespace ftrun::launcher {
 
@@ -74,6 +79,8 @@ class ControlServer {
   void Read(std::shared_ptr<Connection> c);
   void Write(std::shared_ptr<Connection> c);
   std::string Handle(Connection& c, const std::string& line);
+  // Binds `c` to the local rank its "hello" claims, once the kernel agrees; "" or why not.
+  std::string Bind(Connection& c, const v1::ControlHello& hello);
   void Close(const std::shared_ptr<Connection>& c, const std::string& why);
   int RankOfPeer(pid_t pid) const;
 

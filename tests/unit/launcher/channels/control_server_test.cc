@@ -85,6 +85,16 @@ class ControlServerTest : public ::testing::Test {
     EXPECT_NE(c.Received().find(why), std::string::npos) << line << " -> " << c.Received();
   }
 
+  struct Rejection {
+    bool after_hello;
+    std::string line;  // without its newline
+    std::string why;
+  };
+  void ExpectAllRejected(const std::vector<Rejection>& cases) {
+    for (const Rejection& r : cases)
+      ExpectRejected(r.after_hello ? hello_ : "", r.line + "\n", r.why);
+  }
+
   testing::TempDir dir_;
   boost::asio::io_context io_;
   std::unique_ptr<ControlServer> server_;
@@ -139,44 +149,50 @@ TEST_F(ControlServerTest, FinishedRanksAreMarked) {
   EXPECT_EQ(server_->rank(1).step, 7);
 }
 
+TEST_F(ControlServerTest, UnknownMembersAreIgnored) {
+  Client c(server_->path());
+  c.Send(R"({"type":"hello","version":1,"rank":5,"pid":"informational","future":{"a":[1]}})"
+         "\n"
+         R"({"type":"progress","step":12,"updating":true,"loss":0.25,"tags":["x"]})"
+         "\n"
+         R"({"type":"saved","id":9,"ok":true,"finalize":true,"bytes":null})"
+         "\n");
+  ASSERT_TRUE(Pump([&] { return !saved_.empty(); }));
+  EXPECT_EQ(saved_[0], "1:9:F:ok");
+  EXPECT_EQ(server_->rank(1).step, 12);
+  EXPECT_TRUE(server_->rank(1).updating);
+  EXPECT_FALSE(c.closed());
+}
+
+TEST_F(ControlServerTest, MembersOfTheWrongTypeAreNamed) {
+  ExpectAllRejected({
+      {false, R"({"type":"hello","version":1,"rank":"five"})", "'rank' must be an integer"},
+      {false, R"({"type":5})", "'type' must be a string"},
+      {true, R"({"type":"handler","enabled":"yes"})", "'enabled' must be true or false"},
+      {true, R"({"type":"group","group":["a"]})", "'group' must be a string"},
+      {true, R"({"type":"progress","step":2,"updating":1})", "'updating' must be true or false"},
+      {true, R"({"type":"progress","step":null})", "'step' must be an integer"},
+      {true, R"({"type":"peer_failed","error":{}})", "'error' must be a string"},
+      {true, R"({"type":"saved","id":1,"ok":"true"})", "'ok' must be true or false"},
+      // A hello's settings are read once the connection is bound, as those of a "group".
+      {false, R"({"type":"hello","version":1,"rank":5,"handler":"on"})",
+       "'handler' must be true or false"},
+  });
+}
+
 TEST_F(ControlServerTest, BadMessagesCloseTheConnectionWithAReason) {
-  ExpectRejected("", "not json\n", "not a JSON object");
-  ExpectRejected("",
-                 R"({"type":"progress","step":1})"
-                 "\n",
-                 "first message must be 'hello'");
-  ExpectRejected("",
-                 R"({"type":"hello","version":2,"rank":5})"
-                 "\n",
-                 "protocol version 2");
-  ExpectRejected("",
-                 R"({"type":"hello","version":1,"rank":7})"
-                 "\n",
-                 "says rank 7 but is rank 5");
-  ExpectRejected(hello_,
-                 R"({"type":"dance"})"
-                 "\n",
-                 "unknown message type 'dance'");
-  ExpectRejected(hello_,
-                 R"({"type":"progress","step":"ten"})"
-                 "\n",
-                 "'step' must be an integer");
-  ExpectRejected(hello_,
-                 R"({"type":"progress","step":1.5})"
-                 "\n",
-                 "'step' must be an integer");
-  ExpectRejected(hello_,
-                 R"({"type":"progress"})"
-                 "\n",
-                 "without 'step'");
-  ExpectRejected(hello_,
-                 R"({"type":"saved","ok":true})"
-                 "\n",
-                 "needs 'id' and 'ok'");
-  ExpectRejected(hello_,
-                 R"({"nope":1})"
-                 "\n",
-                 "without a 'type'");
+  ExpectAllRejected({
+      {false, "not json", "not a JSON object"},
+      {false, R"({"type":"progress","step":1})", "first message must be 'hello'"},
+      {false, R"({"type":"hello","version":2,"rank":5})", "protocol version 2"},
+      {false, R"({"type":"hello","version":1,"rank":7})", "says rank 7 but is rank 5"},
+      {true, R"({"type":"dance"})", "unknown message type 'dance'"},
+      {true, R"({"type":"progress","step":"ten"})", "'step' must be an integer"},
+      {true, R"({"type":"progress","step":1.5})", "'step' must be an integer"},
+      {true, R"({"type":"progress"})", "without 'step'"},
+      {true, R"({"type":"saved","ok":true})", "needs 'id' and 'ok'"},
+      {true, R"({"nope":1})", "without a 'type'"},
+  });
   ExpectRejected(hello_, std::string(70000, 'x') + "\n", "over 64 KiB");
   // The agent still serves a well-behaved worker.
   Client ok(server_->path());

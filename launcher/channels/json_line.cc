@@ -1,0 +1,89 @@
+#include "launcher/channels/json_line.h"
+
+#include <google/protobuf/descriptor.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+
+#include <memory>
+
+namespace ftrun::launcher {
+namespace {
+
+namespace pb = google::protobuf;
+
+pb::util::JsonParseOptions Options() {
+  pb::util::JsonParseOptions options;
+  options.ignore_unknown_fields = true;
+  return options;
+}
+
+std::string Expected(const pb::FieldDescriptor& field) {
+  switch (field.cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      return "true or false";
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      return "a string";
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return "an integer";
+    default:
+      return "of type " + std::string(field.type_name());
+  }
+}
+
+// Whether the JSON kind of `value` is that of `field`: protobuf's JSON parser (3.21) would
+// also take "yes" for a bool, "12" for an integer and null for anything.
+bool KindFits(const pb::FieldDescriptor& field, const pb::Value& value) {
+  switch (field.cpp_type()) {
+    case pb::FieldDescriptor::CPPTYPE_BOOL:
+      return value.has_bool_value();
+    case pb::FieldDescriptor::CPPTYPE_STRING:
+      return value.has_string_value();
+    case pb::FieldDescriptor::CPPTYPE_INT32:
+    case pb::FieldDescriptor::CPPTYPE_INT64:
+    case pb::FieldDescriptor::CPPTYPE_UINT32:
+    case pb::FieldDescriptor::CPPTYPE_UINT64:
+      return value.has_number_value();
+    default:
+      return true;  // left to protobuf's parser
+  }
+}
+
+// Whether `{"<key>": value}` alone parses as a `prototype`: the parser's status does not say
+// which member it refused (e.g. 1.5 for an integer).
+bool ParsesAlone(const std::string& key, const pb::Value& value, const pb::Message& prototype) {
+  pb::Struct alone;
+  (*alone.mutable_fields())[key] = value;
+  std::string json;
+  std::unique_ptr<pb::Message> probe(prototype.New());
+  return pb::util::MessageToJsonString(alone, &json).ok() &&
+         pb::util::JsonStringToMessage(json, probe.get(), Options()).ok();
+}
+
+}  // namespace
+
+Status ParseJsonLine(const std::string& line, pb::Message* msg) {
+  msg->Clear();
+  pb::Struct object;
+  if (!pb::util::JsonStringToMessage(line, &object).ok()) return Error{"not a JSON object"};
+  const auto status = pb::util::JsonStringToMessage(line, msg, Options());
+  const pb::Descriptor& schema = *msg->GetDescriptor();
+  for (int i = 0; i < schema.field_count(); ++i) {
+    const pb::FieldDescriptor& field = *schema.field(i);
+    auto it = object.fields().find(field.json_name());
+    if (it == object.fields().end()) it = object.fields().find(field.name());
+    if (it == object.fields().end()) continue;
+    if (!KindFits(field, it->second) ||
+        (!status.ok() && !ParsesAlone(it->first, it->second, *msg))) {
+      return Error{"'" + it->first + "' must be " + Expected(field)};
+    }
+  }
+  if (!status.ok()) {
+    return Error{"not a valid '" + schema.name() + "': " + std::string(status.message())};
+  }
+  return {};
+}
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,25 @@
+// ParseJsonLine: one line of a JSON-lines channel read into its typed message (a protobuf
+// message whose schema is the line's, e.g. proto/ftrun/v1/control.proto) by protobuf's JSON
+// parser. Unknown members are ignored. Stricter than protobuf's JSON mapping, as the control
+// channel has always been: a known member's JSON kind must be its type's (a bool is true or
+// false, an integer a number without a fraction, a string a string; never null).
+//
+// Errors name the culprit as the control channel reports it: "not a JSON object", or the
+// first member (in the schema's order) whose value does not fit, e.g. "'step' must be an
+// integer". Thread: any; no state.
+#pragma once
+
+#include <string>
+
+#include "common/result.h"
+
+namespace google::protobuf {
+class Message;
+}  // namespace google::protobuf
+
+namespace ftrun::launcher {
+
+// Clears `msg`, then fills it from `line`.
+Status ParseJsonLine(const std::string& line, google::protobuf::Message* msg);
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,87 @@
+#include "launcher/channels/json_line.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "ftrun/v1/control.pb.h"
+
+namespace ftrun::launcher {
+namespace {
+
+// The reason ParseJsonLine gives for `line` read as a saved message ("" when it fits).
+std::string SavedError(const std::string& line, v1::ControlSaved* saved) {
+  auto parsed = ParseJsonLine(line, saved);
+  return parsed ? "" : parsed.error().message;
+}
+
+TEST(JsonLineTest, ReadsTheTypedMessageAndIgnoresUnknownMembers) {
+  v1::ControlSaved saved;
+  ASSERT_EQ(SavedError(R"({"type":"saved","id":3,"ok":false,"error":"disk full",)"
+                       R"("extra":{"nested":[1,"x",null]},"more":1.5,"none":null})",
+                       &saved),
+            "");
+  EXPECT_TRUE(saved.has_id());
+  EXPECT_EQ(saved.id(), 3);
+  EXPECT_TRUE(saved.has_ok());
+  EXPECT_FALSE(saved.ok());
+  EXPECT_FALSE(saved.finalize());
+  EXPECT_EQ(saved.error(), "disk full");
+}
+
+TEST(JsonLineTest, AbsentMembersStayAbsentAndEachParseStartsAfresh) {
+  v1::ControlSaved saved;
+  ASSERT_EQ(SavedError(R"({"type":"saved","id":3,"ok":true})", &saved), "");
+  ASSERT_EQ(SavedError(R"({"type":"saved","finalize":true})", &saved), "");
+  EXPECT_FALSE(saved.has_id());
+  EXPECT_FALSE(saved.has_ok());
+  EXPECT_TRUE(saved.finalize());
+}
+
+TEST(JsonLineTest, IntegersAreNumbersWithoutAFraction) {
+  v1::ControlProgress progress;
+  for (const char* line : {R"({"step":41})", R"({"step":41.0})", R"({"step":4.1e1})"}) {
+    auto parsed = ParseJsonLine(line, &progress);
+    ASSERT_TRUE(parsed) << line << ": " << parsed.error().message;
+    EXPECT_EQ(progress.step(), 41) << line;
+  }
+}
+
+TEST(JsonLineTest, AMemberOfTheWrongTypeIsNamed) {
+  struct Case {
+    const char* line;
+    const char* error;
+  };
+  v1::ControlSaved saved;
+  for (const Case& c : {
+           Case{R"({"id":"three","ok":true})", "'id' must be an integer"},
+           Case{R"({"id":1.5,"ok":true})", "'id' must be an integer"},
+           Case{R"({"id":"3","ok":true})", "'id' must be an integer"},
+           Case{R"({"id":null,"ok":true})", "'id' must be an integer"},
+           Case{R"({"id":3,"ok":"yes"})", "'ok' must be true or false"},
+           Case{R"({"id":3,"ok":"true"})", "'ok' must be true or false"},
+           Case{R"({"id":3,"ok":1})", "'ok' must be true or false"},
+           Case{R"({"id":3,"ok":null})", "'ok' must be true or false"},
+           Case{R"({"id":3,"ok":true,"error":7})", "'error' must be a string"},
+           Case{R"({"id":3,"ok":true,"finalize":{}})", "'finalize' must be true or false"},
+           // The first culprit in the schema's order.
+           Case{R"({"error":7,"id":"x"})", "'id' must be an integer"},
+       }) {
+    EXPECT_EQ(SavedError(c.line, &saved), c.error) << c.line;
+  }
+}
+
+TEST(JsonLineTest, WhatIsNotAJsonObjectIsSaidSo) {
+  v1::ControlEnvelope envelope;
+  for (const char* line : {"not json", "[1,2]", "5", R"({"type":"x")", ""}) {
+    auto parsed = ParseJsonLine(line, &envelope);
+    ASSERT_FALSE(parsed) << line;
+    EXPECT_EQ(parsed.error().message, "not a JSON object") << line;
+  }
+  auto parsed = ParseJsonLine(R"({"type":5})", &envelope);
+  ASSERT_FALSE(parsed);
+  EXPECT_EQ(parsed.error().message, "'type' must be a string");
+}
+
+}  // namespace
+}  // namespace ftrun::launcher
