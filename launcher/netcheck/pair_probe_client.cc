@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "launcher/netcheck/name_resolver.h"
 #include "launcher/netcheck/pair_probe.h"
 #include "launcher/netcheck/probe_wire.h"
 
@@ -40,13 +41,12 @@ struct ProbeClient::Session : std::enable_shared_from_this<ProbeClient::Session>
                              std::chrono::duration<double>(self->opts.timeout).count()));
     });
     phase = "resolving the address";
-    resolver.async_resolve(
-        host, std::to_string(port),
-        [self](const boost::system::error_code& ec, tcp::resolver::results_type results) {
+    resolver.Resolve(
+        host, port, [self](const boost::system::error_code& ec, NameResolver::Endpoints endpoints) {
           if (self->done) return;
           if (ec) return self->Fail("resolve: " + ec.message());
           self->phase = "connecting";
-          asio::async_connect(self->sock, results,
+          asio::async_connect(self->sock, endpoints,
                               [self](const boost::system::error_code& ec, const tcp::endpoint&) {
                                 if (self->done) return;
                                 if (ec) return self->Fail("connect: " + ec.message());
@@ -218,12 +218,12 @@ struct ProbeClient::Session : std::enable_shared_from_this<ProbeClient::Session>
   void Cancel() {
     done = true;
     boost::system::error_code ec;
-    resolver.cancel();
+    resolver.Cancel();
     sock.close(ec);
     timer.cancel();
   }
 
-  tcp::resolver resolver;
+  NameResolver resolver;  // not the loop's: a fork on the loop would strand the lookup
   tcp::socket sock;
   asio::steady_timer timer;
   std::string host;
