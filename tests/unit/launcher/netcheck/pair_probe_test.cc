@@ -215,7 +215,11 @@ TEST_F(PairProbeTest, DestroyingTheClientCancelsWithoutCallingBack) {
   int calls = 0;
   auto client = ProbeClient::Start(io_, "127.0.0.1", acceptor.local_endpoint().port(), {},
                                    [&](Result<ProbeResult>) { ++calls; });
-  io_.run_for(20ms);
+  // Mid-flight: connected, waiting for the PONG the silent peer never sends.
+  tcp::socket peer(io_);
+  bool accepted = false;
+  acceptor.async_accept(peer, [&](const boost::system::error_code& ec) { accepted = !ec; });
+  ASSERT_TRUE(RunUntil([&] { return accepted; }));
   client.reset();
   io_.run_for(50ms);
   EXPECT_EQ(calls, 0);
