@@ -253,6 +253,18 @@ TEST_F(PairProbeTest, LookupCompletesWhileChildrenAreSpawned) {
   }
 }
 
+TEST_F(PairProbeTest, DestroyingTheClientDuringANameLookupCallsNothing) {
+  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0);
+  ASSERT_TRUE(server) << server.error().message;
+  int calls = 0;
+  auto client = ProbeClient::Start(io_, "localhost", (*server)->port(), {},
+                                   [&](Result<ProbeResult>) { ++calls; });
+  client.reset();  // the lookup's thread still runs; its answer must be dropped
+  io_.run_for(50ms);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ((*server)->accepted(), 0u);
+}
+
 TEST_F(PairProbeTest, ListenErrorsNameTheAddress) {
   auto bad = ProbeServer::Listen(io_, "not-an-ip", 0);
   ASSERT_FALSE(bad);
