@@ -21,6 +21,7 @@
 
 #include "ftrun/v1/rendezvous.pb.h"
 #include "fuzz/fuzz_support.h"
+#include "rendezvous/apply_report.h"
 #include "rendezvous/rendezvous_state.h"
 #include "rendezvous/wire.h"
 
@@ -220,40 +221,7 @@ class Harness {
     if ((flags & 8) && v.save && !v.save->savers.empty()) r.set_saver_rank(v.save->savers[0].rank);
     if (!state_.IsNode(id) && !state_.IsExcluded(id)) return;  // NOT_FOUND
     state_.Seen(id, now_);
-    if (!rdzv::CheckLimits(r)) return;
-    switch (r.kind()) {
-      case v1::ReportRequest::KIND_FAILED: {
-        std::vector<rdzv::WorkerFailure> failures;
-        for (const auto& f : r.failures()) failures.push_back(rdzv::FromWire(f));
-        if (failures.empty()) return;
-        state_.ReportFailed(id, r.round(), failures, now_);
-        break;
-      }
-      case v1::ReportRequest::KIND_SUCCEEDED:
-        state_.ReportSucceeded(id, r.round(), now_);
-        break;
-      case v1::ReportRequest::KIND_STOPPED:
-        state_.ReportStopped(id, r.round(), r.free_port(), now_);
-        break;
-      case v1::ReportRequest::KIND_PROGRESS: {
-        std::vector<rdzv::RankProgress> ranks;
-        for (const auto& p : r.progress()) ranks.push_back(rdzv::FromWire(p));
-        state_.ReportProgress(id, r.round(), r.save_id(), ranks, now_);
-        break;
-      }
-      case v1::ReportRequest::KIND_SAVED:
-        state_.ReportSaved(id, r.round(), r.save_id(), r.saver_rank(), r.finalize(), r.ok(),
-                           r.error(), now_);
-        break;
-      case v1::ReportRequest::KIND_CHECKED: {
-        std::vector<rdzv::CheckTaskResult> results;
-        for (const auto& c : r.check_results()) results.push_back(rdzv::FromWire(c));
-        state_.ReportCheck(id, r.round(), r.check_id(), results, now_);
-        break;
-      }
-      default:
-        return;  // INVALID_ARGUMENT
-    }
+    (void)rdzv::ApplyReport(state_, id, r, now_);  // an error: INVALID_ARGUMENT
   }
 
   // The node's own ranks, from its view (none when it is not in the round).

@@ -24,6 +24,7 @@ using Duration = std::chrono::duration<double>;
 //   running --all members succeeded--> succeeded;  any --no restart left/too few nodes--> failed
 // A running round that must stop (failure, node lost or joined) first goes through
 //   saving: the surviving replicas save the newest consistent step (save_round.h).
+// PhaseName names them in this order.
 enum class Phase { kForming, kRunning, kStopping, kSucceeded, kFailed, kSaving, kChecking };
 const char* PhaseName(Phase p);
 

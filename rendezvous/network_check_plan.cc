@@ -72,15 +72,8 @@ std::vector<PairResult> Match(const std::vector<CheckPair>& plan,
 }  // namespace
 
 const char* VerdictName(NodeVerdict v) {
-  switch (v) {
-    case NodeVerdict::kHealthy:
-      return "healthy";
-    case NodeVerdict::kStraggler:
-      return "straggler";
-    case NodeVerdict::kFaulty:
-      return "faulty";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"healthy", "straggler", "faulty"};
+  return kNames[static_cast<int>(v)];
 }
 
 std::vector<std::string> NetworkCheckReport::Faulty() const {

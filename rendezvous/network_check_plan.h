@@ -71,6 +71,7 @@ struct PairResult {
   double Mbps() const { return mbps_ab < mbps_ba ? mbps_ab : mbps_ba; }
 };
 
+// VerdictName names them in this order.
 enum class NodeVerdict { kHealthy, kStraggler, kFaulty };
 const char* VerdictName(NodeVerdict v);  // "healthy", "straggler", "faulty"
 

@@ -160,26 +160,13 @@ void RendezvousClient::Report(ReportKind kind, uint64_t round,
   auto call = std::make_shared<C>();
   FillHeader(opts_, call->req.mutable_header());
   call->req.set_round(round);
-  switch (kind) {
-    case ReportKind::kFailed:
-      call->req.set_kind(v1::ReportRequest::KIND_FAILED);
-      break;
-    case ReportKind::kSucceeded:
-      call->req.set_kind(v1::ReportRequest::KIND_SUCCEEDED);
-      break;
-    case ReportKind::kStopped:
-      call->req.set_kind(v1::ReportRequest::KIND_STOPPED);
-      break;
-    case ReportKind::kProgress:
-      call->req.set_kind(v1::ReportRequest::KIND_PROGRESS);
-      break;
-    case ReportKind::kSaved:
-      call->req.set_kind(v1::ReportRequest::KIND_SAVED);
-      break;
-    case ReportKind::kChecked:
-      call->req.set_kind(v1::ReportRequest::KIND_CHECKED);
-      break;
-  }
+  // In ReportKind's order.
+  constexpr v1::ReportRequest::Kind kWireKinds[] = {
+      v1::ReportRequest::KIND_FAILED,  v1::ReportRequest::KIND_SUCCEEDED,
+      v1::ReportRequest::KIND_STOPPED, v1::ReportRequest::KIND_PROGRESS,
+      v1::ReportRequest::KIND_SAVED,   v1::ReportRequest::KIND_CHECKED,
+  };
+  call->req.set_kind(kWireKinds[static_cast<int>(kind)]);
   call->req.set_check_id(save.check_id);
   for (const auto& r : save.check_results) ToWire(r, call->req.add_check_results());
   call->req.set_save_id(save.save_id);

@@ -44,6 +44,7 @@ struct RpcOutcome {
   bool cancelled() const;
 };
 
+// The client maps them to the wire in this order.
 enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved, kChecked };
 
 // What a report carries besides failures: the fault-time save's part (kProgress, kSaved) or

@@ -40,52 +40,31 @@ class RendezvousServer::Service : public v1::Rendezvous::CallbackService {
 
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                  v1::JoinResponse* resp) override {
-    auto call = Make(ctx, Call::Kind::kJoin, ctx->DefaultReactor());
-    call->join = *req;
-    call->join_response = resp;
-    return Post(call);
+    return Post(ctx, ctx->DefaultReactor(), Call::Join{*req, resp});
   }
   grpc::ServerUnaryReactor* Watch(grpc::CallbackServerContext* ctx, const v1::WatchRequest* req,
                                   v1::WatchResponse* resp) override {
     uint64_t id = next_watch_id_++;
-    auto call = Make(ctx, Call::Kind::kWatch, new WatchReactor(io_, server_, id));
-    call->watch_id = id;
-    call->watch = *req;
-    call->watch_response = resp;
-    return Post(call);
+    return Post(ctx, new WatchReactor(io_, server_, id), Call::Watch{*req, resp, id});
   }
   grpc::ServerUnaryReactor* Report(grpc::CallbackServerContext* ctx, const v1::ReportRequest* req,
                                    v1::ReportResponse* resp) override {
-    auto call = Make(ctx, Call::Kind::kReport, ctx->DefaultReactor());
-    call->report = *req;
-    call->report_response = resp;
-    return Post(call);
+    return Post(ctx, ctx->DefaultReactor(), Call::Report{*req, resp});
   }
   grpc::ServerUnaryReactor* Status(grpc::CallbackServerContext* ctx, const v1::StatusRequest* req,
                                    v1::JobStatus* resp) override {
-    auto call = Make(ctx, Call::Kind::kStatus, ctx->DefaultReactor());
-    call->status = *req;
-    call->status_response = resp;
-    return Post(call);
+    return Post(ctx, ctx->DefaultReactor(), Call::Status{*req, resp});
   }
   grpc::ServerUnaryReactor* Leave(grpc::CallbackServerContext* ctx, const v1::LeaveRequest* req,
                                   v1::LeaveResponse*) override {
-    auto call = Make(ctx, Call::Kind::kLeave, ctx->DefaultReactor());
-    call->leave = *req;
-    return Post(call);
+    return Post(ctx, ctx->DefaultReactor(), Call::Leave{*req});
   }
 
  private:
-  std::shared_ptr<Call> Make(grpc::CallbackServerContext* ctx, Call::Kind kind,
-                             grpc::ServerUnaryReactor* reactor) {
-    auto call = std::make_shared<Call>();
-    call->kind = kind;
-    call->reactor = reactor;
-    call->peer = ctx->peer();
-    return call;
-  }
-  grpc::ServerUnaryReactor* Post(std::shared_ptr<Call> call) {
-    grpc::ServerUnaryReactor* reactor = call->reactor;
+  // Copies the request off gRPC's thread and hands it to the loop.
+  grpc::ServerUnaryReactor* Post(grpc::CallbackServerContext* ctx,
+                                 grpc::ServerUnaryReactor* reactor, Call::Request request) {
+    auto call = std::make_shared<Call>(Call{reactor, ctx->peer(), std::move(request)});
     boost::asio::post(io_, [s = server_, call = std::move(call)] { s->Handle(call); });
     return reactor;
   }
@@ -198,7 +177,7 @@ void RendezvousServer::OnWatchCancelled(uint64_t watch_id) {
   auto call = it->second->call;
   watch_deadlines_.erase(it->second->deadline);
   watches_.erase(it);
-  const std::string& node = call->watch.header().node_id();
+  const std::string& node = call->header().node_id();
   RendezvousLog()->debug("watch cancelled by the transport node={} peer={}", node, call->peer);
   state_.Disconnected(node, Clock::now());
   call->reactor->Finish(grpc::Status::CANCELLED);
@@ -206,8 +185,8 @@ void RendezvousServer::OnWatchCancelled(uint64_t watch_id) {
 }
 
 void RendezvousServer::Answer(Call& call) {
-  const std::string& node = call.watch.header().node_id();
-  ToWire(state_.View(node), call.watch_response->mutable_view());
+  const std::string& node = call.header().node_id();
+  ToWire(state_.View(node), call.watch().response->mutable_view());
   MarkInformed(node);
   call.reactor->Finish(grpc::Status::OK);
 }
@@ -265,7 +244,7 @@ void RendezvousServer::NotifyWatchers() {
   notified_version_ = state_.version();
   for (auto it = watches_.begin(); it != watches_.end();) {
     Call& call = *it->second->call;
-    if (call.watch.known_version() < state_.version() || state_.finished()) {
+    if (call.watch().request.known_version() < state_.version() || state_.finished()) {
       watch_deadlines_.erase(it->second->deadline);
       auto keep = it->second->call;
       it = watches_.erase(it);
@@ -293,7 +272,7 @@ void RendezvousServer::ArmTimer() {
 void RendezvousServer::OnTimer() {
   const TimePoint now = Clock::now();
   // A node waiting in a long poll is alive, however long the poll.
-  for (const auto& [id, w] : watches_) state_.Seen(w->call->watch.header().node_id(), now);
+  for (const auto& [id, w] : watches_) state_.Seen(w->call->header().node_id(), now);
   state_.Tick(now);
   while (!watch_deadlines_.empty() && watch_deadlines_.begin()->first <= now) {
     uint64_t id = watch_deadlines_.begin()->second;

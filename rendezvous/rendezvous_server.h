@@ -60,6 +60,8 @@ class RendezvousServer {
 
   // Loop only.
   const RendezvousState& state() const { return state_; }
+  // Watch calls waiting for a change (loop only; lets tests wait for a watch to arrive).
+  size_t pending_watches() const { return watches_.size(); }
   // Prometheus text for --metrics-port (loop only).
   std::string RenderMetrics() const;
   // Runs once, on the loop, when the job succeeds or fails.

@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <variant>
 
 #include "common/log.h"
 #include "ftrun/v1/rendezvous.grpc.pb.h"
@@ -15,37 +16,40 @@
 
 namespace ftrun::rendezvous {
 
-// The server's logger, shared by rendezvous_server*.cc.
+// One struct per request; `response` is gRPC's, answered through `reactor`.
 struct RendezvousServer::Call {
-  enum class Kind { kJoin, kWatch, kReport, kLeave, kStatus } kind = Kind::kJoin;
+  struct Join {
+    v1::JoinRequest request;
+    v1::JoinResponse* response = nullptr;
+  };
+  struct Watch {
+    v1::WatchRequest request;
+    v1::WatchResponse* response = nullptr;
+    uint64_t id = 0;  // the key of watches_, and of the transport's cancellation
+  };
+  struct Report {
+    v1::ReportRequest request;
+    v1::ReportResponse* response = nullptr;
+  };
+  struct Leave {
+    v1::LeaveRequest request;
+  };
+  struct Status {
+    v1::StatusRequest request;
+    v1::JobStatus* response = nullptr;
+  };
+  using Request = std::variant<Join, Watch, Report, Leave, Status>;
+
   grpc::ServerUnaryReactor* reactor = nullptr;
   std::string peer;
-  v1::JoinRequest join;
-  v1::WatchRequest watch;
-  v1::ReportRequest report;
-  v1::LeaveRequest leave;
-  v1::StatusRequest status;
-  v1::JobStatus* status_response = nullptr;
-  v1::JoinResponse* join_response = nullptr;
-  v1::WatchResponse* watch_response = nullptr;
-  v1::ReportResponse* report_response = nullptr;
-  uint64_t watch_id = 0;
+  Request request;
 
   const v1::RequestHeader& header() const {
-    switch (kind) {
-      case Kind::kJoin:
-        return join.header();
-      case Kind::kWatch:
-        return watch.header();
-      case Kind::kReport:
-        return report.header();
-      case Kind::kLeave:
-        return leave.header();
-      case Kind::kStatus:
-        return status.header();
-    }
-    return join.header();
+    return std::visit([](const auto& r) -> const v1::RequestHeader& { return r.request.header(); },
+                      request);
   }
+  // Only for a Watch (a pending one, or one being answered).
+  Watch& watch() { return std::get<Watch>(request); }
 };
 
 struct RendezvousServer::PendingWatch {

@@ -1,12 +1,24 @@
 // RendezvousServer, continued: what it tells operators (logs, the event log, metrics).
 #include <fmt/format.h>
 
+#include <variant>
+
 #include "common/log.h"
 #include "common/metrics_server.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/rendezvous_server_call.h"
 
 namespace ftrun::rendezvous {
+namespace {
+
+template <class... F>
+struct Overloaded : F... {
+  using F::operator()...;
+};
+template <class... F>
+Overloaded(F...) -> Overloaded<F...>;
+
+}  // namespace
 
 std::string RendezvousServer::RenderMetrics() const {
   NodeView v = state_.View("");
@@ -39,35 +51,35 @@ void RendezvousServer::LogTransitions() {
   auto write = [this](JsonMessage m, std::optional<uint64_t> r = std::nullopt) {
     if (opts_.event_log) opts_.event_log->Write(std::move(m), r);
   };
-  for (const StateEvent& e : state_.TakeEvents()) {
-    if (e.event == "round_formed") {
-      RendezvousLog()->info("round formed round={} nodes={} restart_count={} world_size={}", round,
-                            e.members.size(), v.restart_count,
-                            v.nodes_joined ? v.assignment.world_size : 0);
-      write(EventLog::Event("round_formed")
-                .Set("members", e.members)
-                .Set("restart_count", v.restart_count),
-            round);
-      continue;
-    }
-    if (e.event == "network_check_started") {
-      RendezvousLog()->info("network check round={} nodes={}", round, e.members.size());
-      write(EventLog::Event("network_check_started").Set("members", e.members), round);
-      continue;
-    }
-    if (e.event == "network_check" && state_.last_check()) {
-      RendezvousLog()->info("network check finished round={}: {}", round, e.detail);
-      for (const auto& line : RenderTable(*state_.last_check()))
-        RendezvousLog()->info("  {}", line);
-      write(ToJson(*state_.last_check()), round);
-      continue;
-    }
-    RendezvousLog()->info("{} node={} host={} nodes={}{}", e.event, e.node, e.host,
-                          state_.node_count(), e.detail.empty() ? "" : " why=" + e.detail);
-    auto m = EventLog::Event(e.event).Set("member", e.node).Set("host", e.host);
-    if (!e.detail.empty()) m.Set("why", e.detail);
-    write(std::move(m));
-  }
+  auto log_event = Overloaded{
+      [&](const RoundFormed& e) {
+        RendezvousLog()->info("round formed round={} nodes={} restart_count={} world_size={}",
+                              round, e.members.size(), v.restart_count,
+                              v.nodes_joined ? v.assignment.world_size : 0);
+        write(EventLog::Event("round_formed")
+                  .Set("members", e.members)
+                  .Set("restart_count", v.restart_count),
+              round);
+      },
+      [&](const NetworkCheckStarted& e) {
+        RendezvousLog()->info("network check round={} nodes={}", round, e.members.size());
+        write(EventLog::Event("network_check_started").Set("members", e.members), round);
+      },
+      [&](const NetworkCheckFinished& e) {
+        RendezvousLog()->info("network check finished round={}: {}", round, e.summary);
+        for (const auto& line : RenderTable(e.report)) RendezvousLog()->info("  {}", line);
+        write(ToJson(e.report), round);
+      },
+      [&](const NodeEvent& e) {
+        const char* name = NodeEventName(e.kind);
+        RendezvousLog()->info("{} node={} host={} nodes={}{}", name, e.node, e.host,
+                              state_.node_count(), e.why.empty() ? "" : " why=" + e.why);
+        auto m = EventLog::Event(name).Set("member", e.node).Set("host", e.host);
+        if (!e.why.empty()) m.Set("why", e.why);
+        write(std::move(m));
+      },
+  };
+  for (const StateEvent& e : state_.TakeEvents()) std::visit(log_event, e);
   if (phase == Phase::kSaving && v.save) {
     // Each stage of the fault-time save, with the time since the fault.
     const auto& o = *v.save;

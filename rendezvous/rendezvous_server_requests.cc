@@ -1,6 +1,9 @@
 // RendezvousServer, continued: checking a request and applying it to the state machine.
 #include <grpcpp/grpcpp.h>
 
+#include <variant>
+
+#include "rendezvous/apply_report.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/rendezvous_server_call.h"
 #include "rendezvous/wire.h"
@@ -12,7 +15,7 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   Call& call = *call_ptr;
   auto reject = [&](StatusCode code, const std::string& message) {
     RendezvousLog()->warn("rejected {} from node={} peer={}: {}",
-                          call.kind == Call::Kind::kJoin ? "join" : "request",
+                          std::holds_alternative<Call::Join>(call.request) ? "join" : "request",
                           call.header().node_id(), call.peer, message);
     call.reactor->Finish(grpc::Status(code, message));
   };
@@ -27,8 +30,9 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   if (!opts_.token.empty() && h.token() != opts_.token) {
     return reject(StatusCode::PERMISSION_DENIED, "missing or wrong job token");
   }
-  if (call.kind == Call::Kind::kStatus && (h.run_id().empty() || h.run_id() == spec.run_id)) {
-    ToWire(state_.Status(Clock::now()), call.status_response);
+  if (auto* status = std::get_if<Call::Status>(&call.request);
+      status && (h.run_id().empty() || h.run_id() == spec.run_id)) {
+    ToWire(state_.Status(Clock::now()), status->response);
     return call.reactor->Finish(grpc::Status::OK);
   }
   if (h.run_id() != spec.run_id) {
@@ -40,8 +44,8 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   }
   const std::string& node = h.node_id();
   const TimePoint now = Clock::now();
-  if (call.kind == Call::Kind::kJoin) {
-    const v1::NodeInfo& n = call.join.node();
+  if (auto* join = std::get_if<Call::Join>(&call.request)) {
+    const v1::NodeInfo& n = join->request.node();
     if (auto s = CheckLimits(n); !s) {
       return reject(StatusCode::INVALID_ARGUMENT, s.error().message);
     }
@@ -59,12 +63,12 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
                     refusal->message);
     }
 
-    ToWire(state_.View(node), call.join_response->mutable_view());
+    ToWire(state_.View(node), join->response->mutable_view());
     MarkInformed(node);
     call.reactor->Finish(grpc::Status::OK);
     return AfterEvent();
   }
-  if (call.kind == Call::Kind::kLeave) {
+  if (std::holds_alternative<Call::Leave>(call.request)) {
     state_.Leave(node, now);
     informed_.erase(node);
     call.reactor->Finish(grpc::Status::OK);
@@ -76,60 +80,26 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
                                                             "joined); join again"});
   }
   state_.Seen(node, now);
-  if (call.kind == Call::Kind::kWatch) {
-    if (state_.version() > call.watch.known_version() || state_.finished()) {
+  if (auto* watch = std::get_if<Call::Watch>(&call.request)) {
+    if (state_.version() > watch->request.known_version() || state_.finished()) {
       Answer(call);
       return AfterEvent();
     }
-    auto wait = std::min<Duration>(Duration(call.watch.wait_ms() / 1000.0), opts_.max_watch_wait);
+    auto wait =
+        std::min<Duration>(Duration(watch->request.wait_ms() / 1000.0), opts_.max_watch_wait);
     TimePoint deadline = now + std::chrono::duration_cast<Clock::duration>(wait);
     auto pending = std::make_unique<PendingWatch>();
     pending->call = call_ptr;
-    pending->deadline = watch_deadlines_.emplace(deadline, call.watch_id);
-    watches_[call.watch_id] = std::move(pending);
+    pending->deadline = watch_deadlines_.emplace(deadline, watch->id);
+    watches_[watch->id] = std::move(pending);
     return ArmTimer();
   }
-  // Report.
-  const v1::ReportRequest& r = call.report;
-  if (auto s = CheckLimits(r); !s) return reject(StatusCode::INVALID_ARGUMENT, s.error().message);
-
-  switch (r.kind()) {
-    case v1::ReportRequest::KIND_FAILED: {
-      std::vector<WorkerFailure> failures;
-      for (const auto& f : r.failures()) failures.push_back(FromWire(f));
-      if (failures.empty()) {
-        return reject(StatusCode::INVALID_ARGUMENT, "failure report without failures");
-      }
-      state_.ReportFailed(node, r.round(), failures, now);
-      break;
-    }
-    case v1::ReportRequest::KIND_SUCCEEDED:
-      state_.ReportSucceeded(node, r.round(), now);
-      break;
-    case v1::ReportRequest::KIND_STOPPED:
-      state_.ReportStopped(node, r.round(), r.free_port(), now);
-      break;
-    case v1::ReportRequest::KIND_PROGRESS: {
-      std::vector<RankProgress> ranks;
-      for (const auto& p : r.progress()) ranks.push_back(FromWire(p));
-      state_.ReportProgress(node, r.round(), r.save_id(), ranks, now);
-      break;
-    }
-    case v1::ReportRequest::KIND_SAVED:
-      state_.ReportSaved(node, r.round(), r.save_id(), r.saver_rank(), r.finalize(), r.ok(),
-                         r.error(), now);
-      break;
-    case v1::ReportRequest::KIND_CHECKED: {
-      std::vector<CheckTaskResult> results;
-      for (const auto& c : r.check_results()) results.push_back(FromWire(c));
-      state_.ReportCheck(node, r.round(), r.check_id(), results, now);
-      break;
-    }
-    default:
-      return reject(StatusCode::INVALID_ARGUMENT,
-                    "unknown report kind " + std::to_string(r.kind()));
+  // Status was answered or rejected above: this is a Report.
+  Call::Report& report = std::get<Call::Report>(call.request);
+  if (auto s = ApplyReport(state_, node, report.request, now); !s) {
+    return reject(StatusCode::INVALID_ARGUMENT, s.error().message);
   }
-  ToWire(state_.View(node), call.report_response->mutable_view());
+  ToWire(state_.View(node), report.response->mutable_view());
   MarkInformed(node);
   call.reactor->Finish(grpc::Status::OK);
   AfterEvent();

@@ -28,23 +28,14 @@ std::string NodesSpec(const JobSpec& s) {
 }  // namespace
 
 const char* PhaseName(Phase p) {
-  switch (p) {
-    case Phase::kForming:
-      return "forming";
-    case Phase::kRunning:
-      return "running";
-    case Phase::kStopping:
-      return "stopping";
-    case Phase::kSucceeded:
-      return "succeeded";
-    case Phase::kFailed:
-      return "failed";
-    case Phase::kSaving:
-      return "saving";
-    case Phase::kChecking:
-      return "checking";
-  }
-  return "?";
+  constexpr const char* kNames[] = {"forming", "running", "stopping", "succeeded",
+                                    "failed",  "saving",  "checking"};
+  return kNames[static_cast<int>(p)];
+}
+
+const char* NodeEventName(NodeEventKind kind) {
+  constexpr const char* kNames[] = {"node_joined", "node_left", "node_lost", "node_excluded"};
+  return kNames[static_cast<int>(kind)];
 }
 
 RendezvousState::RendezvousState(JobSpec spec, TimePoint now) : spec_(std::move(spec)) {
@@ -100,7 +91,7 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
     return std::nullopt;
   }
   nodes_[info.node_id] = Node{info, now, std::nullopt, next_join_seq_++};
-  events_.push_back({"node_joined", info.node_id, info.host, "", {}});
+  events_.emplace_back(NodeEvent{NodeEventKind::kJoined, info.node_id, info.host, ""});
   if (phase_ == Phase::kForming &&
       (info.next_round > round_ || info.restart_count > restart_count_)) {
     // A node of this job's earlier server (restarted): go on from where it was.
@@ -139,7 +130,8 @@ void RendezvousState::Disconnected(const std::string& node_id, TimePoint now) {
 
 void RendezvousState::Leave(const std::string& node_id, TimePoint now) {
   if (nodes_.count(node_id)) {
-    events_.push_back({"node_left", node_id, nodes_.at(node_id).info.host, "", {}});
+    events_.emplace_back(
+        NodeEvent{NodeEventKind::kLeft, node_id, nodes_.at(node_id).info.host, ""});
     RemoveNode(node_id, "left", now);
   }
 }
@@ -337,7 +329,7 @@ void RendezvousState::CompleteRound(TimePoint now) {
   phase_ = Phase::kRunning;
   reason_.clear();
   failures_.clear();
-  events_.push_back({"round_formed", "", "", "", members_});
+  events_.emplace_back(RoundFormed{members_});
   Changed();
   MaybeStartCheck(now);
 }
@@ -366,7 +358,7 @@ void RendezvousState::Tick(TimePoint now) {
     }
     for (const auto& [id, why] : lost) {
       if (!nodes_.count(id)) continue;
-      events_.push_back({"node_lost", id, nodes_.at(id).info.host, why, {}});
+      events_.emplace_back(NodeEvent{NodeEventKind::kLost, id, nodes_.at(id).info.host, why});
       RemoveNode(id, "lost (" + why + ")", now);
     }
   }

@@ -25,6 +25,7 @@
 #include <set>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "common/result.h"
@@ -60,14 +61,29 @@ struct JoinRefusal {
   std::string message;
 };
 
-// Something that happened to the job, for logs and the event log (drained by TakeEvents).
-struct StateEvent {
-  std::string event;  // node_joined, node_left, node_lost, round_formed
-  std::string node;   // the node concerned (node events)
+// Something that happened to the job, for logs and the event log (drained by TakeEvents):
+// one struct per event.
+enum class NodeEventKind { kJoined, kLeft, kLost, kExcluded };
+// The event log's name of a node event: "node_joined", "node_left", "node_lost",
+// "node_excluded".
+const char* NodeEventName(NodeEventKind kind);
+struct NodeEvent {
+  NodeEventKind kind = NodeEventKind::kJoined;
+  std::string node;
   std::string host;
-  std::string detail;                // node_lost: why
-  std::vector<std::string> members;  // round_formed: node ids in group-rank order
+  std::string why;  // lost, excluded: why ("" otherwise)
 };
+struct RoundFormed {
+  std::vector<std::string> members;  // node ids in group-rank order
+};
+struct NetworkCheckStarted {
+  std::vector<std::string> members;
+};
+struct NetworkCheckFinished {
+  std::string summary;  // "all nodes passed", "excluded <hosts>", "could not isolate <hosts>"
+  NetworkCheckReport report;
+};
+using StateEvent = std::variant<NodeEvent, RoundFormed, NetworkCheckStarted, NetworkCheckFinished>;
 
 class RendezvousState {
  public:

@@ -32,7 +32,7 @@ void RendezvousState::MaybeStartCheck(TimePoint now) {
   for (const auto& m : members_) infos.push_back(nodes_.at(m).info);
   check_.emplace(std::move(infos), spec_.check, next_check_order_, now);
   phase_ = Phase::kChecking;
-  events_.push_back({"network_check_started", "", "", "", members_});
+  events_.emplace_back(NetworkCheckStarted{members_});
   Changed();
   AfterCheckProgress(now);  // a plan with nothing to run is done at once
 }
@@ -74,16 +74,14 @@ void RendezvousState::FinishCheck(TimePoint now) {
   if (!report.isolated) {
     // No node is known to be the bad one: the job fails, and no agent is told to leave
     // (exit 75 would have the scheduler replace healthy hosts).
-    events_.push_back(
-        {"network_check", "", "", "could not isolate " + CommaList(out_hosts), members_});
+    events_.emplace_back(NetworkCheckFinished{"could not isolate " + CommaList(out_hosts), report});
     Fail("the network check could not isolate the fault (no healthy node to compare with): " +
          CommaList(out_hosts) + " failed every test");
     return;
   }
   for (const auto& [id, reason] : why) excluded_[id] = reason;
-  events_.push_back({"network_check", "", "",
-                     out.empty() ? "all nodes passed" : "excluded " + CommaList(out_hosts),
-                     members_});
+  events_.emplace_back(NetworkCheckFinished{
+      out.empty() ? "all nodes passed" : "excluded " + CommaList(out_hosts), report});
   for (const auto& m : members_) {
     if (!excluded_.count(m)) checked_.insert(m);
   }
@@ -93,7 +91,7 @@ void RendezvousState::FinishCheck(TimePoint now) {
     return;
   }
   for (const auto& id : out) {
-    events_.push_back({"node_excluded", id, hosts[id], excluded_[id], {}});
+    events_.emplace_back(NodeEvent{NodeEventKind::kExcluded, id, hosts[id], excluded_[id]});
     nodes_.erase(id);  // it leaves; RemoveNode would restart the check
     --alive_members_;
   }

@@ -1,49 +1,33 @@
 #include "rendezvous/wire.h"
 
+#include <utility>
+
 namespace ftrun::rendezvous {
 namespace {
 
 std::string Clip(const std::string& s) { return s.size() <= kMaxText ? s : s.substr(0, kMaxText); }
 
+constexpr std::pair<Phase, v1::Phase> kPhases[] = {
+    {Phase::kForming, v1::PHASE_FORMING},   {Phase::kRunning, v1::PHASE_RUNNING},
+    {Phase::kStopping, v1::PHASE_STOPPING}, {Phase::kSucceeded, v1::PHASE_SUCCEEDED},
+    {Phase::kFailed, v1::PHASE_FAILED},     {Phase::kSaving, v1::PHASE_SAVING},
+    {Phase::kChecking, v1::PHASE_CHECKING},
+};
+
 }  // namespace
 
 v1::Phase ToWire(Phase p) {
-  switch (p) {
-    case Phase::kForming:
-      return v1::PHASE_FORMING;
-    case Phase::kRunning:
-      return v1::PHASE_RUNNING;
-    case Phase::kStopping:
-      return v1::PHASE_STOPPING;
-    case Phase::kSucceeded:
-      return v1::PHASE_SUCCEEDED;
-    case Phase::kFailed:
-      return v1::PHASE_FAILED;
-    case Phase::kSaving:
-      return v1::PHASE_SAVING;
-    case Phase::kChecking:
-      return v1::PHASE_CHECKING;
+  for (const auto& [domain, wire] : kPhases) {
+    if (domain == p) return wire;
   }
   return v1::PHASE_UNSPECIFIED;
 }
 
 Phase FromWire(v1::Phase p) {
-  switch (p) {
-    case v1::PHASE_RUNNING:
-      return Phase::kRunning;
-    case v1::PHASE_STOPPING:
-      return Phase::kStopping;
-    case v1::PHASE_SUCCEEDED:
-      return Phase::kSucceeded;
-    case v1::PHASE_FAILED:
-      return Phase::kFailed;
-    case v1::PHASE_SAVING:
-      return Phase::kSaving;
-    case v1::PHASE_CHECKING:
-      return Phase::kChecking;
-    default:
-      return Phase::kForming;
+  for (const auto& [domain, wire] : kPhases) {
+    if (wire == p) return domain;
   }
+  return Phase::kForming;
 }
 
 void ToWire(const NodeInfo& in, v1::NodeInfo* out) {

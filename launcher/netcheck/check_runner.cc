@@ -59,40 +59,10 @@ void CheckRunner::Run(const CheckOrder& order, Done done) {
     t->result.index = spec.index;
     t->client = spec.client;
     t->peer_host = spec.peer_host;
-    if (with_command) StartCommand(t, spec);
     tasks_.push_back(t);
-  }
-  // The probes start only after every command has been spawned: a fork (Boost.Process calls
-  // notify_fork) stops Asio's resolver thread, and a resolve queued before it would never
-  // run; the probe would hang until its timeout and the pending resolve would keep the loop
-  // (and so the agent) alive after the check.
-  for (size_t i = 0; i < order.tasks.size(); ++i) {
-    const auto& spec = order.tasks[i];
-    const auto& t = tasks_[i];
-    if (spec.client) {
-      t->probe_pending = true;
-      ProbeOptions po;
-      po.bytes = order.bytes;
-      po.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(order.timeout);
-      std::weak_ptr<Task> weak = t;
-      t->probe = ProbeClient::Start(io_, spec.peer_addr, static_cast<uint16_t>(spec.peer_port), po,
-                                    [this, weak](Result<ProbeResult> r) {
-                                      auto task = weak.lock();
-                                      if (!task) return;
-                                      task->probe_pending = false;
-                                      task->result.probed = true;
-                                      task->result.probe_ok = r.has_value();
-                                      if (r) {
-                                        task->result.mbps_ab =
-                                            r->download_mbps;  // listener -> client
-                                        task->result.mbps_ba = r->upload_mbps;
-                                        task->result.rtt_ms = r->rtt_ms;
-                                      } else {
-                                        task->result.reason = r.error().message;
-                                      }
-                                      Finished();
-                                    });
-    }
+    // In any order: the probe's lookup does not use the loop that forks the command.
+    if (spec.client) StartProbe(t, spec, order);
+    if (with_command) StartCommand(t, spec);
   }
   if (!with_command) {
     bool client = false;
@@ -107,6 +77,31 @@ void CheckRunner::Run(const CheckOrder& order, Done done) {
   boost::asio::post(io_, [this, alive] {
     if (auto a = alive.lock(); a && *a) Finished();
   });
+}
+
+void CheckRunner::StartProbe(const std::shared_ptr<Task>& t, const rendezvous::CheckTask& task,
+                             const CheckOrder& order) {
+  t->probe_pending = true;
+  ProbeOptions po;
+  po.bytes = order.bytes;
+  po.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(order.timeout);
+  std::weak_ptr<Task> weak = t;
+  t->probe = ProbeClient::Start(io_, task.peer_addr, static_cast<uint16_t>(task.peer_port), po,
+                                [this, weak](Result<ProbeResult> r) {
+                                  auto task = weak.lock();
+                                  if (!task) return;
+                                  task->probe_pending = false;
+                                  task->result.probed = true;
+                                  task->result.probe_ok = r.has_value();
+                                  if (r) {
+                                    task->result.mbps_ab = r->download_mbps;  // listener -> client
+                                    task->result.mbps_ba = r->upload_mbps;
+                                    task->result.rtt_ms = r->rtt_ms;
+                                  } else {
+                                    task->result.reason = r.error().message;
+                                  }
+                                  Finished();
+                                });
 }
 
 void CheckRunner::StartCommand(const std::shared_ptr<Task>& t, const rendezvous::CheckTask& task) {

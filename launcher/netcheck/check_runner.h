@@ -38,6 +38,8 @@ class CheckRunner {
 
  private:
   struct Task;
+  void StartProbe(const std::shared_ptr<Task>& t, const rendezvous::CheckTask& task,
+                  const rendezvous::CheckOrder& order);
   void StartCommand(const std::shared_ptr<Task>& t, const rendezvous::CheckTask& task);
   void Finished();
 

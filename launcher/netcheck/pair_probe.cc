@@ -93,7 +93,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
           return Reject(fmt::format("DATA of {} bytes (at most {})", d->length, opts_.max_bytes));
         }
         remaining_ = d->length;
-        return ReadData();
+        return Transfer(Direction::kRead);
       case kPull:
         if (d->length != 8) return Reject(fmt::format("PULL with a {}-byte payload", d->length));
         small_.resize(8);
@@ -110,7 +110,7 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
               asio::async_write(self->sock_, asio::buffer(self->reply_),
                                 [self](const boost::system::error_code& ec, size_t) {
                                   if (ec) return self->Close();
-                                  self->WriteData();
+                                  self->Transfer(Direction::kWrite);
                                 });
             });
         return;
@@ -119,38 +119,20 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     }
   }
 
-  void ReadData() {
+  // A DATA's payload (read, then DATA_DONE) or a PULL's answer (written).
+  void Transfer(Direction dir) {
     auto self = shared_from_this();
-    if (remaining_ == 0) {
-      reply_ = Encode(kDataDone, 0);
-      asio::async_write(sock_, asio::buffer(reply_),
+    buf_.resize(kChunk);
+    TransferChunks(dir, sock_, buf_, remaining_, [self, dir](const boost::system::error_code& ec) {
+      if (ec) return self->Close();
+      if (dir == Direction::kWrite) return self->ReadHeader();
+      self->reply_ = Encode(kDataDone, 0);
+      asio::async_write(self->sock_, asio::buffer(self->reply_),
                         [self](const boost::system::error_code& ec, size_t) {
                           if (ec) return self->Close();
                           self->ReadHeader();
                         });
-      return;
-    }
-    buf_.resize(kChunk);
-    size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, kChunk));
-    asio::async_read(sock_, asio::buffer(buf_.data(), n),
-                     [self](const boost::system::error_code& ec, size_t got) {
-                       if (ec) return self->Close();
-                       self->remaining_ -= got;
-                       self->ReadData();
-                     });
-  }
-
-  void WriteData() {
-    if (remaining_ == 0) return ReadHeader();
-    buf_.resize(kChunk);
-    auto self = shared_from_this();
-    size_t n = static_cast<size_t>(std::min<uint64_t>(remaining_, kChunk));
-    asio::async_write(sock_, asio::buffer(buf_.data(), n),
-                      [self](const boost::system::error_code& ec, size_t sent) {
-                        if (ec) return self->Close();
-                        self->remaining_ -= sent;
-                        self->WriteData();
-                      });
+    });
   }
 
   // A malformed message: say why, then hang up.

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "common/log.h"
+#include "launcher/netcheck/name_resolver.h"
 #include "launcher/netcheck/pair_probe.h"
 #include "launcher/netcheck/probe_wire.h"
 
@@ -40,13 +41,12 @@ struct ProbeClient::Session : std::enable_shared_from_this<ProbeClient::Session>
                              std::chrono::duration<double>(self->opts.timeout).count()));
     });
     phase = "resolving the address";
-    resolver.async_resolve(
-        host, std::to_string(port),
-        [self](const boost::system::error_code& ec, tcp::resolver::results_type results) {
+    resolver.Resolve(
+        host, port, [self](const boost::system::error_code& ec, NameResolver::Endpoints endpoints) {
           if (self->done) return;
           if (ec) return self->Fail("resolve: " + ec.message());
           self->phase = "connecting";
-          asio::async_connect(self->sock, results,
+          asio::async_connect(self->sock, endpoints,
                               [self](const boost::system::error_code& ec, const tcp::endpoint&) {
                                 if (self->done) return;
                                 if (ec) return self->Fail("connect: " + ec.message());
@@ -92,30 +92,19 @@ struct ProbeClient::Session : std::enable_shared_from_this<ProbeClient::Session>
     t_upload = Clock::now();
     out_header = Encode(kData, opts.bytes);
     auto self = shared_from_this();
-    asio::async_write(sock, asio::buffer(out_header),
-                      [self](const boost::system::error_code& ec, size_t) {
-                        if (self->Failed(ec, "send")) return;
-                        self->SendData();
-                      });
-  }
-
-  void SendData() {
-    auto self = shared_from_this();
-    if (remaining == 0) {
-      ReadReply(kDataDone, [self](uint64_t len) {
-        if (len != 0) return self->Fail(fmt::format("DATA_DONE with {} bytes", len));
-        self->result.upload_mbps = Mbps(self->opts.bytes, Clock::now() - self->t_upload);
-        self->Download();
-      });
-      return;
-    }
-    size_t n = static_cast<size_t>(std::min<uint64_t>(remaining, data.size()));
-    asio::async_write(sock, asio::buffer(data.data(), n),
-                      [self](const boost::system::error_code& ec, size_t sent) {
-                        if (self->Failed(ec, "send")) return;
-                        self->remaining -= sent;
-                        self->SendData();
-                      });
+    asio::async_write(
+        sock, asio::buffer(out_header), [self](const boost::system::error_code& ec, size_t) {
+          if (self->Failed(ec, "send")) return;
+          self->Transfer(Direction::kWrite, [self] {
+            self->ReadReply(kDataDone, [self](uint64_t len) {
+              if (len != 0) {
+                return self->Fail(fmt::format("DATA_DONE with {} bytes", len));
+              }
+              self->result.upload_mbps = Mbps(self->opts.bytes, Clock::now() - self->t_upload);
+              self->Download();
+            });
+          });
+        });
   }
 
   void Download() {
@@ -132,24 +121,22 @@ struct ProbeClient::Session : std::enable_shared_from_this<ProbeClient::Session>
           return self->Fail(fmt::format("DATA of {} bytes (asked for {})", len, self->opts.bytes));
         }
         self->remaining = len;
-        self->ReceiveData();
+        self->Transfer(Direction::kRead, [self] {
+          self->result.download_mbps = Mbps(self->opts.bytes, Clock::now() - self->t_download);
+          self->Finish();
+        });
       });
     });
   }
 
-  void ReceiveData() {
-    if (remaining == 0) {
-      result.download_mbps = Mbps(opts.bytes, Clock::now() - t_download);
-      return Finish();
-    }
+  // Moves `remaining` bytes of `data` (sending or receiving), then `next`.
+  void Transfer(Direction dir, std::function<void()> next) {
     auto self = shared_from_this();
-    size_t n = static_cast<size_t>(std::min<uint64_t>(remaining, data.size()));
-    asio::async_read(sock, asio::buffer(data.data(), n),
-                     [self](const boost::system::error_code& ec, size_t got) {
-                       if (self->Failed(ec, "receive")) return;
-                       self->remaining -= got;
-                       self->ReceiveData();
-                     });
+    TransferChunks(dir, sock, data, remaining,
+                   [self, dir, next = std::move(next)](const boost::system::error_code& ec) {
+                     if (self->Failed(ec, dir == Direction::kWrite ? "send" : "receive")) return;
+                     next();
+                   });
   }
 
   // Reads a header and hands its length to `next` if it has type `want`; an ERROR from the
@@ -218,12 +205,12 @@ struct ProbeClient::Session : std::enable_shared_from_this<ProbeClient::Session>
   void Cancel() {
     done = true;
     boost::system::error_code ec;
-    resolver.cancel();
+    resolver.Cancel();
     sock.close(ec);
     timer.cancel();
   }
 
-  tcp::resolver resolver;
+  NameResolver resolver;  // not the loop's: a fork on the loop would strand the lookup
   tcp::socket sock;
   asio::steady_timer timer;
   std::string host;

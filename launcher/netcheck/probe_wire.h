@@ -1,5 +1,6 @@
 // Internal to the pair probe (pair_probe.cc, pair_probe_client.cc): the message header of
-// the wire format documented in pair_probe.h. Pure functions.
+// the wire format documented in pair_probe.h (pure functions), and the chunked transfer of a
+// DATA payload that both sides use.
 #pragma once
 
 #include <fmt/format.h>
@@ -7,8 +8,11 @@
 #include <algorithm>
 #include <array>
 #include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/read.hpp>
+#include <boost/asio/write.hpp>
 #include <chrono>
 #include <cstdint>
+#include <vector>
 
 #include "launcher/netcheck/pair_probe.h"
 
@@ -68,6 +72,29 @@ inline Result<Decoded> Decode(const Header& h) {
 inline double Mbps(uint64_t bytes, Clock::duration d) {
   double s = std::chrono::duration<double>(d).count();
   return s > 0 ? static_cast<double>(bytes) / s / 1e6 : 0;
+}
+
+enum class Direction { kRead, kWrite };
+
+// Moves `remaining` bytes over `sock` through `buf`, at most buf.size() at a time, counting
+// `remaining` down; then done(ec): the first error, or none once `remaining` is 0 (at once
+// when it already is). `done` must keep the owner of sock, buf and remaining alive.
+template <class Done>
+void TransferChunks(Direction dir, tcp::socket& sock, std::vector<uint8_t>& buf,
+                    uint64_t& remaining, Done done) {
+  if (remaining == 0) return done(boost::system::error_code{});
+  const size_t n = static_cast<size_t>(std::min<uint64_t>(remaining, buf.size()));
+  auto next = [dir, &sock, &buf, &remaining, done](const boost::system::error_code& ec,
+                                                   size_t moved) {
+    if (ec) return done(ec);
+    remaining -= moved;
+    TransferChunks(dir, sock, buf, remaining, done);
+  };
+  if (dir == Direction::kRead) {
+    asio::async_read(sock, asio::buffer(buf.data(), n), std::move(next));
+  } else {
+    asio::async_write(sock, asio::buffer(buf.data(), n), std::move(next));
+  }
 }
 
 }  // namespace ftrun::launcher::probe_wire

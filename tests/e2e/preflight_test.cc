@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "launcher/config/host.h"
+#include "tests/e2e/torch_support.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
@@ -16,14 +17,10 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr const char* kPython = "/usr/bin/python3";
-
 class Preflight : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto r = RunFtrun({"--log-level", "error", "--no-python", kPython, "-c", "import torch"});
-    ASSERT_EQ(r.exit_code, 0) << "Debian's python3-torch is required (scripts/install-deps.sh): "
-                              << r.err;
+    ASSERT_TRUE(DebianTorchAvailable());
     port_ = std::to_string(launcher::PickFreePort().value());
     std::filesystem::create_directories(dir_ / "out");
   }

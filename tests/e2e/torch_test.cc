@@ -10,6 +10,7 @@
 #include <set>
 
 #include "launcher/config/host.h"
+#include "tests/e2e/torch_support.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
@@ -17,8 +18,6 @@ namespace {
 
 namespace pb = google::protobuf;
 using namespace std::chrono_literals;
-
-constexpr const char* kPython = "/usr/bin/python3";
 
 pb::Struct ReadJson(const std::string& path) {
   pb::Struct s;
@@ -43,11 +42,7 @@ std::vector<double> Weights(const std::string& result_file) {
 
 class TorchE2E : public ::testing::Test {
  protected:
-  void SetUp() override {
-    auto r = RunFtrun({"--log-level", "error", "--no-python", kPython, "-c", "import torch"});
-    ASSERT_EQ(r.exit_code, 0) << "Debian's python3-torch is required (scripts/install-deps.sh): "
-                              << r.err;
-  }
+  void SetUp() override { ASSERT_TRUE(DebianTorchAvailable()); }
   std::string Train() const { return SourceDir() + "/scripts/demo/train.py"; }
   std::map<std::string, std::string> Env() const { return {{"PYTHON_EXEC", kPython}}; }
   TempDir dir_;

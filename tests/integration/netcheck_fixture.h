@@ -1,9 +1,11 @@
-// The NetCheck fixture and helpers shared by netcheck_test.cc and netcheck_switchbox_test.cc.
+// The NetCheck fixture and helpers shared by netcheck_test.cc and netcheck_switchbox_test.cc
+// (netcheck_netns_test.cc uses the helpers).
 #pragma once
 
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <chrono>
 #include <map>
@@ -34,6 +36,16 @@ inline int CountLines(const std::string& text, const std::string& needle) {
   return n;
 }
 
+// The options every agent of these tests shares: its logs and event log in `dir`, two
+// workers, and the c10d rendezvous `run_id` at `endpoint`.
+inline std::vector<std::string> AgentArgs(const TempDir& dir, const std::string& nnodes,
+                                          const std::string& endpoint, const std::string& run_id,
+                                          const std::string& conf) {
+  return {"--log-dir", dir / "logs", "--nproc-per-node", "2",    "--event-log",     dir / "events",
+          "--nnodes",  nnodes,       "--rdzv-backend",   "c10d", "--rdzv-endpoint", endpoint,
+          "--rdzv-id", run_id,       "--rdzv-conf",      conf};
+}
+
 class NetCheck : public ::testing::Test {
  protected:
   void SetUp() override { port_ = std::to_string(launcher::PickFreePort().value()); }
@@ -44,24 +56,8 @@ class NetCheck : public ::testing::Test {
                                const std::vector<std::string>& actions,
                                const std::string& conf = kFastConf,
                                const std::string& bytes = "1MiB") {
-    std::vector<std::string> argv = {"--log-dir",
-                                     dir_ / "logs",
-                                     "--nproc-per-node",
-                                     "2",
-                                     "--event-log",
-                                     dir_ / "events",
-                                     "--nnodes",
-                                     nnodes,
-                                     "--rdzv-backend",
-                                     "c10d",
-                                     "--rdzv-endpoint",
-                                     "127.0.0.1:" + port_,
-                                     "--rdzv-id",
-                                     "job",
-                                     "--rdzv-conf",
-                                     conf,
-                                     "--network-check-bytes",
-                                     bytes};
+    std::vector<std::string> argv = AgentArgs(dir_, nnodes, "127.0.0.1:" + port_, "job", conf);
+    argv.insert(argv.end(), {"--network-check-bytes", bytes});
     argv.insert(argv.end(), options.begin(), options.end());
     argv.push_back("--no-python");
     argv.push_back(FakeWorkerBinary());
@@ -69,6 +65,24 @@ class NetCheck : public ::testing::Test {
     return argv;
   }
   std::vector<std::string> Record() { return {"record", dir_ / "records"}; }
+
+  // An agent (with `options`) against `ftrun master` (with `master_options`), which refuses
+  // it: the agent exits 1 with one error line that contains `why`. Returns the master's run.
+  RunResult ExpectRefusedByMaster(std::vector<std::string> master_options,
+                                  const std::vector<std::string>& options, const std::string& why) {
+    std::vector<std::string> argv = {"master", "--port",    port_, "--nnodes",
+                                     "2",      "--rdzv-id", "job"};
+    argv.insert(argv.end(), master_options.begin(), master_options.end());
+    ChildRun master(FtrunBinary(), argv);
+    EXPECT_TRUE(WaitFor([&] { return master.Err().find("listening") != std::string::npos; },
+                        std::chrono::seconds(20)));
+    auto r = RunFtrun(Cmd("2", options, Record()), {}, std::chrono::seconds(30));
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_EQ(CountLines(r.err, "[error]"), 1) << r.err;
+    EXPECT_NE(r.err.find(why), std::string::npos) << r.err;
+    master.Signal(SIGTERM);
+    return master.Wait(std::chrono::seconds(30));
+  }
 
   // Starts agents one after the other, each once the previous one has joined, so the first
   // hosts the rendezvous and the group ranks (and so the check's pairs) follow the order:

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include "tests/integration/netcheck_fixture.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
@@ -28,12 +29,6 @@ int Run(const std::string& program, const std::vector<std::string>& args,
 }
 int Ip(const std::vector<std::string>& args, std::string* err = nullptr) {
   return Run("/usr/sbin/ip", args, err);
-}
-
-int CountLines(const std::string& text, const std::string& needle) {
-  int n = 0;
-  for (const auto& l : Lines(text)) n += l.find(needle) != std::string::npos;
-  return n;
 }
 
 class NetCheckNetNs : public ::testing::Test {
@@ -86,32 +81,13 @@ class NetCheckNetNs : public ::testing::Test {
   // on node 0's address; its workers record their view, --role naming the node.
   std::unique_ptr<ChildRun> Agent(int i, const std::string& nnodes,
                                   const std::vector<std::string>& check) {
-    std::vector<std::string> args = {
-        "netns",
-        "exec",
-        ns_[i],
-        FtrunBinary(),
-        "--log-dir",
-        dir_ / "logs",
-        "--nproc-per-node",
-        "2",
-        "--role",
-        "node" + std::to_string(i),
-        "--event-log",
-        dir_ / "events",
-        "--nnodes",
-        nnodes,
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        Addr(0) + ":29400",
-        "--rdzv-id",
-        "netcheck",
-        "--rdzv-conf",
-        "last_call_timeout=5,keep_alive_interval=0.5,keep_alive_max_attempt=6",
-        "--local-addr",
-        Addr(i),
-        "--network-check"};
+    std::vector<std::string> args = {"netns", "exec", ns_[i], FtrunBinary()};
+    const auto shared =
+        AgentArgs(dir_, nnodes, Addr(0) + ":29400", "netcheck",
+                  "last_call_timeout=5,keep_alive_interval=0.5,keep_alive_max_attempt=6");
+    args.insert(args.end(), shared.begin(), shared.end());
+    args.insert(args.end(),
+                {"--role", "node" + std::to_string(i), "--local-addr", Addr(i), "--network-check"});
     args.insert(args.end(), check.begin(), check.end());
     args.insert(args.end(), {"--no-python", FakeWorkerBinary(), "record", dir_ / "records"});
     return std::make_unique<ChildRun>("/usr/sbin/ip", args);

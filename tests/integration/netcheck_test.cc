@@ -173,30 +173,14 @@ TEST_F(NetCheck, StandaloneMasterRunsTheCheck) {
 }
 
 TEST_F(NetCheck, MasterWithoutTheCheckRefusesAnAgentWithIt) {
-  ChildRun master(FtrunBinary(), {"master", "--port", port_, "--nnodes", "2", "--rdzv-id", "job"});
-  ASSERT_TRUE(WaitFor([&] { return master.Err().find("listening") != std::string::npos; }, 20s));
-  auto r = RunFtrun(Cmd("2", {"--network-check"}, Record()), {}, 30s);
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(CountLines(r.err, "[error]"), 1) << r.err;
-  EXPECT_NE(r.err.find("asks for --network-check, but this rendezvous server runs without it"),
-            std::string::npos)
-      << r.err;
-  master.Signal(SIGTERM);
-  master.Wait(30s);
+  ExpectRefusedByMaster({}, {"--network-check"},
+                        "asks for --network-check, but this rendezvous server runs without it");
 }
 
 TEST_F(NetCheck, MasterWithTheCheckRefusesAnAgentWithoutIt) {
-  ChildRun master(FtrunBinary(), {"master", "--port", port_, "--nnodes", "2", "--rdzv-id", "job",
-                                  "--network-check"});
-  ASSERT_TRUE(WaitFor([&] { return master.Err().find("listening") != std::string::npos; }, 20s));
-  auto r = RunFtrun(Cmd("2", {}, Record()), {}, 30s);
-  EXPECT_EQ(r.exit_code, 1) << r.err;
-  EXPECT_EQ(CountLines(r.err, "[error]"), 1) << r.err;
-  EXPECT_NE(r.err.find("has no network-check probe; start every agent with --network-check"),
-            std::string::npos)
-      << r.err;
-  master.Signal(SIGTERM);
-  auto rm = master.Wait(30s);
+  auto rm =
+      ExpectRefusedByMaster({"--network-check"}, {},
+                            "has no network-check probe; start every agent with --network-check");
   EXPECT_NE(rm.err.find("rejected join"), std::string::npos) << rm.err;
 }
 

@@ -39,6 +39,22 @@ std::vector<PairResult> Measure(const std::vector<CheckPair>& plan,
   return out;
 }
 
+// Both rounds, with every pair that touches a node in `broken` failing.
+struct TwoRounds {
+  std::vector<std::string> nodes;
+  std::vector<PairResult> r0;
+  std::vector<CheckPair> plan1;
+  NetworkCheckReport report;
+};
+TwoRounds RunBroken(int n, const std::set<std::string>& broken) {
+  TwoRounds t;
+  t.nodes = Nodes(n);
+  t.r0 = Measure(PlanRound0(t.nodes), broken);
+  t.plan1 = PlanRound1(t.nodes, t.r0);
+  t.report = Evaluate(t.nodes, t.r0, Measure(t.plan1, broken));
+  return t;
+}
+
 NodeVerdict VerdictOf(const NetworkCheckReport& r, const std::string& node) {
   for (const auto& n : r.nodes) {
     if (n.node == node) return n.verdict;
@@ -105,14 +121,11 @@ TEST(NetworkCheckPlan, AllHealthyNeedsNoRound1) {
 }
 
 TEST(NetworkCheckPlan, FaultyNodeIsBlamedNotItsPartner) {
-  auto nodes = Nodes(4);
-  auto r0 = Measure(PlanRound0(nodes), {"n1"});
-  auto plan1 = PlanRound1(nodes, r0);
+  auto [nodes, r0, plan1, report] = RunBroken(4, {"n1"});
   // Suspects n0 and n1 listen; the good nodes n2 and n3 connect, distinct partners.
   ASSERT_EQ(plan1.size(), 2u);
   EXPECT_EQ(plan1[0], (CheckPair{"n0", "n2", 1, 0}));
   EXPECT_EQ(plan1[1], (CheckPair{"n1", "n3", 1, 0}));
-  auto report = Evaluate(nodes, r0, Measure(plan1, {"n1"}));
   EXPECT_EQ(report.Faulty(), std::vector<std::string>{"n1"});
   EXPECT_EQ(VerdictOf(report, "n0"), NodeVerdict::kHealthy);
   EXPECT_TRUE(report.isolated);
@@ -123,48 +136,36 @@ TEST(NetworkCheckPlan, FaultyNodeIsBlamedNotItsPartner) {
 
 TEST(NetworkCheckPlan, DlroverSixNodeExample) {
   // reference/dlrover.md §3: round 0 {0,1},{2,3},{4,5}; {4,5} fails; node 5 is faulty.
-  auto nodes = Nodes(6);
-  auto r0 = Measure(PlanRound0(nodes), {"n5"});
-  auto plan1 = PlanRound1(nodes, r0);
+  auto [nodes, r0, plan1, report] = RunBroken(6, {"n5"});
   ExpectWavesDisjoint(plan1);
   ASSERT_EQ(plan1.size(), 2u);
   EXPECT_EQ(plan1[0], (CheckPair{"n4", "n0", 1, 0}));
   EXPECT_EQ(plan1[1], (CheckPair{"n5", "n1", 1, 0}));
-  auto report = Evaluate(nodes, r0, Measure(plan1, {"n5"}));
   EXPECT_EQ(report.Faulty(), std::vector<std::string>{"n5"});
 }
 
 TEST(NetworkCheckPlan, MoreSuspectsThanGoodNodesUseWaves) {
-  auto nodes = Nodes(6);
-  auto r0 = Measure(PlanRound0(nodes), {"n0", "n3"});
-  auto plan1 = PlanRound1(nodes, r0);
+  auto [nodes, r0, plan1, report] = RunBroken(6, {"n0", "n3"});
   ExpectWavesDisjoint(plan1);
   std::vector<CheckPair> want = {
       {"n0", "n4", 1, 0}, {"n1", "n5", 1, 0}, {"n2", "n4", 1, 1}, {"n3", "n5", 1, 1}};
   EXPECT_EQ(plan1, want);
-  auto report = Evaluate(nodes, r0, Measure(plan1, {"n0", "n3"}));
   EXPECT_EQ(report.Faulty(), (std::vector<std::string>{"n0", "n3"}));
   EXPECT_TRUE(report.isolated);
 }
 
 TEST(NetworkCheckPlan, OddNodeOutAndABrokenNeighbour) {
-  auto nodes = Nodes(5);
-  auto r0 = Measure(PlanRound0(nodes), {"n3"});  // fails {n2,n3} and {n4,n3}
-  auto plan1 = PlanRound1(nodes, r0);
+  auto [nodes, r0, plan1, report] = RunBroken(5, {"n3"});  // fails {n2,n3} and {n4,n3}
   std::vector<CheckPair> want = {{"n2", "n0", 1, 0}, {"n3", "n1", 1, 0}, {"n4", "n0", 1, 1}};
   EXPECT_EQ(plan1, want);
-  auto report = Evaluate(nodes, r0, Measure(plan1, {"n3"}));
   EXPECT_EQ(report.Faulty(), std::vector<std::string>{"n3"});
 }
 
 TEST(NetworkCheckPlan, ThreeNodesWithTheMiddleOneBrokenPairsTheSuspects) {
   // Every round-0 pair touches n1, so there is no good node: n0 and n2 try each other.
-  auto nodes = Nodes(3);
-  auto r0 = Measure(PlanRound0(nodes), {"n1"});
-  auto plan1 = PlanRound1(nodes, r0);
+  auto [nodes, r0, plan1, report] = RunBroken(3, {"n1"});
   ASSERT_EQ(plan1.size(), 1u);
   EXPECT_EQ(plan1[0], (CheckPair{"n0", "n2", 1, 0}));
-  auto report = Evaluate(nodes, r0, Measure(plan1, {"n1"}));
   EXPECT_EQ(report.Faulty(), std::vector<std::string>{"n1"});
   EXPECT_TRUE(report.isolated);
   EXPECT_NE(report.nodes[1].reason.find("no partner to re-test with"), std::string::npos);

@@ -22,6 +22,12 @@ NodeInfo Node(const std::string& id) {
   return n;
 }
 
+std::vector<NodeInfo> Nodes(const std::vector<std::string>& ids) {
+  std::vector<NodeInfo> nodes;
+  for (const auto& id : ids) nodes.push_back(Node(id));
+  return nodes;
+}
+
 CheckSettings Settings() {
   CheckSettings s;
   s.enabled = true;
@@ -76,9 +82,7 @@ TEST(NetworkCheckSession, OrdersNameTheListenersProbe) {
 TEST(NetworkCheckSession, AllHealthyIsDoneAfterOneRound) {
   TimePoint now{};
   std::vector<std::string> ids = {"n0", "n1", "n2", "n3"};
-  std::vector<NodeInfo> nodes;
-  for (const auto& id : ids) nodes.push_back(Node(id));
-  NetworkCheckSession s(nodes, Settings(), 1, now);
+  NetworkCheckSession s(Nodes(ids), Settings(), 1, now);
   EXPECT_TRUE(ReportWave(s, ids, {}, now));
   ASSERT_TRUE(s.done());
   EXPECT_TRUE(s.report().Faulty().empty());
@@ -104,9 +108,7 @@ TEST(NetworkCheckSession, StaleOrWrongReportsAreIgnored) {
 TEST(NetworkCheckSession, ABrokenNodeIsFoundInRoundOne) {
   TimePoint now{};
   std::vector<std::string> ids = {"n0", "n1", "n2", "n3"};
-  std::vector<NodeInfo> nodes;
-  for (const auto& id : ids) nodes.push_back(Node(id));
-  NetworkCheckSession s(nodes, Settings(), 1, now);
+  NetworkCheckSession s(Nodes(ids), Settings(), 1, now);
   ReportWave(s, ids, {"n1"}, now);
   ASSERT_FALSE(s.done());
   auto o = s.OrderFor("n1");

@@ -97,6 +97,17 @@ class ServerTest : public ::testing::Test {
     if (status) *status = s;
     return resp;
   }
+  // Waits (up to 10 s) until `n` Watch calls are pending on the server; asks its loop.
+  bool WaitForPendingWatches(size_t n) {
+    const auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (std::chrono::steady_clock::now() < deadline) {
+      std::promise<size_t> count;
+      boost::asio::post(io_, [&] { count.set_value(server_->pending_watches()); });
+      if (count.get_future().get() == n) return true;
+      std::this_thread::yield();
+    }
+    return false;
+  }
 
   boost::asio::io_context io_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_{
@@ -248,7 +259,7 @@ TEST_F(ServerTest, CancelledWatchMakesTheNodeLost) {
     req.set_wait_ms(5000);
     v1::WatchResponse resp;
     std::thread cancel([&] {
-      std::this_thread::sleep_for(100ms);
+      EXPECT_TRUE(WaitForPendingWatches(1));
       ctx.TryCancel();
     });
     stub->Watch(&ctx, req, &resp);
@@ -271,7 +282,7 @@ TEST_F(ServerTest, ShutdownAnswersWatchersInFlight) {
     Watch(*stub, "a", j.view().version(), &s);
     return s;
   });
-  std::this_thread::sleep_for(100ms);  // let the watch reach the server (no assertion on time)
+  ASSERT_TRUE(WaitForPendingWatches(1));
   std::promise<void> stopped;
   boost::asio::post(io_, [&] { server_->Shutdown([&] { stopped.set_value(); }); });
   ASSERT_EQ(stopped.get_future().wait_for(10s), std::future_status::ready);

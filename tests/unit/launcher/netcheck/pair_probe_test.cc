@@ -7,6 +7,9 @@
 #include <boost/asio/read.hpp>
 #include <boost/asio/write.hpp>
 #include <optional>
+#include <vector>
+
+#include "launcher/workers/worker_process.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -212,10 +215,54 @@ TEST_F(PairProbeTest, DestroyingTheClientCancelsWithoutCallingBack) {
   int calls = 0;
   auto client = ProbeClient::Start(io_, "127.0.0.1", acceptor.local_endpoint().port(), {},
                                    [&](Result<ProbeResult>) { ++calls; });
-  io_.run_for(20ms);
+  // Mid-flight: connected, waiting for the PONG the silent peer never sends.
+  tcp::socket peer(io_);
+  bool accepted = false;
+  acceptor.async_accept(peer, [&](const boost::system::error_code& ec) { accepted = !ec; });
+  ASSERT_TRUE(RunUntil([&] { return accepted; }));
   client.reset();
   io_.run_for(50ms);
   EXPECT_EQ(calls, 0);
+}
+
+// A fork through Boost.Process calls notify_fork on the loop's io_context, which stops
+// Asio's resolver thread of that io_context: a lookup queued just before it never completed
+// and the probe hung until its timeout. Children spawned while the lookup is pending must
+// not hold it up, for a name as for an IP literal.
+TEST_F(PairProbeTest, LookupCompletesWhileChildrenAreSpawned) {
+  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0);
+  ASSERT_TRUE(server) << server.error().message;
+  for (const char* host : {"localhost", "127.0.0.1"}) {
+    ProbeOptions opts;
+    opts.bytes = 0;
+    opts.timeout = 60s;  // far beyond RunUntil's deadline: a stranded lookup fails the test
+    std::optional<Result<ProbeResult>> got;
+    auto client = ProbeClient::Start(io_, host, (*server)->port(), opts,
+                                     [&](Result<ProbeResult> r) { got = std::move(r); });
+    int exited = 0;
+    std::vector<std::unique_ptr<WorkerProcess>> children;
+    for (int i = 0; i < 3; ++i) {
+      ProcessSpec spec;
+      spec.program = "/bin/true";
+      auto child = WorkerProcess::Spawn(io_, spec, [&](const ExitStatus&) { ++exited; });
+      ASSERT_TRUE(child) << child.error().message;
+      children.push_back(std::move(*child));
+    }
+    ASSERT_TRUE(RunUntil([&] { return got.has_value() && exited == 3; })) << host;
+    EXPECT_TRUE(*got) << got->error().message;
+  }
+}
+
+TEST_F(PairProbeTest, DestroyingTheClientDuringANameLookupCallsNothing) {
+  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0);
+  ASSERT_TRUE(server) << server.error().message;
+  int calls = 0;
+  auto client = ProbeClient::Start(io_, "localhost", (*server)->port(), {},
+                                   [&](Result<ProbeResult>) { ++calls; });
+  client.reset();  // the lookup's thread still runs; its answer must be dropped
+  io_.run_for(50ms);
+  EXPECT_EQ(calls, 0);
+  EXPECT_EQ((*server)->accepted(), 0u);
 }
 
 TEST_F(PairProbeTest, ListenErrorsNameTheAddress) {

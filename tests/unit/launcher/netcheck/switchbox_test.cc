@@ -36,24 +36,26 @@ TEST(BoxPairs, ParsesTheDefaultAndTokens) {
   EXPECT_EQ(Pairs("1023:0"), (std::vector<BoxPair>{{1023, 0}}));
 }
 
-TEST(BoxPairs, MalformedTokensAreNamed) {
-  EXPECT_EQ(ParseError("0:1 2-4"), "--box-pairs: bad pair \"2-4\" (expected A:B)");
-  EXPECT_EQ(ParseError("0:1:2"), "--box-pairs: bad pair \"0:1:2\" (expected A:B)");
-  EXPECT_EQ(ParseError(":1"), "--box-pairs: bad pair \":1\" (expected A:B)");
-  EXPECT_EQ(ParseError("a:b"), "--box-pairs: bad pair \"a:b\" (expected A:B)");
-  EXPECT_EQ(ParseError("-1:2"), "--box-pairs: bad pair \"-1:2\" (expected A:B)");
-  EXPECT_EQ(ParseError("+1:2"), "--box-pairs: bad pair \"+1:2\" (expected A:B)");
-  EXPECT_EQ(ParseError("1 :2"), "--box-pairs: bad pair \"1\" (expected A:B)");
-  EXPECT_EQ(ParseError(""), "--box-pairs: no GPU pair given (expected e.g. \"0:1 2:4\")");
-  EXPECT_EQ(ParseError(" , "), "--box-pairs: no GPU pair given (expected e.g. \"0:1 2:4\")");
-}
-
-TEST(BoxPairs, OutOfRangeAndDuplicates) {
-  EXPECT_EQ(ParseError("0:1024"), "--box-pairs: GPU 1024 in \"0:1024\" is out of range (0-1023)");
-  EXPECT_EQ(ParseError("0:99999999999"), "--box-pairs: bad pair \"0:99999999999\" (expected A:B)");
-  EXPECT_EQ(ParseError("3:3"), "--box-pairs: pair \"3:3\" joins GPU 3 to itself");
-  EXPECT_EQ(ParseError("0:1 2:3 0:1"), "--box-pairs: pair \"0:1\" is given twice");
-  EXPECT_EQ(ParseError("0:1 1:0"), "--box-pairs: pair \"1:0\" is given twice");
+TEST(BoxPairs, BadPairsAreNamed) {
+  const std::pair<const char*, const char*> kCases[] = {
+      // Malformed tokens.
+      {"0:1 2-4", "--box-pairs: bad pair \"2-4\" (expected A:B)"},
+      {"0:1:2", "--box-pairs: bad pair \"0:1:2\" (expected A:B)"},
+      {":1", "--box-pairs: bad pair \":1\" (expected A:B)"},
+      {"a:b", "--box-pairs: bad pair \"a:b\" (expected A:B)"},
+      {"-1:2", "--box-pairs: bad pair \"-1:2\" (expected A:B)"},
+      {"+1:2", "--box-pairs: bad pair \"+1:2\" (expected A:B)"},
+      {"1 :2", "--box-pairs: bad pair \"1\" (expected A:B)"},
+      {"", "--box-pairs: no GPU pair given (expected e.g. \"0:1 2:4\")"},
+      {" , ", "--box-pairs: no GPU pair given (expected e.g. \"0:1 2:4\")"},
+      // Out of range, and duplicates.
+      {"0:1024", "--box-pairs: GPU 1024 in \"0:1024\" is out of range (0-1023)"},
+      {"0:99999999999", "--box-pairs: bad pair \"0:99999999999\" (expected A:B)"},
+      {"3:3", "--box-pairs: pair \"3:3\" joins GPU 3 to itself"},
+      {"0:1 2:3 0:1", "--box-pairs: pair \"0:1\" is given twice"},
+      {"0:1 1:0", "--box-pairs: pair \"1:0\" is given twice"},
+  };
+  for (const auto& [text, message] : kCases) EXPECT_EQ(ParseError(text), message) << text;
   // A GPU may sit in two different pairs.
   EXPECT_EQ(Pairs("0:1 1:2").size(), 2u);
 }

@@ -1,0 +1,21 @@
+// ApplyReport: what a node's Report request does to the state machine, once the server has
+// checked its header and knows the node. Shared by the gRPC server and the state fuzzer, so
+// the fuzzer drives exactly the server's path.
+//
+// Errors: a request over the size limits, a failure report without failures or an unknown
+// report kind is refused with a message (the server answers INVALID_ARGUMENT) and changes
+// nothing.
+#pragma once
+
+#include <string>
+
+#include "common/result.h"
+#include "ftrun/v1/rendezvous.pb.h"
+#include "rendezvous/rendezvous_state.h"
+
+namespace ftrun::rendezvous {
+
+Status ApplyReport(RendezvousState& state, const std::string& node_id,
+                   const v1::ReportRequest& report, TimePoint now);
+
+}  // namespace ftrun::rendezvous
