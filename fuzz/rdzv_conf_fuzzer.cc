@@ -23,10 +23,7 @@ void CheckSeconds(const char* key, Seconds s) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  ftrun::fuzz::Quiet();
-  return 0;
-}
+FTRUN_FUZZ_INITIALIZE()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 4096) return -1;

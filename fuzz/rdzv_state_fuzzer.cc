@@ -367,10 +367,7 @@ class Harness {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  ftrun::fuzz::Quiet();
-  return 0;
-}
+FTRUN_FUZZ_INITIALIZE()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 8192) return -1;

@@ -81,10 +81,7 @@ void CheckReport(const v1::ReportRequest& r) {
 
 }  // namespace
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  ftrun::fuzz::Quiet();
-  return 0;
-}
+FTRUN_FUZZ_INITIALIZE()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || size > 1 << 20) return -1;

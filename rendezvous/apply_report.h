@@ -1,6 +1,6 @@
-// ApplyReport: what a node's Report request does to the state machine, once the server has
-// checked its header and knows the node. Shared by the gRPC server and the state fuzzer, so
-// the fuzzer drives exactly the server's path.
+// ApplyReport: what a node's report does to the state machine, once the server has checked
+// its header and knows the node. Shared by the gRPC server, the single-node coordinator and
+// the state fuzzer, so all of them drive exactly the same path.
 //
 // Errors: a request over the size limits, a failure report without failures or an unknown
 // report kind is refused with a message (the server answers INVALID_ARGUMENT) and changes
@@ -15,6 +15,10 @@
 
 namespace ftrun::rendezvous {
 
+// A report from this process (the single-node coordinator): trusted sizes.
+Status ApplyReport(RendezvousState& state, const std::string& node_id, const RoundReport& report,
+                   TimePoint now);
+// A report from the network: the size limits first (wire.h), then as above.
 Status ApplyReport(RendezvousState& state, const std::string& node_id,
                    const v1::ReportRequest& report, TimePoint now);
 

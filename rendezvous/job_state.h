@@ -117,6 +117,39 @@ struct CheckTaskResult {
 };
 
 // What a node joining the job says about itself.
+enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved, kChecked };
+
+// What a report carries besides failures: the fault-time save's part (kProgress, kSaved) or
+// the network check's (kChecked).
+struct ReportDetails {
+  uint64_t save_id = 0;
+  std::vector<RankProgress> progress;  // kProgress
+  int rank = -1;                       // kSaved: the saver
+  bool finalize = false;
+  bool ok = false;
+  std::string error;
+  uint64_t check_id = 0;  // kChecked: the order
+  std::vector<CheckTaskResult> check_results;
+};
+
+// One report of a node about `round`: its workers failed (with the failures), succeeded or
+// stopped, or its part of a fault-time save or a network check. The same value goes over
+// the wire (RendezvousClient::Report) or straight into an in-process state machine.
+struct RoundReport {
+  ReportKind kind = ReportKind::kSucceeded;
+  uint64_t round = 0;
+  std::vector<WorkerFailure> failures;  // kFailed
+  int free_port = 0;                    // kStopped: a port for the next round's master
+  ReportDetails details;
+
+  static RoundReport Of(ReportKind kind, uint64_t round = 0) {
+    RoundReport r;
+    r.kind = kind;
+    r.round = round;
+    return r;
+  }
+};
+
 struct NodeInfo {
   std::string node_id;  // unique per agent process: host, pid, random
   std::string addr;     // where other nodes reach it (MASTER_ADDR when it is group rank 0)

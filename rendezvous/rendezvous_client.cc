@@ -153,32 +153,11 @@ void RendezvousClient::Watch(uint64_t known_version, Duration wait, Done done) {
       [](C& c, RpcOutcome& out) { out.view = FromWire(c.resp.view()); }, std::move(done));
 }
 
-void RendezvousClient::Report(ReportKind kind, uint64_t round,
-                              const std::vector<WorkerFailure>& failures, int free_port,
-                              const ReportDetails& save, Done done) {
+void RendezvousClient::Report(const RoundReport& report, Done done) {
   using C = Call<v1::ReportRequest, v1::ReportResponse>;
   auto call = std::make_shared<C>();
   FillHeader(opts_, call->req.mutable_header());
-  call->req.set_round(round);
-  // In ReportKind's order.
-  constexpr v1::ReportRequest::Kind kWireKinds[] = {
-      v1::ReportRequest::KIND_FAILED,  v1::ReportRequest::KIND_SUCCEEDED,
-      v1::ReportRequest::KIND_STOPPED, v1::ReportRequest::KIND_PROGRESS,
-      v1::ReportRequest::KIND_SAVED,   v1::ReportRequest::KIND_CHECKED,
-  };
-  call->req.set_kind(kWireKinds[static_cast<int>(kind)]);
-  call->req.set_check_id(save.check_id);
-  for (const auto& r : save.check_results) ToWire(r, call->req.add_check_results());
-  call->req.set_save_id(save.save_id);
-  for (const auto& p : save.progress) ToWire(p, call->req.add_progress());
-  call->req.set_saver_rank(save.rank);
-  call->req.set_finalize(save.finalize);
-  call->req.set_ok(save.ok);
-  call->req.set_error(save.error.substr(0, kMaxText));
-  for (size_t i = 0; i < failures.size() && i < kMaxFailures; ++i) {
-    ToWire(failures[i], call->req.add_failures());
-  }
-  call->req.set_free_port(free_port);
+  ToWire(report, &call->req);
   Launch(
       io_, calls_, call, opts_.call_timeout, false,
       [](auto* stub, auto c, auto cb) {

@@ -44,22 +44,6 @@ struct RpcOutcome {
   bool cancelled() const;
 };
 
-// The client maps them to the wire in this order.
-enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved, kChecked };
-
-// What a report carries besides failures: the fault-time save's part (kProgress, kSaved) or
-// the network check's (kChecked).
-struct ReportDetails {
-  uint64_t save_id = 0;
-  std::vector<RankProgress> progress;  // kProgress
-  int rank = -1;                       // kSaved: the saver
-  bool finalize = false;
-  bool ok = false;
-  std::string error;
-  uint64_t check_id = 0;  // kChecked: the order
-  std::vector<CheckTaskResult> check_results;
-};
-
 class RendezvousClient {
  public:
   using Done = std::function<void(const RpcOutcome&)>;
@@ -74,8 +58,7 @@ class RendezvousClient {
   void Join(const NodeInfo& node, Done done);
   // Long poll: answered once the view's version exceeds known_version, or after `wait`.
   void Watch(uint64_t known_version, Duration wait, Done done);
-  void Report(ReportKind kind, uint64_t round, const std::vector<WorkerFailure>& failures,
-              int free_port, const ReportDetails& save, Done done);
+  void Report(const RoundReport& report, Done done);
   void Leave(Duration timeout, Done done);
   // For operators: the job and its nodes (an empty run id in the options: any job).
   void Status(std::function<void(const RpcOutcome&, const JobStatus&)> done);

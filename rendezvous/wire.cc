@@ -1,5 +1,6 @@
 #include "rendezvous/wire.h"
 
+#include <algorithm>
 #include <utility>
 
 namespace ftrun::rendezvous {
@@ -244,6 +245,63 @@ Status CheckLimits(const v1::NodeInfo& node) {
     return Error{"probe_port " + std::to_string(node.probe_port()) + " out of range"};
   }
   return {};
+}
+
+namespace {
+
+// In ReportKind's order.
+constexpr v1::ReportRequest::Kind kWireKinds[] = {
+    v1::ReportRequest::KIND_FAILED,  v1::ReportRequest::KIND_SUCCEEDED,
+    v1::ReportRequest::KIND_STOPPED, v1::ReportRequest::KIND_PROGRESS,
+    v1::ReportRequest::KIND_SAVED,   v1::ReportRequest::KIND_CHECKED,
+};
+
+template <class Repeated>
+auto AllFromWire(const Repeated& in) {
+  std::vector<decltype(FromWire(*in.begin()))> out;
+  for (const auto& item : in) out.push_back(FromWire(item));
+  return out;
+}
+
+}  // namespace
+
+void ToWire(const RoundReport& in, v1::ReportRequest* out) {
+  const ReportDetails& d = in.details;
+  out->set_round(in.round);
+  out->set_kind(kWireKinds[static_cast<int>(in.kind)]);
+  out->set_check_id(d.check_id);
+  for (const auto& r : d.check_results) ToWire(r, out->add_check_results());
+  out->set_save_id(d.save_id);
+  for (const auto& p : d.progress) ToWire(p, out->add_progress());
+  out->set_saver_rank(d.rank);
+  out->set_finalize(d.finalize);
+  out->set_ok(d.ok);
+  out->set_error(d.error.substr(0, kMaxText));
+  for (size_t i = 0; i < in.failures.size() && i < kMaxFailures; ++i) {
+    ToWire(in.failures[i], out->add_failures());
+  }
+  out->set_free_port(in.free_port);
+}
+
+Result<RoundReport> FromWire(const v1::ReportRequest& in) {
+  RoundReport r;
+  const auto* kind = std::find(std::begin(kWireKinds), std::end(kWireKinds), in.kind());
+  if (kind == std::end(kWireKinds))
+    return Error{"unknown report kind " + std::to_string(in.kind())};
+  r.kind = static_cast<ReportKind>(kind - std::begin(kWireKinds));
+  r.round = in.round();
+  r.failures = AllFromWire(in.failures());
+  r.free_port = in.free_port();
+  ReportDetails& d = r.details;
+  d.save_id = in.save_id();
+  d.progress = AllFromWire(in.progress());
+  d.rank = in.saver_rank();
+  d.finalize = in.finalize();
+  d.ok = in.ok();
+  d.error = in.error();
+  d.check_id = in.check_id();
+  d.check_results = AllFromWire(in.check_results());
+  return r;
 }
 
 }  // namespace ftrun::rendezvous

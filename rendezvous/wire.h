@@ -26,6 +26,11 @@ RankProgress FromWire(const v1::RankProgress& in);
 void ToWire(const WorkerFailure& in, v1::WorkerFailure* out);
 WorkerFailure FromWire(const v1::WorkerFailure& in);
 
+// The request's body (its header is the client's): failures and texts clipped to the limits.
+void ToWire(const RoundReport& in, v1::ReportRequest* out);
+// Its body back; an unknown kind is an error naming it (limits: CheckLimits).
+Result<RoundReport> FromWire(const v1::ReportRequest& in);
+
 v1::Phase ToWire(Phase p);
 Phase FromWire(v1::Phase p);
 

@@ -4,7 +4,10 @@
 // reacts to these events, so the same agent code runs everywhere.
 //
 // Thread: loop only; every Listener call happens on the loop, never from inside a
-// Coordinator call (they are posted).
+// Coordinator call (they are posted). Ownership: the listener passed to Start() must outlive
+// the coordinator (the agent owns its coordinator). Errors: a coordinator never throws and
+// has no error returns; what ends the job (a refusal, the server lost for good, the restart
+// budget spent) reaches the listener as OnJobFinished with the reason.
 #pragma once
 
 #include <string>
@@ -52,26 +55,32 @@ class Coordinator {
   virtual ~Coordinator() = default;
   // Joins the job; the first OnRoundStarted follows when the round forms.
   virtual void Start(Listener* listener) = 0;
-  // This node's workers failed (the agent is already stopping the others).
-  virtual void WorkersFailed(const std::vector<WorkerFailure>& failures) = 0;
-  // Every worker of this node exited 0.
-  virtual void WorkersSucceeded() = 0;
-  // This node's workers have all exited after OnRestartRequested or a failure.
+  // This node's workers have all exited after OnRestartRequested or a failure. Repeats are
+  // ignored (the agent may say it again when asked to stop with no workers running).
   virtual void WorkersStopped() = 0;
+
+  // Reports to the rendezvous, in the order they are made; each becomes one RoundReport for
+  // the round this node's workers ran (the check's: the round being formed).
+  // A local worker failed (the agent stops or holds the others).
+  void WorkersFailed(const std::vector<WorkerFailure>& failures);
+  // Every worker of this node exited 0.
+  void WorkersSucceeded();
   // Fault-time save: this node's ranks' progress, and a saver's answer.
-  virtual void ReportProgress(uint64_t save_id,
-                              const std::vector<rendezvous::RankProgress>& ranks) = 0;
-  virtual void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
-                           const std::string& error) = 0;
+  void ReportProgress(uint64_t save_id, const std::vector<rendezvous::RankProgress>& ranks);
+  void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok, const std::string& error);
   // Network check: this node's results for one order.
-  virtual void ReportCheck(uint64_t /*order_id*/,
-                           const std::vector<rendezvous::CheckTaskResult>& /*results*/) {}
+  void ReportCheck(uint64_t order_id, const std::vector<rendezvous::CheckTaskResult>& results);
+
   // The agent is going away (a signal): leave the job, cancel every pending operation.
   virtual void Shutdown() = 0;
   // Prometheus text of a rendezvous server hosted here ("" when none).
   virtual std::string ServerMetrics() const { return ""; }
   // Whether this agent serves the job's rendezvous (single node: always).
   virtual bool HostsRendezvous() const = 0;
+
+ protected:
+  // Delivers one report; `report.round` is 0 and the implementation sets it.
+  virtual void Report(rendezvous::RoundReport report) = 0;
 };
 
 }  // namespace ftrun::launcher

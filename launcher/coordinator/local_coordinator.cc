@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "launcher/config/host.h"
+#include "rendezvous/apply_report.h"
 
 namespace ftrun::launcher {
 
@@ -60,13 +61,11 @@ void LocalCoordinator::Publish() {
   });
 }
 
-void LocalCoordinator::WorkersFailed(const std::vector<WorkerFailure>& failures) {
-  state_->ReportFailed(opts_.node.node_id, Round(), failures, Now());
-  Publish();
-}
-
-void LocalCoordinator::WorkersSucceeded() {
-  state_->ReportSucceeded(opts_.node.node_id, Round(), Now());
+void LocalCoordinator::Report(rendezvous::RoundReport report) {
+  report.round = Round();
+  if (auto s = rendezvous::ApplyReport(*state_, opts_.node.node_id, report, Now()); !s) {
+    LauncherLog()->error("{}", s.error().message);  // cannot happen: the agent's own reports
+  }
   Publish();
 }
 
@@ -75,18 +74,6 @@ void LocalCoordinator::WorkersStopped() {
   boost::asio::post(io_, [this, alive] {
     if (auto a = alive.lock(); a && *a) follower_->WorkersStopped();
   });
-}
-
-void LocalCoordinator::ReportProgress(uint64_t save_id,
-                                      const std::vector<rendezvous::RankProgress>& ranks) {
-  state_->ReportProgress(opts_.node.node_id, Round(), save_id, ranks, Now());
-  Publish();
-}
-
-void LocalCoordinator::ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
-                                   const std::string& error) {
-  state_->ReportSaved(opts_.node.node_id, Round(), save_id, rank, finalize, ok, error, Now());
-  Publish();
 }
 
 void LocalCoordinator::Shutdown() {

@@ -32,20 +32,14 @@ class LocalCoordinator : public Coordinator {
  public:
   LocalCoordinator(boost::asio::io_context& io, LocalCoordinatorOptions options);
 
-  // Coordinator: every report goes to the in-process state machine.
   void Start(Listener* listener) override;
-  void WorkersFailed(const std::vector<WorkerFailure>& failures) override;
-  void WorkersSucceeded() override;
   void WorkersStopped() override;
-  // The fault-time save (a one-node job has no network check).
-  void ReportProgress(uint64_t save_id,
-                      const std::vector<rendezvous::RankProgress>& ranks) override;
-  void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
-                   const std::string& error) override;
   void Shutdown() override;
   bool HostsRendezvous() const override { return true; }
 
  private:
+  // Every report goes straight to the in-process state machine.
+  void Report(rendezvous::RoundReport report) override;
   void Publish();
   rendezvous::TimePoint Now() const { return rendezvous::Clock::now(); }
   uint64_t Round() const;

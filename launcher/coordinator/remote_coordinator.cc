@@ -33,9 +33,7 @@ RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 void RemoteCoordinator::Start(Listener* listener) {
   follower_.emplace(
       listener,
-      [this](uint64_t round) {
-        Enqueue({ReportKind::kStopped, round, {}, {}});
-      },
+      [this](uint64_t round) { Enqueue(rendezvous::RoundReport::Of(ReportKind::kStopped, round)); },
       opts_.role);
   join_started_ = Clock::now();
   last_wait_log_ = join_started_;
@@ -143,7 +141,7 @@ void RemoteCoordinator::Apply(const NodeView& view) {
   follower_->Apply(view);
 }
 
-void RemoteCoordinator::Enqueue(PendingReport report) {
+void RemoteCoordinator::Enqueue(rendezvous::RoundReport report) {
   reports_.push_back(std::move(report));
   SendNextReport();
 }
@@ -151,13 +149,11 @@ void RemoteCoordinator::Enqueue(PendingReport report) {
 void RemoteCoordinator::SendNextReport() {
   if (shutting_down_ || report_in_flight_ || reports_.empty()) return;
   report_in_flight_ = true;
-  const PendingReport& r = reports_.front();
-  int free_port = 0;
+  rendezvous::RoundReport& r = reports_.front();
   if (r.kind == ReportKind::kStopped) {
-    if (auto port = PickFreePort()) free_port = *port;
+    if (auto port = PickFreePort()) r.free_port = *port;  // fresh at each try
   }
-  client_.Report(r.kind, r.round, r.failures, free_port, r.save,
-                 [this](const RpcOutcome& out) { OnReported(out); });
+  client_.Report(r, [this](const RpcOutcome& out) { OnReported(out); });
 }
 
 void RemoteCoordinator::OnReported(const RpcOutcome& out) {
@@ -191,40 +187,11 @@ void RemoteCoordinator::Fail(const std::string& reason) {
   follower_->Apply(v);
 }
 
-void RemoteCoordinator::WorkersFailed(const std::vector<WorkerFailure>& failures) {
-  Enqueue({ReportKind::kFailed, CurrentRound(), failures, {}});
-}
-
-void RemoteCoordinator::WorkersSucceeded() {
-  Enqueue({ReportKind::kSucceeded, CurrentRound(), {}, {}});
-}
-
-void RemoteCoordinator::ReportProgress(uint64_t save_id,
-                                       const std::vector<rendezvous::RankProgress>& ranks) {
-  rendezvous::ReportDetails s;
-  s.save_id = save_id;
-  s.progress = ranks;
-  Enqueue({ReportKind::kProgress, CurrentRound(), {}, s});
-}
-
-void RemoteCoordinator::ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
-                                    const std::string& error) {
-  rendezvous::ReportDetails s;
-  s.save_id = save_id;
-  s.rank = rank;
-  s.finalize = finalize;
-  s.ok = ok;
-  s.error = error;
-  Enqueue({ReportKind::kSaved, CurrentRound(), {}, s});
-}
-
-void RemoteCoordinator::ReportCheck(uint64_t order_id,
-                                    const std::vector<rendezvous::CheckTaskResult>& results) {
-  rendezvous::ReportDetails d;
-  d.check_id = order_id;
-  d.check_results = results;
-  // The check belongs to the round being formed, not to the last one this node ran.
-  Enqueue({ReportKind::kChecked, follower_->last_view().round, {}, d});
+void RemoteCoordinator::Report(rendezvous::RoundReport report) {
+  // A check belongs to the round being formed, not to the last one this node ran.
+  report.round =
+      report.kind == ReportKind::kChecked ? follower_->last_view().round : CurrentRound();
+  Enqueue(std::move(report));
 }
 
 void RemoteCoordinator::WorkersStopped() {

@@ -40,18 +40,8 @@ class RemoteCoordinator : public Coordinator {
   RemoteCoordinator(boost::asio::io_context& io, RemoteCoordinatorOptions options);
   ~RemoteCoordinator() override;
 
-  // Coordinator: every report goes to the server (retried while it is unreachable).
   void Start(Listener* listener) override;
-  void WorkersFailed(const std::vector<WorkerFailure>& failures) override;
-  void WorkersSucceeded() override;
   void WorkersStopped() override;
-  // The fault-time save and the network check.
-  void ReportProgress(uint64_t save_id,
-                      const std::vector<rendezvous::RankProgress>& ranks) override;
-  void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
-                   const std::string& error) override;
-  void ReportCheck(uint64_t order_id,
-                   const std::vector<rendezvous::CheckTaskResult>& results) override;
   void Shutdown() override;
   std::string ServerMetrics() const override {
     return opts_.server ? opts_.server->RenderMetrics() : "";
@@ -59,18 +49,14 @@ class RemoteCoordinator : public Coordinator {
   bool HostsRendezvous() const override { return opts_.server != nullptr; }
 
  private:
-  struct PendingReport {
-    rendezvous::ReportKind kind;
-    uint64_t round;
-    std::vector<WorkerFailure> failures;
-    rendezvous::ReportDetails save;  // kProgress, kSaved
-  };
+  // Every report goes to the server, in order, retried while it is unreachable.
+  void Report(rendezvous::RoundReport report) override;
 
   void Join();
   void OnJoined(const rendezvous::RpcOutcome& out);
   void Watch();
   void OnWatched(const rendezvous::RpcOutcome& out);
-  void Enqueue(PendingReport report);
+  void Enqueue(rendezvous::RoundReport report);
   void SendNextReport();
   void OnReported(const rendezvous::RpcOutcome& out);
   void Apply(const rendezvous::NodeView& view);
@@ -97,7 +83,7 @@ class RemoteCoordinator : public Coordinator {
   bool joined_ = false;
   bool watching_ = false;
   uint64_t known_version_ = 0;
-  std::deque<PendingReport> reports_;
+  std::deque<rendezvous::RoundReport> reports_;
   bool report_in_flight_ = false;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

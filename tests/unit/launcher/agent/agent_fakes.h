@@ -131,22 +131,31 @@ class FakeCoordinator : public launcher::Coordinator {
   };
   explicit FakeCoordinator(std::shared_ptr<Log> log) : log_(std::move(log)) {}
   void Start(Listener*) override { ++log_->started; }
-  void WorkersFailed(const std::vector<launcher::WorkerFailure>& f) override {
-    log_->failures.insert(log_->failures.end(), f.begin(), f.end());
-  }
-  void WorkersSucceeded() override { ++log_->succeeded; }
   void WorkersStopped() override { ++log_->stopped; }
-  void ReportProgress(uint64_t, const std::vector<rendezvous::RankProgress>& r) override {
-    log_->progress.push_back(r);
-  }
-  void ReportSaved(uint64_t id, int rank, bool finalize, bool ok,
-                   const std::string& error) override {
-    log_->saved.push_back({id, rank, finalize, ok, error});
-  }
   void Shutdown() override { ++log_->shutdowns; }
   bool HostsRendezvous() const override { return true; }
 
  private:
+  void Report(rendezvous::RoundReport r) override {
+    const rendezvous::ReportDetails& d = r.details;
+    switch (r.kind) {
+      case rendezvous::ReportKind::kFailed:
+        log_->failures.insert(log_->failures.end(), r.failures.begin(), r.failures.end());
+        break;
+      case rendezvous::ReportKind::kSucceeded:
+        ++log_->succeeded;
+        break;
+      case rendezvous::ReportKind::kProgress:
+        log_->progress.push_back(d.progress);
+        break;
+      case rendezvous::ReportKind::kSaved:
+        log_->saved.push_back({d.save_id, d.rank, d.finalize, d.ok, d.error});
+        break;
+      default:
+        ADD_FAILURE() << "the agent reported kind " << static_cast<int>(r.kind);
+    }
+  }
+
   std::shared_ptr<Log> log_;
 };
 

@@ -31,8 +31,7 @@ TEST_F(AgentTest, SaveRelayReportsEveryLocalRanksProgress) {
 }
 
 TEST_F(AgentTest, SaveRelayAnswersForARankThatIsNotConnected) {
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   rendezvous::SaveOrder o;
   o.id = 5;
   o.step = 10;
@@ -51,8 +50,7 @@ TEST_F(AgentTest, FailureHoldsASurvivorThatCanSaveUntilTheStopOrder) {
   spawner.own_pgid_next = true;  // rank 0 may connect from this test
   StartRound(1);
   auto rank0 = ConnectRank(0, 7);
-  child(1).Exit(1);
-  Settle();
+  FailWorker(1);
   EXPECT_EQ(agent->state(), AgentState::kHoldingForSave);
   EXPECT_TRUE(child(0).group_signals.empty()) << "the survivor waits for the save";
   rendezvous::SaveOrder o;
@@ -77,8 +75,7 @@ TEST_F(AgentTest, HeldSurvivorsAreStoppedWhenNoStopOrderComes) {
   spawner.own_pgid_next = true;
   StartRound(1);
   auto rank0 = ConnectRank(0, 3);
-  child(1).Exit(1);
-  Settle();
+  FailWorker(1);
   ASSERT_EQ(agent->state(), AgentState::kHoldingForSave);
   AdvanceAndSettle(std::chrono::seconds(29));
   EXPECT_EQ(agent->state(), AgentState::kHoldingForSave);
@@ -88,10 +85,8 @@ TEST_F(AgentTest, HeldSurvivorsAreStoppedWhenNoStopOrderComes) {
 
 TEST_F(AgentTest, SurvivorGraceLetsTheSurvivorsExitByThemselves) {
   config.survivor_grace = std::chrono::seconds(10);
-  StartAgent();
-  StartRound(1);
-  child(0).Exit(1);
-  Settle();
+  StartFirstRound();
+  FailWorker(0);
   EXPECT_EQ(agent->state(), AgentState::kSurvivorGrace);
   EXPECT_TRUE(child(0).group_signals.empty());
   child(1).Exit(0);  // TTP saved and exited the survivor
@@ -101,10 +96,8 @@ TEST_F(AgentTest, SurvivorGraceLetsTheSurvivorsExitByThemselves) {
 
 TEST_F(AgentTest, SurvivorGraceEndsWithTheStopSignal) {
   config.survivor_grace = std::chrono::seconds(10);
-  StartAgent();
-  StartRound(1);
-  child(0).Exit(1);
-  Settle();
+  StartFirstRound();
+  FailWorker(0);
   AdvanceAndSettle(std::chrono::seconds(9));
   EXPECT_EQ(agent->state(), AgentState::kSurvivorGrace);
   AdvanceAndSettle(std::chrono::seconds(1));

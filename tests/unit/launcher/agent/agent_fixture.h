@@ -67,6 +67,17 @@ class AgentTest : public ::testing::Test {
     }
   }
 
+  // The agent up and round 1's workers running.
+  void StartFirstRound() {
+    StartAgent();
+    StartRound(1);
+  }
+  // Worker `i` exits with code 1 and the agent has seen it.
+  void FailWorker(size_t i) {
+    child(i).Exit(1);
+    Settle();
+  }
+
   // The fake clock moves on and the loop runs what fell due.
   void AdvanceAndSettle(std::chrono::steady_clock::duration d) {
     clock.Advance(d);

@@ -15,8 +15,7 @@ TEST_F(AgentTest, StartJoinsTheJobAndWaits) {
 }
 
 TEST_F(AgentTest, RoundStartsOneWorkerPerLocalRankWithTheControlChannel) {
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   ASSERT_EQ(spawner.children.size(), 2u);
   EXPECT_EQ(child(0).spec.program, "worker");
   EXPECT_TRUE(child(0).spec.env.count("FTRUN_CONTROL_SOCKET"));
@@ -25,8 +24,7 @@ TEST_F(AgentTest, RoundStartsOneWorkerPerLocalRankWithTheControlChannel) {
 }
 
 TEST_F(AgentTest, AllWorkersSucceedingIsReportedAndTheVerdictEndsTheJob) {
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   child(0).Exit(0);
   Settle();
   EXPECT_EQ(log->succeeded, 0) << "one worker still runs";
@@ -39,8 +37,7 @@ TEST_F(AgentTest, AllWorkersSucceedingIsReportedAndTheVerdictEndsTheJob) {
 }
 
 TEST_F(AgentTest, FailureStopsTheSurvivorsReportsStoppedAndTheNextRoundRestarts) {
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   child(0).Exit(3);
   Settle();
   ASSERT_EQ(log->failures.size(), 1u);
@@ -55,11 +52,9 @@ TEST_F(AgentTest, FailureStopsTheSurvivorsReportsStoppedAndTheNextRoundRestarts)
 }
 
 TEST_F(AgentTest, AWorkerThatIgnoresSigtermIsKilledWhenTheGraceIsOver) {
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   child(1).ignores_sigterm = true;
-  child(0).Exit(1);
-  Settle();
+  FailWorker(0);
   EXPECT_EQ(agent->state(), AgentState::kStopping);
   EXPECT_EQ(child(1).group_signals, std::vector<int>{SIGTERM});
   AdvanceAndSettle(std::chrono::milliseconds(4999));
@@ -70,8 +65,7 @@ TEST_F(AgentTest, AWorkerThatIgnoresSigtermIsKilledWhenTheGraceIsOver) {
 }
 
 TEST_F(AgentTest, RestartRequestedStopsTheWorkersThenReportsStopped) {
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   agent->OnRestartRequested("a node left");
   EXPECT_EQ(agent->state(), AgentState::kStopping);
   Settle();
@@ -103,10 +97,8 @@ TEST_F(AgentTest, ScaleUpAndDownRestartTheWorkersWithTheNewWorld) {
 }
 
 TEST_F(AgentTest, RestartBudgetSpentStopsTheWorkersAndFailsWithTheSummary) {
-  StartAgent();
-  StartRound(1);
-  child(0).Exit(1);
-  Settle();
+  StartFirstRound();
+  FailWorker(0);
   StartRound(2, 1);
   launcher::JobResult r{false, log->failures, "restarts exhausted (3/3)"};
   agent->OnJobFinished(r);
@@ -120,8 +112,7 @@ TEST_F(AgentTest, RestartBudgetSpentStopsTheWorkersAndFailsWithTheSummary) {
 TEST_F(AgentTest, ForwardedSignalStopsTheWorkersWithItAndEndsTheJob) {
   config.signals = {SIGUSR2};
   signal_exit_code = [](int sig) { return 128 + sig; };
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   child(0).ignores_sigterm = true;  // irrelevant: the signal sent is SIGUSR2
   ASSERT_EQ(::raise(SIGUSR2), 0);
   Settle();
@@ -131,8 +122,7 @@ TEST_F(AgentTest, ForwardedSignalStopsTheWorkersWithItAndEndsTheJob) {
 
 TEST_F(AgentTest, SecondSignalKillsWorkersThatIgnoreTheFirst) {
   config.signals = {SIGTERM};
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   child(0).ignores_sigterm = true;
   child(1).ignores_sigterm = true;
   ASSERT_EQ(::raise(SIGTERM), 0);
@@ -160,8 +150,7 @@ TEST_F(AgentTest, ASetUpErrorFinishesBeforeJoining) {
 }
 
 TEST_F(AgentTest, AnExcludedNodeKillsItsWorkersAndExitsWithTempfail) {
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   agent->OnExcluded("too slow");
   Settle();
   ExpectFinished(launcher::kExitExcluded);
@@ -169,8 +158,7 @@ TEST_F(AgentTest, AnExcludedNodeKillsItsWorkersAndExitsWithTempfail) {
 }
 
 TEST_F(AgentTest, MasterSilentTheWorkersRunOnAndItsNextOrderIsObeyed) {
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   AdvanceAndSettle(std::chrono::minutes(10));  // no word from the rendezvous for 10 min
   EXPECT_EQ(agent->state(), AgentState::kRunning);
   EXPECT_TRUE(child(0).group_signals.empty());
@@ -181,8 +169,7 @@ TEST_F(AgentTest, MasterSilentTheWorkersRunOnAndItsNextOrderIsObeyed) {
 }
 
 TEST_F(AgentTest, MasterLostForGoodFailsTheJobAfterStoppingTheWorkers) {
-  StartAgent();
-  StartRound(1);
+  StartFirstRound();
   agent->OnJobFinished({false, {}, "lost contact with the rendezvous server"});
   Settle();
   ExpectFinished(1);
