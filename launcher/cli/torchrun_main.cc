@@ -19,31 +19,21 @@
 namespace ftrun::launcher {
 namespace {
 
-int UsageError(const std::string& message, Personality p = Personality::kTorchrun) {
-  std::cerr << (p == Personality::kDlrover ? "dlrover-run" : "ftrun") << ": error: " << message
-            << std::endl;
-  return 2;
-}
+// What a personality built on torchrun's command line does around BuildLaunchConfig.
+struct TorchrunHooks {
+  const char* program;  // names it in usage errors
+  // Before: rewrites its options as torchrun's, adding warnings; null: none.
+  Result<TorchrunArgs> (*rewrite)(TorchrunArgs, const EnvMap&, const HostFacts&,
+                                  std::vector<std::string>&);
+  // After: the options BuildLaunchConfig does not know; null: none.
+  Status (*apply)(const TorchrunArgs&, const EnvMap&, LaunchConfig&);
+};
 
-// --numa-affinity: the numactl (or taskset) prefix of each local rank; without a GPU to place
-// the ranks by, a warning and no prefix.
-void PlaceRanksOnNuma(LaunchConfig& c, const EnvMap& env) {
-  auto log = LauncherLog();
-  auto placements = GpuNumaPlacements(c.nproc_per_node, env);
-  if (!placements) {
-    log->warn("{}; not applied", placements.error().message);
-    return;
+TorchrunHooks HooksOf(Personality personality) {
+  if (personality == Personality::kDlrover) {
+    return {"dlrover-run", DlroverToTorchrun, ApplyDlroverSettings};
   }
-  const std::string numactl = FindProgram("numactl", env);
-  if (numactl.empty()) {
-    log->warn(
-        "--numa-affinity: numactl is not installed; pinning CPUs with taskset, memory "
-        "policy {} not applied",
-        c.membind_policy);
-  }
-  for (const auto& p : *placements) {
-    c.rank_command_prefix.push_back(NumaCommandPrefix(p, c.membind_policy, numactl));
-  }
+  return {"ftrun", nullptr, nullptr};
 }
 
 // --dry-run: what would run, on stdout; nothing is started, bound or created.
@@ -62,29 +52,21 @@ int DryRun(const LaunchConfig& c, const EnvMap& env, const std::string& nproc_no
 
 int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
   ParsedCommandLine cmd = ParseTorchrunArgs(argv, personality);
-  switch (cmd.action) {
-    case ParsedCommandLine::Action::kPrintedHelp:
-    case ParsedCommandLine::Action::kPrintedVersion:
-      return 0;
-    case ParsedCommandLine::Action::kUsageError:
-      return UsageError(cmd.error, personality);
-    case ParsedCommandLine::Action::kRun:
-      break;
-  }
+  const TorchrunHooks hooks = HooksOf(personality);
+  if (auto code = ExitCodeIfNotRun(cmd, hooks.program)) return *code;
   EnvMap env = CurrentEnvironment();
   std::vector<std::string> warnings;
-  const bool dlrover = personality == Personality::kDlrover;
-  if (dlrover) {
-    auto rewritten = DlroverToTorchrun(cmd.args, env, DetectHostFacts(env), warnings);
-    if (!rewritten) return UsageError(rewritten.error().message, personality);
+  if (hooks.rewrite != nullptr) {
+    auto rewritten = hooks.rewrite(cmd.args, env, DetectHostFacts(env), warnings);
+    if (!rewritten) return UsageError(hooks.program, rewritten.error().message);
     cmd.args = std::move(*rewritten);
   }
   auto built = BuildLaunchConfig(cmd.args, env);
-  if (!built) return UsageError(built.error().message, personality);
+  if (!built) return UsageError(hooks.program, built.error().message);
   LaunchConfig& config = *built;
-  if (dlrover) {
-    if (auto s = ApplyDlroverSettings(cmd.args, env, config); !s) {
-      return UsageError(s.error().message, personality);
+  if (hooks.apply != nullptr) {
+    if (auto s = hooks.apply(cmd.args, env, config); !s) {
+      return UsageError(hooks.program, s.error().message);
     }
   }
   InitLogging(config.log_level);
@@ -134,13 +116,13 @@ int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
       config.backend == RendezvousBackend::kStatic ? "static" : "c10d", config.script,
       log_dir->disabled() ? "/dev/null" : log_dir->run_dir());
 
-  JobHooks hooks;
-  hooks.watchdog_fifo = watchdog_fifo;
-  hooks.make_planner = [&config, &env, &log_dir](bool) -> Result<std::unique_ptr<WorkerPlanner>> {
+  JobHooks job;
+  job.watchdog_fifo = watchdog_fifo;
+  job.make_planner = [&config, &env, &log_dir](bool) -> Result<std::unique_ptr<WorkerPlanner>> {
     return std::unique_ptr<WorkerPlanner>(
         std::make_unique<TorchrunPlanner>(config, env, std::move(*log_dir)));
   };
-  return RunJob(config, env, host, std::move(hooks));
+  return RunJob(config, env, host, std::move(job));
 }
 
 }  // namespace ftrun::launcher

@@ -9,8 +9,8 @@
 
 #include "common/environment.h"
 #include "common/result.h"
-#include "launcher/cli/torchrun_args.h"
 #include "launcher/config/launch_config.h"
+#include "launcher/config/torchrun_options.h"
 
 namespace ftrun::launcher {
 

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "launcher/cli/torchrun_args.h"
 #include "launcher/personality/dlrover/numa_affinity.h"
 #include "tests/support/test_support.h"
 
