@@ -15,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "common/version.h"
 #include "launcher/cli/parsed.h"
 
 namespace ftrun::launcher::cli11 {
@@ -162,13 +163,28 @@ struct CommandShape {
   std::string program;
 };
 
+// A launcher's command line (torchrun's, msrun's): argparse's abbreviations, --version
+// (printing "ftrun <version><version_suffix>"), and a script at the end.
+inline CommandShape LauncherShape(const std::string& program, const bool* version,
+                                  const std::string& version_suffix,
+                                  const std::string& script_missing) {
+  CommandShape shape;
+  shape.abbreviations = true;
+  shape.version = version;
+  shape.version_text = std::string("ftrun ") + kVersion + version_suffix + "\n";
+  shape.script_missing = script_missing;
+  shape.program = program;
+  return shape;
+}
+
 // The one parse skeleton: expand prefixes, parse (CLI11 consumes from the back), print --help
-// or --version to stdout, turn any error into a usage error, and give the words after the
-// options (the script first) to `take_script(Args&, std::vector<std::string>)`. `args` is the
-// struct the app's options write into. Never throws.
-template <class Args, class TakeScript>
+// or --version to stdout, turn any error into a usage error, and put the words after the
+// options in args.*script (the first) and args.*script_args (the others). `args` is the struct
+// the app's options write into. Never throws.
+template <class Args>
 Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Args& args,
-                          const CommandShape& shape, TakeScript take_script) {
+                          const CommandShape& shape = {}, std::string Args::*script = nullptr,
+                          std::vector<std::string> Args::*script_args = nullptr) {
   using Action = typename Parsed<Args>::Action;
   Parsed<Args> out;
   auto usage_error = [&out](std::string error) {
@@ -201,15 +217,9 @@ Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Ar
     return usage_error("unrecognized option '" + rest.front() + "' (see " + shape.program +
                        " --help)");
   }
-  take_script(out.args, std::move(rest));
+  out.args.*script = rest.front();
+  (out.args.*script_args).assign(rest.begin() + 1, rest.end());
   return out;
-}
-
-// ParseCommand for a command of options only.
-template <class Args>
-Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Args& args,
-                          const CommandShape& shape = {}) {
-  return ParseCommand(app, std::move(argv), args, shape, [](Args&, std::vector<std::string>) {});
 }
 
 }  // namespace ftrun::launcher::cli11

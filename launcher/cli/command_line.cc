@@ -1,9 +1,8 @@
 // The one translation unit that includes CLI11: every command line's entry points, each
 // through its parser (<command>_parser.h) and the shared skeleton (cli11_support.h).
 #include "launcher/cli/dlrover_options.h"
-#include "launcher/cli/master_parser.h"
 #include "launcher/cli/msrun_parser.h"
-#include "launcher/cli/status_parser.h"
+#include "launcher/cli/subcommand_parsers.h"
 #include "launcher/cli/torchrun_parser.h"
 
 namespace ftrun::launcher {

@@ -8,7 +8,6 @@
 #include <string>
 #include <vector>
 
-#include "common/version.h"
 #include "launcher/cli/cli11_support.h"
 #include "launcher/cli/msrun_args.h"
 #include "launcher/cli/option_help.h"
@@ -93,19 +92,12 @@ class MsrunParser {
   }
 
   ParsedMsrun Parse(std::vector<std::string> argv, const MsrunArgs& a) {
-    CommandShape shape;
-    shape.abbreviations = true;
+    CommandShape shape =
+        LauncherShape("msrun", &version_, " (msrun)",
+                      "the task script is missing (usage: msrun [options] task_script [args ...])");
     shape.preferred = own_;
-    shape.version = &version_;
-    shape.version_text = std::string("ftrun ") + kVersion + " (msrun)\n";
-    shape.script_missing =
-        "the task script is missing (usage: msrun [options] task_script [args ...])";
-    shape.program = "msrun";
-    return ParseCommand(app_, std::move(argv), a, shape,
-                        [](MsrunArgs& args, std::vector<std::string> rest) {
-                          args.task_script = rest.front();
-                          args.task_script_args.assign(rest.begin() + 1, rest.end());
-                        });
+    return ParseCommand(app_, std::move(argv), a, shape, &MsrunArgs::task_script,
+                        &MsrunArgs::task_script_args);
   }
 
   std::string Help() { return app_.help(); }

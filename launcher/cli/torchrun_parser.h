@@ -7,7 +7,6 @@
 #include <string>
 #include <vector>
 
-#include "common/version.h"
 #include "launcher/cli/cli11_support.h"
 #include "launcher/cli/option_help.h"
 #include "launcher/cli/torchrun_args.h"
@@ -164,19 +163,12 @@ class TorchrunParser {
   }
 
   ParsedCommandLine Parse(std::vector<std::string> argv, const TorchrunArgs& a) {
-    CommandShape shape;
-    shape.abbreviations = true;
+    CommandShape shape =
+        LauncherShape("ftrun", &version_, "",
+                      "the training script is missing (usage: ftrun [options] script [args ...])");
     shape.short_with_value = {"-r", "-t"};
-    shape.version = &version_;
-    shape.version_text = std::string("ftrun ") + kVersion + "\n";
-    shape.script_missing =
-        "the training script is missing (usage: ftrun [options] script [args ...])";
-    shape.program = "ftrun";
-    return ParseCommand(app_, std::move(argv), a, shape,
-                        [](TorchrunArgs& args, std::vector<std::string> rest) {
-                          args.script = rest.front();
-                          args.script_args.assign(rest.begin() + 1, rest.end());
-                        });
+    return ParseCommand(app_, std::move(argv), a, shape, &TorchrunArgs::script,
+                        &TorchrunArgs::script_args);
   }
 
   std::string Help() { return app_.help(); }

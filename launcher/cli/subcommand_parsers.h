@@ -1,5 +1,6 @@
-// `ftrun master`'s CLI11 parser (see master_args.h). Included only by command_line.cc, the one
-// CLI11 translation unit.
+// The CLI11 parsers of ftrun's own subcommands beside the launchers: `ftrun master` (see
+// master_args.h) and `ftrun status` (status_args.h), commands of options only. Included only by
+// command_line.cc, the one CLI11 translation unit.
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -8,17 +9,36 @@
 
 #include "launcher/cli/cli11_support.h"
 #include "launcher/cli/master_args.h"
+#include "launcher/cli/status_args.h"
 
 namespace ftrun::launcher::cli11 {
 
-class MasterParser {
+// A command of options only: CLI11's exact option names, no --version, no script.
+template <class Args>
+class OptionsParser {
  public:
-  explicit MasterParser(MasterArgs& a) : app_("ftrun master", "ftrun master") {
-    Describe(app_,
-             "ftrun master: the rendezvous server of one job, alone (e.g. behind a Kubernetes\n"
-             "Service). Agents join it with --rdzv-backend c10d --rdzv-endpoint HOST:PORT.\n"
-             "Exits 0 when the job succeeded, 1 when it failed.",
-             "ftrun master [options]");
+  OptionsParser(const std::string& name, const std::string& description, const std::string& usage)
+      : app_(name, name) {
+    Describe(app_, description, usage);
+  }
+  Parsed<Args> Parse(std::vector<std::string> argv, const Args& a) {
+    return ParseCommand(app_, std::move(argv), a);
+  }
+  std::string Help() { return app_.help(); }
+
+ protected:
+  CLI::App app_;
+};
+
+class MasterParser : public OptionsParser<MasterArgs> {
+ public:
+  explicit MasterParser(MasterArgs& a)
+      : OptionsParser(
+            "ftrun master",
+            "ftrun master: the rendezvous server of one job, alone (e.g. behind a Kubernetes\n"
+            "Service). Agents join it with --rdzv-backend c10d --rdzv-endpoint HOST:PORT.\n"
+            "Exits 0 when the job succeeded, 1 when it failed.",
+            "ftrun master [options]") {
     auto add = [&](const std::string& dashed, auto& var, const std::string& desc,
                    const std::string& type) {
       AddOption(app_, Names(dashed), var, desc, "Options", type);
@@ -57,14 +77,28 @@ class MasterParser {
                   "Each pair also runs the agents' check command (their --comm-perf-test or "
                   "--network-check-cmd)");
   }
+};
 
-  ParsedMaster Parse(std::vector<std::string> argv, const MasterArgs& a) {
-    return ParseCommand(app_, std::move(argv), a);
+class StatusParser : public OptionsParser<StatusArgs> {
+ public:
+  explicit StatusParser(StatusArgs& a)
+      : OptionsParser(
+            "ftrun status",
+            "ftrun status: the state of a job, from its rendezvous server (the agent that hosts\n"
+            "it, or `ftrun master`), as a table.",
+            "ftrun status [options] HOST:PORT") {
+    app_.add_option("endpoint", a.endpoint, "The rendezvous endpoint: HOST:PORT")
+        ->required()
+        ->type_name("HOST:PORT");
+    app_.add_option(Names("rdzv-id"), a.rdzv_id, "Only if the server serves this job id")
+        ->type_name("ID");
+    app_.add_option(Names("token"), a.token, "The job token [default: FTRUN_RDZV_TOKEN]")
+        ->type_name("TOKEN");
+    app_.add_flag(Names("json"), a.json, "Print the state as one JSON object");
+    app_.add_option(Names("timeout"), a.timeout, "Seconds to wait for an answer")
+        ->type_name("SECONDS")
+        ->capture_default_str();
   }
-  std::string Help() { return app_.help(); }
-
- private:
-  CLI::App app_;
 };
 
 }  // namespace ftrun::launcher::cli11
