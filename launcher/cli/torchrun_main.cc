@@ -11,6 +11,7 @@
 #include "launcher/config/launch_config.h"
 #include "launcher/personality/dlrover/dlrover_config.h"
 #include "launcher/personality/dlrover/numa_affinity.h"
+#include "launcher/personality/torchrun/torchrun_hooks.h"
 #include "launcher/personality/torchrun/torchrun_plan.h"
 #include "launcher/workers/log_dir.h"
 #include "launcher/workers/worker_env.h"
@@ -18,23 +19,6 @@
 
 namespace ftrun::launcher {
 namespace {
-
-// What a personality built on torchrun's command line does around BuildLaunchConfig.
-struct TorchrunHooks {
-  const char* program;  // names it in usage errors
-  // Before: rewrites its options as torchrun's, adding warnings; null: none.
-  Result<TorchrunArgs> (*rewrite)(TorchrunArgs, const EnvMap&, const HostFacts&,
-                                  std::vector<std::string>&);
-  // After: the options BuildLaunchConfig does not know; null: none.
-  Status (*apply)(const TorchrunArgs&, const EnvMap&, LaunchConfig&);
-};
-
-TorchrunHooks HooksOf(Personality personality) {
-  if (personality == Personality::kDlrover) {
-    return {"dlrover-run", DlroverToTorchrun, ApplyDlroverSettings};
-  }
-  return {"ftrun", nullptr, nullptr};
-}
 
 // --dry-run: what would run, on stdout; nothing is started, bound or created.
 int DryRun(const LaunchConfig& c, const EnvMap& env, const std::string& nproc_note) {
@@ -52,7 +36,8 @@ int DryRun(const LaunchConfig& c, const EnvMap& env, const std::string& nproc_no
 
 int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
   ParsedCommandLine cmd = ParseTorchrunArgs(argv, personality);
-  const TorchrunHooks hooks = HooksOf(personality);
+  const TorchrunHooks hooks =
+      personality == Personality::kDlrover ? DlroverHooks() : TorchrunHooks{};
   if (auto code = ExitCodeIfNotRun(cmd, hooks.program)) return *code;
   EnvMap env = CurrentEnvironment();
   std::vector<std::string> warnings;

@@ -11,6 +11,7 @@
 #include "common/result.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/config/torchrun_options.h"
+#include "launcher/personality/torchrun/torchrun_hooks.h"
 
 namespace ftrun::launcher {
 
@@ -29,5 +30,10 @@ Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs args, const EnvMap& env, con
 // The options that remain after BuildLaunchConfig: --node-unit (checked against --nnodes),
 // --numa-affinity / --membind-policy, and --accelerator ascend-npu's HCCL_IF_BASE_PORT.
 Status ApplyDlroverSettings(const TorchrunArgs& args, const EnvMap& env, LaunchConfig& config);
+
+// dlrover-run's hooks: DlroverToTorchrun, then ApplyDlroverSettings.
+inline TorchrunHooks DlroverHooks() {
+  return {"dlrover-run", DlroverToTorchrun, ApplyDlroverSettings};
+}
 
 }  // namespace ftrun::launcher
