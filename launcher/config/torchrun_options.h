@@ -10,30 +10,41 @@
 
 namespace ftrun::launcher {
 
-struct TorchrunArgs {
+// ftrun's options that every launcher's command line has (torchrun's as --a-b, msrun's
+// extensions as --a_b), with the same defaults.
+struct SupervisionOptions {
+  int max_restarts = 0;
+  double monitor_interval = 0.1;
+  std::optional<int> shutdown_timeout;  // seconds; else TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
+  // Fault tolerance.
+  std::string fault_save = "on";
+  std::optional<double> save_timeout;  // seconds; else TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT, 180
+  double hang_timeout = 0;             // seconds; 0: off
+  // Rendezvous: key1=value1,... and this node's address for the others.
+  std::string rdzv_conf;
+  std::string local_addr;
+  // Operations.
+  std::string event_log;  // empty: FTRUN_EVENT_LOG, else none
+  std::optional<int> metrics_port;
+  std::string log_level;  // empty: LOGLEVEL, else info
+  bool dry_run = false;
+};
+
+struct TorchrunArgs : SupervisionOptions {
   // Worker group.
   std::string nnodes = "1:1";
   std::string nproc_per_node = "1";
-  int max_restarts = 0;
-  double monitor_interval = 0.1;
   std::string role = "default";
-  std::optional<int> shutdown_timeout;  // seconds; else TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
   std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
   bool virtual_local_rank = false;
-  // Fault tolerance (ftrun).
-  std::optional<double> save_timeout;  // seconds; else TTP_OT or 180
-  double hang_timeout = 0;             // seconds; 0: off
-  std::string fault_save = "on";
   // Rendezvous.
   bool standalone = false;
   std::string rdzv_backend = "static";
   std::string rdzv_endpoint;
   std::string rdzv_id = "none";
-  std::string rdzv_conf;
   int node_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
-  std::string local_addr;
   // Entry point.
   bool module = false;
   bool no_python = false;
@@ -44,11 +55,6 @@ struct TorchrunArgs {
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
-  std::string log_level;  // empty: LOGLEVEL, else info
-  // Operations (ftrun).
-  std::string event_log;  // empty: FTRUN_EVENT_LOG, else none
-  std::optional<int> metrics_port;
-  bool dry_run = false;
   // Pre-flight checks (ftrun; also dlrover-run's).
   bool network_check = false;
   std::string network_check_bytes = "64MiB";

@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
+#include "launcher/config/torchrun_options.h"
+
 namespace ftrun::launcher {
 
-struct MsrunArgs {
+struct MsrunArgs : SupervisionOptions {
   // msrun.
   int worker_num = 8;
   int local_worker_num = 8;
@@ -25,20 +27,8 @@ struct MsrunArgs {
   std::string rank_table_file;
   std::string worker_log_name;
   std::string tail_worker_log = "-1";
-  // ftrun extensions.
-  int max_restarts = 0;
-  double monitor_interval = 0.1;
-  std::optional<int> shutdown_timeout;  // seconds; else 30
-  std::string fault_save = "on";
-  std::optional<double> save_timeout;  // seconds; else TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT, 180
-  double hang_timeout = 0;
+  // ftrun's extensions (SupervisionOptions) and its rendezvous port.
   std::optional<int> rdzv_port;  // ftrun's rendezvous port; else master_port + 1
-  std::string rdzv_conf;
-  std::string local_addr;
-  std::string event_log;
-  std::optional<int> metrics_port;
-  std::string log_level;
-  bool dry_run = false;
   // The task script and its arguments.
   std::string task_script;
   std::vector<std::string> task_script_args;
