@@ -49,6 +49,14 @@ EnvMap With(EnvMap base, const EnvMap& add) {
   return base;
 }
 
+// Each of `expected` is in `env` with its value.
+void ExpectIn(const EnvMap& env, const EnvMap& expected) {
+  for (const auto& [k, v] : expected) {
+    ASSERT_EQ(env.count(k), 1u) << k;
+    EXPECT_EQ(env.at(k), v) << k;
+  }
+}
+
 // Runs Plan() with std::cout (its "Start worker process ..." lines) captured.
 class MsrunPlan : public ::testing::Test {
  protected:
@@ -132,12 +140,12 @@ TEST_F(MsrunPlan, SecondNodeWithFixedNodeRank) {
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(plans[i].rank, 2 + i);
-    EXPECT_EQ(plans[i].env.at("DEVICE_ID"), std::to_string(i));
-    EXPECT_EQ(plans[i].env.at("MS_NODE_ID"), std::to_string(2 + i));
-    EXPECT_EQ(plans[i].env.at("RANK_ID"), std::to_string(2 + i));
-    EXPECT_EQ(plans[i].env.at("MS_NODE_RANK"), "1");
-    EXPECT_EQ(plans[i].env.at("RANK_SIZE"), "4");
-    EXPECT_EQ(plans[i].env.at("MS_WORKER_NUM"), "4");
+    ExpectIn(plans[i].env, {{"DEVICE_ID", std::to_string(i)},
+                            {"MS_NODE_ID", std::to_string(2 + i)},
+                            {"RANK_ID", std::to_string(2 + i)},
+                            {"MS_NODE_RANK", "1"},
+                            {"RANK_SIZE", "4"},
+                            {"MS_WORKER_NUM", "4"}});
     EXPECT_EQ(plans[i].out.file, "worker_" + std::to_string(2 + i) + ".log");
   }
 }
@@ -170,11 +178,11 @@ TEST_F(MsrunPlan, SimulationHasNoSchedulerAndNoClusterVariables) {
     for (const char* absent : {"MS_SCHED_HOST", "MS_SCHED_PORT", "MS_ROLE", "MS_TOPO_TIMEOUT"}) {
       EXPECT_EQ(env.count(absent), 0u) << absent;
     }
-    EXPECT_EQ(env.at("MS_SIMULATION_LEVEL"), "1");
-    EXPECT_EQ(env.at("RANK_SIZE"), "2");
-    EXPECT_EQ(env.at("MS_WORKER_NUM"), "2");
-    EXPECT_EQ(env.at("DEVICE_ID"), std::to_string(i));
-    EXPECT_EQ(env.at("RANK_ID"), std::to_string(i));
+    ExpectIn(env, {{"MS_SIMULATION_LEVEL", "1"},
+                   {"RANK_SIZE", "2"},
+                   {"MS_WORKER_NUM", "2"},
+                   {"DEVICE_ID", std::to_string(i)},
+                   {"RANK_ID", std::to_string(i)}});
   }
 }
 
