@@ -14,19 +14,12 @@
 
 namespace {
 
-using ftrun::launcher::Personality;
 using Run = int (*)(const std::vector<std::string>&);
 
-int Torchrun(const std::vector<std::string>& argv) {
-  return ftrun::launcher::RunTorchrun(argv, Personality::kTorchrun);
-}
-int DlroverRun(const std::vector<std::string>& argv) {
-  return ftrun::launcher::RunTorchrun(argv, Personality::kDlrover);
-}
-
 // The personalities, by the name ftrun runs as or by its first word.
-const std::map<std::string, Run> kPersonalities = {
-    {"torchrun", Torchrun}, {"msrun", ftrun::launcher::RunMsrun}, {"dlrover-run", DlroverRun}};
+const std::map<std::string, Run> kPersonalities = {{"torchrun", ftrun::launcher::RunTorchrun},
+                                                   {"msrun", ftrun::launcher::RunMsrun},
+                                                   {"dlrover-run", ftrun::launcher::RunDlroverRun}};
 // Subcommands: only as the first word.
 const std::map<std::string, Run> kSubcommands = {{"master", ftrun::launcher::RunMaster},
                                                  {"status", ftrun::launcher::RunStatus}};
@@ -43,5 +36,5 @@ int main(int argc, char** argv) {
       args.empty() ? args : std::vector<std::string>(args.begin() + 1, args.end());
   if (auto it = kSubcommands.find(word); it != kSubcommands.end()) return it->second(rest);
   if (auto it = kPersonalities.find(word); it != kPersonalities.end()) return it->second(rest);
-  return Torchrun(args);
+  return ftrun::launcher::RunTorchrun(args);
 }

@@ -1,5 +1,6 @@
 // The one translation unit that includes CLI11: every command line's entry points, each
 // through its parser (<command>_parser.h) and the shared skeleton (cli11_support.h).
+#include "launcher/cli/dlrover_args.h"
 #include "launcher/cli/dlrover_options.h"
 #include "launcher/cli/msrun_parser.h"
 #include "launcher/cli/subcommand_parsers.h"
@@ -7,12 +8,6 @@
 
 namespace ftrun::launcher {
 namespace {
-
-// The command line of each personality built on torchrun's.
-cli11::TorchrunFlavor FlavorOf(Personality personality) {
-  return personality == Personality::kDlrover ? cli11::DlroverFlavor()
-                                              : cli11::TorchrunDefaultFlavor();
-}
 
 // Parse and Help of a command whose parser is built over the arguments struct it fills.
 template <class Parser, class Args, class... Extra>
@@ -48,12 +43,23 @@ ParsedMsrun ParseMsrunArgs(const std::vector<std::string>& argv) {
 
 std::string MsrunHelp() { return HelpOf<cli11::MsrunParser, MsrunArgs>(); }
 
-ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv, Personality personality) {
-  return ParseWith<cli11::TorchrunParser, TorchrunArgs>(argv, FlavorOf(personality));
+ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv) {
+  return ParseWith<cli11::TorchrunParser, TorchrunArgs>(argv, cli11::TorchrunDefaultFlavor());
 }
 
-std::string TorchrunHelp(Personality personality) {
-  return HelpOf<cli11::TorchrunParser, TorchrunArgs>(FlavorOf(personality));
+std::string TorchrunHelp() {
+  return HelpOf<cli11::TorchrunParser, TorchrunArgs>(cli11::TorchrunDefaultFlavor());
+}
+
+ParsedDlroverRun ParseDlroverRunArgs(const std::vector<std::string>& argv) {
+  DlroverArgs args;
+  cli11::TorchrunParser parser(args, cli11::DlroverFlavor(args));
+  return parser.Parse(argv, args);
+}
+
+std::string DlroverRunHelp() {
+  DlroverArgs args;
+  return cli11::TorchrunParser(args, cli11::DlroverFlavor(args)).Help();
 }
 
 }  // namespace ftrun::launcher

@@ -6,10 +6,11 @@
 #include <string>
 
 #include "launcher/cli/torchrun_parser.h"
+#include "launcher/personality/dlrover/dlrover_options.h"
 
 namespace ftrun::launcher::cli11 {
 
-inline void AddDlroverOptions(TorchrunParser& p, TorchrunArgs& a) {
+inline void AddDlroverOptions(TorchrunParser& p, DlroverArgs& a) {
   const std::string g = "DLRover";
   p.Opt("precheck", a.precheck,
         "0 none, 1 the network check, 2 the network check and the comm perf test", g, "{0,1,2}")
@@ -37,13 +38,14 @@ inline void AddDlroverOptions(TorchrunParser& p, TorchrunArgs& a) {
         "DeepSpeed universal-checkpoint conversion device (accepted; warns)", g, "DEVICE");
 }
 
-inline TorchrunFlavor DlroverFlavor() {
+// `a`: the struct the parser fills.
+inline TorchrunFlavor DlroverFlavor(DlroverArgs& a) {
   return {
       "ftrun dlrover-run: DLRover's dlrover-run command line (torchrun's plus DLRover's\n"
       "options), run by ftrun without a DLRover job master. Starts --nproc-per-node\n"
       "workers per node and restarts the group on failure (--max-restarts).",
       "dlrover-run [options] training_script [training_script_args ...]", "dlrover-trainer",
-      AddDlroverOptions};
+      [&a](TorchrunParser& p) { AddDlroverOptions(p, a); }};
 }
 
 }  // namespace ftrun::launcher::cli11

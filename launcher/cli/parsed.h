@@ -10,9 +10,12 @@
 
 namespace ftrun::launcher {
 
+// What a command line asked for; one type for every command, so that a test compares any of them.
+enum class ParseAction { kRun, kPrintedHelp, kPrintedVersion, kUsageError };
+
 template <class Args>
 struct Parsed {
-  enum class Action { kRun, kPrintedHelp, kPrintedVersion, kUsageError };
+  using Action = ParseAction;
   Action action = Action::kRun;
   Args args;
   std::string error;  // for kUsageError: one sentence naming the option

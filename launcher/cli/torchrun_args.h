@@ -15,18 +15,14 @@
 
 namespace ftrun::launcher {
 
-// torchrun's command line, or dlrover-run's (torchrun's plus DLRover's options).
-enum class Personality { kTorchrun, kDlrover };
-
 // What the command line asked for.
 using ParsedCommandLine = Parsed<TorchrunArgs>;
 
 // Parses argv (without argv[0]). Help and version text go to stdout. Reads PET_* variables
 // from the process environment. Never throws.
-ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv,
-                                    Personality personality = Personality::kTorchrun);
+ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv);
 
 // The --help text (tests compare it with the man page).
-std::string TorchrunHelp(Personality personality = Personality::kTorchrun);
+std::string TorchrunHelp();
 
 }  // namespace ftrun::launcher

@@ -5,13 +5,13 @@
 #include <iostream>
 
 #include "common/log.h"
+#include "launcher/cli/dlrover_args.h"
 #include "launcher/cli/run_job.h"
 #include "launcher/cli/torchrun_args.h"
 #include "launcher/config/host.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/personality/dlrover/dlrover_config.h"
 #include "launcher/personality/dlrover/numa_affinity.h"
-#include "launcher/personality/torchrun/torchrun_hooks.h"
 #include "launcher/personality/torchrun/torchrun_plan.h"
 #include "launcher/workers/log_dir.h"
 #include "launcher/workers/worker_env.h"
@@ -32,28 +32,10 @@ int DryRun(const LaunchConfig& c, const EnvMap& env, const std::string& nproc_no
   return 0;
 }
 
-}  // namespace
-
-int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
-  ParsedCommandLine cmd = ParseTorchrunArgs(argv, personality);
-  const TorchrunHooks hooks =
-      personality == Personality::kDlrover ? DlroverHooks() : TorchrunHooks{};
-  if (auto code = ExitCodeIfNotRun(cmd, hooks.program)) return *code;
-  EnvMap env = CurrentEnvironment();
-  std::vector<std::string> warnings;
-  if (hooks.rewrite != nullptr) {
-    auto rewritten = hooks.rewrite(cmd.args, env, DetectHostFacts(env), warnings);
-    if (!rewritten) return UsageError(hooks.program, rewritten.error().message);
-    cmd.args = std::move(*rewritten);
-  }
-  auto built = BuildLaunchConfig(cmd.args, env);
-  if (!built) return UsageError(hooks.program, built.error().message);
-  LaunchConfig& config = *built;
-  if (hooks.apply != nullptr) {
-    if (auto s = hooks.apply(cmd.args, env, config); !s) {
-      return UsageError(hooks.program, s.error().message);
-    }
-  }
+// What every personality built on torchrun's command line runs once its configuration is
+// built: logging, the host's facts, the log directory, the agent. `warnings` come from before
+// logging was up.
+int RunLaunch(LaunchConfig& config, EnvMap env, const std::vector<std::string>& warnings) {
   InitLogging(config.log_level);
   auto log = LauncherLog();
   for (const auto& w : warnings) log->warn("{}", w);
@@ -108,6 +90,33 @@ int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
         std::make_unique<TorchrunPlanner>(config, env, std::move(*log_dir)));
   };
   return RunJob(config, env, host, std::move(job));
+}
+
+}  // namespace
+
+int RunTorchrun(const std::vector<std::string>& argv) {
+  ParsedCommandLine cmd = ParseTorchrunArgs(argv);
+  if (auto code = ExitCodeIfNotRun(cmd, "ftrun")) return *code;
+  EnvMap env = CurrentEnvironment();
+  auto built = BuildLaunchConfig(cmd.args, env);
+  if (!built) return UsageError("ftrun", built.error().message);
+  return RunLaunch(*built, std::move(env), {});
+}
+
+int RunDlroverRun(const std::vector<std::string>& argv) {
+  constexpr const char* kProgram = "dlrover-run";
+  ParsedDlroverRun cmd = ParseDlroverRunArgs(argv);
+  if (auto code = ExitCodeIfNotRun(cmd, kProgram)) return *code;
+  EnvMap env = CurrentEnvironment();
+  std::vector<std::string> warnings;
+  auto args = DlroverToTorchrun(cmd.args, env, DetectHostFacts(env), warnings);
+  if (!args) return UsageError(kProgram, args.error().message);
+  auto built = BuildLaunchConfig(*args, env);
+  if (!built) return UsageError(kProgram, built.error().message);
+  if (auto s = ApplyDlroverSettings(*args, env, *built); !s) {
+    return UsageError(kProgram, s.error().message);
+  }
+  return RunLaunch(*built, std::move(env), warnings);
 }
 
 }  // namespace ftrun::launcher

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -31,8 +32,9 @@ struct TorchrunFlavor {
   std::string description;
   std::string usage;
   std::string role;  // --role's default
-  // Adds the personality's own options (after the pre-flight ones); null: none.
-  void (*add_options)(TorchrunParser& parser, TorchrunArgs& args) = nullptr;
+  // Adds the personality's own options (after the pre-flight ones) to its own arguments
+  // struct; empty: none.
+  std::function<void(TorchrunParser& parser)> add_options;
 };
 
 class TorchrunParser {
@@ -140,7 +142,7 @@ class TorchrunParser {
     Opt("switchbox-timeout", a.switchbox_timeout, "Seconds all the probes may take together", g,
         "SECONDS");
 
-    if (flavor.add_options != nullptr) flavor.add_options(*this, a);
+    if (flavor.add_options) flavor.add_options(*this);
 
     g = "Compatibility";
     Opt("logs-specs", a.logs_specs, "torchrun LogsSpecs plugin name (not supported; warns)", g,
@@ -162,13 +164,14 @@ class TorchrunParser {
         g, "TEXT,...");
   }
 
-  ParsedCommandLine Parse(std::vector<std::string> argv, const TorchrunArgs& a) {
+  // `a`: the struct given to the constructor (TorchrunArgs, or a personality's derived one).
+  template <class Args>
+  Parsed<Args> Parse(std::vector<std::string> argv, const Args& a) {
     CommandShape shape =
         LauncherShape("ftrun", &version_, "",
                       "the training script is missing (usage: ftrun [options] script [args ...])");
     shape.short_with_value = {"-r", "-t"};
-    return ParseCommand(app_, std::move(argv), a, shape, &TorchrunArgs::script,
-                        &TorchrunArgs::script_args);
+    return ParseCommand<Args>(app_, std::move(argv), a, shape, &Args::script, &Args::script_args);
   }
 
   std::string Help() { return app_.help(); }
@@ -196,7 +199,9 @@ inline TorchrunFlavor TorchrunDefaultFlavor() {
   return {
       "ftrun: a fault-tolerant drop-in for torchrun. Starts --nproc-per-node workers per "
       "node,\nrestarts the group on failure (--max-restarts) and forwards signals.",
-      "ftrun [options] training_script [training_script_args ...]", "default"};
+      "ftrun [options] training_script [training_script_args ...]",
+      "default",
+      {}};
 }
 
 }  // namespace ftrun::launcher::cli11

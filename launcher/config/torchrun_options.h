@@ -71,17 +71,6 @@ struct TorchrunArgs : SupervisionOptions {
   int min_channels = 2;
   std::string switchbox_probe;  // empty: the installed switchbox_probe.py
   double switchbox_timeout = 60;
-  // dlrover-run only (personality/dlrover/dlrover_config.h).
-  int precheck = 0;
-  int node_unit = 1;
-  bool auto_config = false;
-  bool auto_tunning = false;
-  bool save_at_breakpoint = false;
-  std::string accelerator = "nvidia.com/gpu";
-  int training_port = 60000;
-  bool numa_affinity = false;
-  std::string membind_policy = "preferred";
-  std::string ucp_device_type = "cpu";
   // Accepted for compatibility; see the man page for what ftrun does with them.
   std::string logs_specs;
   std::string event_log_handler = "null";
