@@ -12,7 +12,6 @@
 #include <vector>
 
 #include "fuzz/fuzz_support.h"
-#include "launcher/cli/dlrover_args.h"
 #include "launcher/cli/msrun_args.h"
 #include "launcher/cli/torchrun_args.h"
 #include "launcher/config/launch_config.h"

@@ -1,6 +1,5 @@
 // The one translation unit that includes CLI11: every command line's entry points, each
 // through its parser (<command>_parser.h) and the shared skeleton (cli11_support.h).
-#include "launcher/cli/dlrover_args.h"
 #include "launcher/cli/dlrover_options.h"
 #include "launcher/cli/msrun_parser.h"
 #include "launcher/cli/subcommand_parsers.h"

@@ -5,7 +5,6 @@
 #include <iostream>
 
 #include "common/log.h"
-#include "launcher/cli/dlrover_args.h"
 #include "launcher/cli/run_job.h"
 #include "launcher/cli/torchrun_args.h"
 #include "launcher/config/host.h"

@@ -10,7 +10,7 @@ namespace ftrun::launcher {
 
 int RunTorchrun(const std::vector<std::string>& argv);
 
-// dlrover-run's command line (dlrover_args.h): torchrun's run with DLRover's steps around the
+// dlrover-run's command line (torchrun_args.h): torchrun's run with DLRover's steps around the
 // configuration (personality/dlrover/dlrover_config.h).
 int RunDlroverRun(const std::vector<std::string>& argv);
 

@@ -1,6 +1,6 @@
 // dlrover-run's options as values: torchrun's (TorchrunArgs) plus DLRover's, the input of
 // DlroverToTorchrun and ApplyDlroverSettings (dlrover_config.h). The CLI
-// (cli/dlrover_args.h) fills it; the defaults are dlrover-run's.
+// (cli/torchrun_args.h) fills it; the defaults are dlrover-run's.
 #pragma once
 
 #include <string>

@@ -7,7 +7,6 @@
 #include <filesystem>
 #include <fstream>
 
-#include "launcher/cli/dlrover_args.h"
 #include "launcher/cli/torchrun_args.h"
 #include "launcher/personality/dlrover/numa_affinity.h"
 #include "tests/support/test_support.h"
