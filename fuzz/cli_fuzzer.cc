@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -83,32 +84,49 @@ void UseConfig(LaunchConfig c, const EnvMap& env) {
 }
 
 #if FTRUN_FUZZ_CLI == 0 || FTRUN_FUZZ_CLI == 1
-void RunTorchrun(const CommandLine& in, Personality personality) {
-  ParsedCommandLine cmd = ParseTorchrunArgs(in.argv, personality);
-  if (cmd.action == ParsedCommandLine::Action::kUsageError) {
+// Builds the configuration of a parsed command line (torchrun's or dlrover-run's) as
+// RunTorchrun and RunDlroverRun do, `rewrite` and `apply` being the personality's steps around
+// BuildLaunchConfig.
+template <class Args, class Rewrite, class Apply>
+void RunLauncher(const Parsed<Args>& cmd, const EnvMap& env, Rewrite rewrite, Apply apply) {
+  if (cmd.action == ParseAction::kUsageError) {
     FTRUN_FUZZ_CHECK(!cmd.error.empty(), "a usage error without a message");
     return;
   }
-  if (cmd.action != ParsedCommandLine::Action::kRun) return;
-  const EnvMap& env = in.env;
+  if (cmd.action != ParseAction::kRun) return;
   std::vector<std::string> warnings;
-  if (personality == Personality::kDlrover) {
-    HostFacts host;
-    host.gpu_count = CountVisibleGpus(8, Lookup(env, "CUDA_VISIBLE_DEVICES"));
-    auto rewritten = DlroverToTorchrun(cmd.args, env, host, warnings);
-    if (!rewritten) return;
-    cmd.args = std::move(*rewritten);
-  }
-  auto built = BuildLaunchConfig(cmd.args, env);
+  auto args = rewrite(cmd.args, warnings);
+  if (!args) return;
+  auto built = BuildLaunchConfig(*args, env);
   if (!built) {
     FTRUN_FUZZ_CHECK(!built.error().message.empty(), "an error without a message");
     return;
   }
-  if (personality == Personality::kDlrover) {
-    if (!ApplyDlroverSettings(cmd.args, env, *built)) return;
-  }
+  if (!apply(*args, *built)) return;
   UseConfig(std::move(*built), env);
 }
+
+#if FTRUN_FUZZ_CLI == 0
+void RunTorchrun(const CommandLine& in) {
+  RunLauncher(
+      ParseTorchrunArgs(in.argv), in.env,
+      [](const TorchrunArgs& a, std::vector<std::string>&) { return std::optional(a); },
+      [](const TorchrunArgs&, LaunchConfig&) { return true; });
+}
+
+#else
+void RunDlroverRun(const CommandLine& in) {
+  const EnvMap& env = in.env;
+  HostFacts host;
+  host.gpu_count = CountVisibleGpus(8, Lookup(env, "CUDA_VISIBLE_DEVICES"));
+  RunLauncher(
+      ParseDlroverRunArgs(in.argv), env,
+      [&](const DlroverArgs& a, std::vector<std::string>& warnings) {
+        return DlroverToTorchrun(a, env, host, warnings);
+      },
+      [&](const DlroverArgs& a, LaunchConfig& c) { return bool(ApplyDlroverSettings(a, env, c)); });
+}
+#endif
 #else
 void RunMsrun(const CommandLine& in) {
   ParsedMsrun cmd = ParseMsrunArgs(in.argv);
@@ -139,9 +157,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size > 4096) return -1;  // a command line, not a file
   const auto in = ftrun::fuzz::SplitInput(data, size);
 #if FTRUN_FUZZ_CLI == 0
-  ftrun::fuzz::RunTorchrun(in, ftrun::launcher::Personality::kTorchrun);
+  ftrun::fuzz::RunTorchrun(in);
 #elif FTRUN_FUZZ_CLI == 1
-  ftrun::fuzz::RunTorchrun(in, ftrun::launcher::Personality::kDlrover);
+  ftrun::fuzz::RunDlroverRun(in);
 #else
   ftrun::fuzz::RunMsrun(in);
 #endif

@@ -3,6 +3,7 @@
 // word: `ftrun msrun ...`, `ftrun dlrover-run ...`, `ftrun torchrun ...`; `ftrun master ...` runs
 // the rendezvous server alone, `ftrun status ...` asks one about its job; anything else is
 // torchrun's command line.
+#include <map>
 #include <string>
 #include <vector>
 
@@ -11,21 +12,29 @@
 #include "launcher/cli/status_args.h"
 #include "launcher/cli/torchrun_main.h"
 
+namespace {
+
+using Run = int (*)(const std::vector<std::string>&);
+
+// The personalities, by the name ftrun runs as or by its first word.
+const std::map<std::string, Run> kPersonalities = {{"torchrun", ftrun::launcher::RunTorchrun},
+                                                   {"msrun", ftrun::launcher::RunMsrun},
+                                                   {"dlrover-run", ftrun::launcher::RunDlroverRun}};
+// Subcommands: only as the first word.
+const std::map<std::string, Run> kSubcommands = {{"master", ftrun::launcher::RunMaster},
+                                                 {"status", ftrun::launcher::RunStatus}};
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  using namespace ftrun::launcher;
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string name = argc > 0 ? argv[0] : "ftrun";
   name = name.substr(name.find_last_of('/') + 1);
-  if (name == "msrun") return RunMsrun(args);
-  if (name == "torchrun") return RunTorchrun(args);
-  if (name == "dlrover-run") return RunTorchrun(args, Personality::kDlrover);
+  if (auto it = kPersonalities.find(name); it != kPersonalities.end()) return it->second(args);
   const std::string word = args.empty() ? "" : args.front();
   const std::vector<std::string> rest =
       args.empty() ? args : std::vector<std::string>(args.begin() + 1, args.end());
-  if (word == "master") return RunMaster(rest);
-  if (word == "status") return RunStatus(rest);
-  if (word == "msrun") return RunMsrun(rest);
-  if (word == "torchrun") return RunTorchrun(rest);
-  if (word == "dlrover-run") return RunTorchrun(rest, Personality::kDlrover);
-  return RunTorchrun(args);
+  if (auto it = kSubcommands.find(word); it != kSubcommands.end()) return it->second(rest);
+  if (auto it = kPersonalities.find(word); it != kPersonalities.end()) return it->second(rest);
+  return ftrun::launcher::RunTorchrun(args);
 }

@@ -1,15 +1,22 @@
 // CLI11 helpers shared by ftrun's command-line parsers: help formatting, option spellings,
-// and argparse's prefix matching. Included only by command_line.cc, the one translation unit
-// that compiles CLI11 (it is slow to compile).
+// argparse's prefix matching, and the one parse skeleton every command goes through. Included
+// only by the parsers' headers and command_line.cc, the one translation unit that compiles
+// CLI11 (it is slow to compile).
 #pragma once
 
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <iostream>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <vector>
+
+#include "common/version.h"
+#include "launcher/cli/parsed.h"
 
 namespace ftrun::launcher::cli11 {
 
@@ -108,6 +115,111 @@ inline void ExpandPrefixes(const CLI::App& app, std::vector<std::string>& argv,
       }
     }
   }
+}
+
+// Every command's help: its description, usage line, footer and -h/--help.
+inline void Describe(CLI::App& app, const std::string& description, const std::string& usage,
+                     const std::string& footer = "") {
+  app.description(description);
+  app.formatter(std::make_shared<HelpFormatter>(usage));
+  app.get_formatter()->column_width(34);
+  if (!footer.empty()) app.footer(footer);
+  app.set_help_flag("-h,--help", "Show this help and exit");
+}
+
+template <class T>
+inline constexpr bool kIsOptional = false;
+template <class T>
+inline constexpr bool kIsOptional<std::optional<T>> = true;
+
+// An option as argparse has it: when repeated the last value wins (scripts rely on it); the
+// default is shown unless the variable is optional (it has none). `env`, when not empty, is
+// read when the option is absent.
+template <class T>
+CLI::Option* AddOption(CLI::App& app, const std::string& names, T& var, const std::string& desc,
+                       const std::string& group, const std::string& type,
+                       const std::string& env = "") {
+  CLI::Option* opt = app.add_option(names, var, desc)
+                         ->group(group)
+                         ->type_name(type)
+                         ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  if (!env.empty()) opt->envname(env);
+  if constexpr (!kIsOptional<T>) opt->capture_default_str();
+  return opt;
+}
+
+// What the parse skeleton needs to know of a command besides its CLI11 app.
+struct CommandShape {
+  // argparse's abbreviations (ExpandPrefixes) with its short options taking a value and its
+  // preferred names; off: CLI11's exact names.
+  bool abbreviations = false;
+  std::set<std::string> short_with_value;
+  std::set<std::string> preferred;
+  const bool* version = nullptr;  // the --version flag's variable; null: no --version
+  std::string version_text;       // what --version prints
+  // A command ending in a script: the error when the script is missing, and the program that
+  // "see <program> --help" names. Empty script_missing: options only.
+  std::string script_missing;
+  std::string program;
+};
+
+// A launcher's command line (torchrun's, msrun's): argparse's abbreviations, --version
+// (printing "ftrun <version><version_suffix>"), and a script at the end.
+inline CommandShape LauncherShape(const std::string& program, const bool* version,
+                                  const std::string& version_suffix,
+                                  const std::string& script_missing) {
+  CommandShape shape;
+  shape.abbreviations = true;
+  shape.version = version;
+  shape.version_text = std::string("ftrun ") + kVersion + version_suffix + "\n";
+  shape.script_missing = script_missing;
+  shape.program = program;
+  return shape;
+}
+
+// The one parse skeleton: expand prefixes, parse (CLI11 consumes from the back), print --help
+// or --version to stdout, turn any error into a usage error, and put the words after the
+// options in args.*script (the first) and args.*script_args (the others). `args` is the struct
+// the app's options write into. Never throws.
+template <class Args>
+Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Args& args,
+                          const CommandShape& shape = {}, std::string Args::*script = nullptr,
+                          std::vector<std::string> Args::*script_args = nullptr) {
+  using Action = typename Parsed<Args>::Action;
+  Parsed<Args> out;
+  auto usage_error = [&out](std::string error) {
+    out.action = Action::kUsageError;
+    out.error = std::move(error);
+    return out;
+  };
+  try {
+    if (shape.abbreviations) ExpandPrefixes(app, argv, shape.short_with_value, shape.preferred);
+    std::reverse(argv.begin(), argv.end());
+    app.parse(argv);
+  } catch (const CLI::CallForHelp&) {
+    std::cout << app.help();
+    out.action = Action::kPrintedHelp;
+    return out;
+  } catch (const std::exception& e) {
+    return usage_error(e.what());
+  }
+  if (shape.version != nullptr && *shape.version) {
+    std::cout << shape.version_text;
+    out.action = Action::kPrintedVersion;
+    return out;
+  }
+  out.args = args;
+  if (shape.script_missing.empty()) return out;
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  if (rest.empty()) return usage_error(shape.script_missing);
+  if (rest.front().size() > 1 && rest.front()[0] == '-') {
+    return usage_error("unrecognized option '" + rest.front() + "' (see " + shape.program +
+                       " --help)");
+  }
+  out.args.*script = rest.front();
+  (out.args.*script_args).assign(rest.begin() + 1, rest.end());
+  return out;
 }
 
 }  // namespace ftrun::launcher::cli11

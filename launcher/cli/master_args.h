@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cli/parsed.h"
+
 namespace ftrun::launcher {
 
 struct MasterArgs {
@@ -31,12 +33,7 @@ struct MasterArgs {
   bool comm_perf_test = false;  // pairs also run the agents' check command
 };
 
-struct ParsedMaster {
-  enum class Action { kRun, kPrintedHelp, kUsageError };
-  Action action = Action::kRun;
-  MasterArgs args;
-  std::string error;
-};
+using ParsedMaster = Parsed<MasterArgs>;
 
 // Parses `ftrun master` arguments (after the word "master"). Never throws.
 ParsedMaster ParseMasterArgs(const std::vector<std::string>& argv);

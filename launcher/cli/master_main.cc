@@ -20,30 +20,27 @@
 namespace ftrun::launcher {
 namespace {
 
-int UsageError(const std::string& message) {
-  std::cerr << "ftrun master: error: " << message << std::endl;
-  return 2;
-}
+constexpr const char* kProgram = "ftrun master";
 
 }  // namespace
 
 int RunMaster(const std::vector<std::string>& argv) {
   ParsedMaster cmd = ParseMasterArgs(argv);
-  if (cmd.action == ParsedMaster::Action::kPrintedHelp) return 0;
-  if (cmd.action == ParsedMaster::Action::kUsageError) return UsageError(cmd.error);
+  if (auto code = ExitCodeIfNotRun(cmd, kProgram)) return *code;
   const MasterArgs& a = cmd.args;
   EnvMap env = CurrentEnvironment();
   auto nodes = ParseNnodes(a.nnodes);
-  if (!nodes) return UsageError(nodes.error().message);
+  if (!nodes) return UsageError(kProgram, nodes.error().message);
   auto conf = rendezvous::ParseRendezvousConf(a.rdzv_conf);
-  if (!conf) return UsageError(conf.error().message);
-  if (a.port < 0 || a.port > 65535) return UsageError("--port: not a port number (0-65535)");
-  if (a.max_restarts < 0) return UsageError("--max-restarts: must be >= 0");
-  if (a.nproc_per_node < 0) return UsageError("--nproc-per-node: must be >= 0");
-  if (a.rdzv_id.empty()) return UsageError("--rdzv-id: must not be empty");
+  if (!conf) return UsageError(kProgram, conf.error().message);
+  if (a.port < 0 || a.port > 65535)
+    return UsageError(kProgram, "--port: not a port number (0-65535)");
+  if (a.max_restarts < 0) return UsageError(kProgram, "--max-restarts: must be >= 0");
+  if (a.nproc_per_node < 0) return UsageError(kProgram, "--nproc-per-node: must be >= 0");
+  if (a.rdzv_id.empty()) return UsageError(kProgram, "--rdzv-id: must not be empty");
   auto level =
       ParseLogLevel(a.log_level.empty() ? Lookup(env, "LOGLEVEL").value_or("info") : a.log_level);
-  if (!level) return UsageError(level.error().message);
+  if (!level) return UsageError(kProgram, level.error().message);
   InitLogging(*level);
   auto log = RendezvousLog();
   for (const auto& w : conf->warnings) log->warn("{}", w);
@@ -52,16 +49,20 @@ int RunMaster(const std::vector<std::string>& argv) {
   so.listen_host = a.host;
   so.port = a.port;
   so.token = conf->token.empty() ? Lookup(env, "FTRUN_RDZV_TOKEN").value_or("") : conf->token;
-  so.job.run_id = a.rdzv_id;
-  std::tie(so.job.min_nodes, so.job.max_nodes) = *nodes;
-  so.job.nproc_per_node = a.nproc_per_node;
-  so.job.max_restarts = a.max_restarts;
-  if (a.node_unit < 1) return UsageError("--node-unit: must be at least 1");
-  if (so.job.max_nodes % a.node_unit != 0) {
-    return UsageError("--node-unit " + std::to_string(a.node_unit) + ": --nnodes MAX " +
-                      std::to_string(so.job.max_nodes) + " is not a multiple of it");
+  // The job as agents with these options would describe it, so that JobSpecFrom derives the
+  // rendezvous' settings as an agent hosting the server does.
+  LaunchConfig job;
+  job.backend = RendezvousBackend::kDynamic;
+  job.run_id = a.rdzv_id;
+  std::tie(job.min_nodes, job.max_nodes) = *nodes;
+  job.nproc_per_node = a.nproc_per_node;
+  job.max_restarts = a.max_restarts;
+  if (a.node_unit < 1) return UsageError(kProgram, "--node-unit: must be at least 1");
+  if (job.max_nodes % a.node_unit != 0) {
+    return UsageError(kProgram, "--node-unit " + std::to_string(a.node_unit) + ": --nnodes MAX " +
+                                    std::to_string(job.max_nodes) + " is not a multiple of it");
   }
-  so.job.node_unit = a.node_unit;
+  job.node_unit = a.node_unit;
   {
     TorchrunArgs t;  // the agents' options, validated alike
     t.network_check = a.network_check;
@@ -70,28 +71,25 @@ int RunMaster(const std::vector<std::string>& argv) {
     if (a.min_network_bandwidth > 0) t.min_network_bandwidth = a.min_network_bandwidth;
     t.straggler_fraction = a.straggler_fraction;
     t.exclude_straggler = a.exclude_straggler;
-    PreflightConfig p;
-    if (auto s = BuildPreflightConfig(t, env, "python3", p); !s) {
-      return UsageError(s.error().message);
+    if (auto s = BuildPreflightConfig(t, env, "python3", job.preflight); !s) {
+      return UsageError(kProgram, s.error().message);
     }
-    if (a.comm_perf_test) p.command = {"(the agents')"};
-    so.job.check = CheckSettingsFrom(p, so.job.max_nodes);
+    if (a.comm_perf_test) job.preflight.command = {"(the agents')"};
   }
-  so.job.last_call_timeout = conf->last_call_timeout;
-  so.job.join_timeout = conf->join_timeout;
-  so.job.liveness_timeout = conf->keep_alive_interval * conf->keep_alive_max_attempt;
+  job.rdzv = *conf;
   if (a.fault_save != "on" && a.fault_save != "off") {
-    return UsageError("--fault-save: '" + a.fault_save + "' is not on or off");
+    return UsageError(kProgram, "--fault-save: '" + a.fault_save + "' is not on or off");
   }
-  so.job.fault_save = a.fault_save == "on";
-  if (a.save_timeout < 0) return UsageError("--save-timeout: must be >= 0 seconds");
+  job.fault_save = a.fault_save == "on";
+  if (a.save_timeout < 0) return UsageError(kProgram, "--save-timeout: must be >= 0 seconds");
   if (a.save_timeout > 0) {
-    so.job.save_timeout = rendezvous::Duration(a.save_timeout);
+    job.save_timeout = std::chrono::duration<double>(a.save_timeout);
   } else {
     auto ttp = TtpSaveTimeout(env);
-    if (!ttp) return UsageError(ttp.error().message);
-    if (*ttp) so.job.save_timeout = rendezvous::Duration(**ttp);
+    if (!ttp) return UsageError(kProgram, ttp.error().message);
+    if (*ttp) job.save_timeout = **ttp;
   }
+  so.job = JobSpecFrom(job);
 
   std::string event_log =
       a.event_log.empty() ? Lookup(env, "FTRUN_EVENT_LOG").value_or("") : a.event_log;
@@ -106,7 +104,7 @@ int RunMaster(const std::vector<std::string>& argv) {
     so.event_log = *opened;
   }
   if (a.metrics_port < -1 || a.metrics_port > 65535) {
-    return UsageError("--metrics-port: not a port number (0-65535, or -1 for none)");
+    return UsageError(kProgram, "--metrics-port: not a port number (0-65535, or -1 for none)");
   }
   std::signal(SIGPIPE, SIG_IGN);
   // One connection per agent: thousands of agents need thousands of descriptors.

@@ -6,53 +6,15 @@
 // msrun_config.h; the parser lives in the one CLI11 translation unit (command_line.cc).
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "launcher/cli/parsed.h"
+#include "launcher/personality/msrun/msrun_options.h"
+
 namespace ftrun::launcher {
 
-struct MsrunArgs {
-  // msrun.
-  int worker_num = 8;
-  int local_worker_num = 8;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 8118;
-  int node_rank = -1;
-  std::string log_dir;              // "": the current directory
-  std::string join = "False";       // a Python literal: True, False, 1, 0
-  int cluster_time_out = 600;       // seconds; negative: wait forever
-  std::string bind_core = "False";  // True, False, or a JSON object {"device0": ["0-10"], ...}
-  int sim_level = -1;
-  int sim_rank_id = -1;
-  std::string rank_table_file;
-  std::string worker_log_name;
-  std::string tail_worker_log = "-1";
-  // ftrun extensions.
-  int max_restarts = 0;
-  double monitor_interval = 0.1;
-  std::optional<int> shutdown_timeout;  // seconds; else 30
-  std::string fault_save = "on";
-  std::optional<double> save_timeout;  // seconds; else TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT, 180
-  double hang_timeout = 0;
-  std::optional<int> rdzv_port;  // ftrun's rendezvous port; else master_port + 1
-  std::string rdzv_conf;
-  std::string local_addr;
-  std::string event_log;
-  std::optional<int> metrics_port;
-  std::string log_level;
-  bool dry_run = false;
-  // The task script and its arguments.
-  std::string task_script;
-  std::vector<std::string> task_script_args;
-};
-
-struct ParsedMsrun {
-  enum class Action { kRun, kPrintedHelp, kPrintedVersion, kUsageError };
-  Action action = Action::kRun;
-  MsrunArgs args;
-  std::string error;  // kUsageError: one sentence naming the option
-};
+using ParsedMsrun = Parsed<MsrunArgs>;
 
 // Parses argv (without the program name). Help and version go to stdout. Never throws.
 ParsedMsrun ParseMsrunArgs(const std::vector<std::string>& argv);

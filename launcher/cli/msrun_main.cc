@@ -27,11 +27,6 @@
 namespace ftrun::launcher {
 namespace {
 
-int UsageError(const std::string& message) {
-  std::cerr << "msrun: error: " << message << std::endl;
-  return 2;
-}
-
 std::vector<int> AllowedCpus() {
   cpu_set_t set;
   CPU_ZERO(&set);
@@ -152,18 +147,10 @@ void SignalReady(int ready_fd, const std::string& log_path) {
 
 int RunMsrun(const std::vector<std::string>& argv) {
   ParsedMsrun parsed = ParseMsrunArgs(argv);
-  switch (parsed.action) {
-    case ParsedMsrun::Action::kPrintedHelp:
-    case ParsedMsrun::Action::kPrintedVersion:
-      return 0;
-    case ParsedMsrun::Action::kUsageError:
-      return UsageError(parsed.error);
-    case ParsedMsrun::Action::kRun:
-      break;
-  }
+  if (auto code = ExitCodeIfNotRun(parsed, "msrun")) return *code;
   EnvMap env = CurrentEnvironment();
   auto built = BuildMsrunConfig(parsed.args, env, AllowedCpus());
-  if (!built) return UsageError(built.error().message);
+  if (!built) return UsageError("msrun", built.error().message);
   MsrunConfig& c = *built;
   InitLogging(c.launch.log_level);
   auto log = MsrunLog();

@@ -1,16 +1,16 @@
-// The msrun personality's CLI11 parser (see msrun_args.h). Included only by command_line.cc,
+// The msrun personality's CLI11 parser (see msrun_args.h), through the shared skeleton
+// (cli11_support.h). Included only by command_line.cc,
 // the one CLI11 translation unit.
 #pragma once
 
 #include <CLI/CLI.hpp>
-#include <iostream>
 #include <set>
 #include <string>
 #include <vector>
 
-#include "common/version.h"
 #include "launcher/cli/cli11_support.h"
 #include "launcher/cli/msrun_args.h"
+#include "launcher/cli/option_help.h"
 
 namespace ftrun::launcher::cli11 {
 
@@ -30,16 +30,12 @@ job failed or could not start, 2 usage error. See ftrun-msrun(1).)";
 class MsrunParser {
  public:
   explicit MsrunParser(MsrunArgs& a) : app_("msrun", "msrun") {
-    app_.description(
-        "ftrun msrun: MindSpore's msrun launcher, with ftrun's supervision. Starts the\n"
-        "scheduler (on the master node) and --local_worker_num workers, restarts them on\n"
-        "failure (--max_restarts) and gives TTP saves their time (TTP_OT).");
-    app_.formatter(
-        std::make_shared<HelpFormatter>("msrun [options] task_script [task_script_args ...]"));
-    app_.get_formatter()->column_width(34);
-    app_.footer(kMsrunFooter);
+    Describe(app_,
+             "ftrun msrun: MindSpore's msrun launcher, with ftrun's supervision. Starts the\n"
+             "scheduler (on the master node) and --local_worker_num workers, restarts them on\n"
+             "failure (--max_restarts) and gives TTP saves their time (TTP_OT).",
+             "msrun [options] task_script [task_script_args ...]", kMsrunFooter);
     app_.prefix_command();
-    app_.set_help_flag("-h,--help", "Show this help and exit");
     app_.add_flag("--version", version_, "Print the version and exit");
 
     std::string g = "msrun";
@@ -74,74 +70,34 @@ class MsrunParser {
         "With --join True, the ranks whose logs reach the console (-1: all)", g, "RANKS");
 
     g = "ftrun extensions";
-    Ext("max-restarts", a.max_restarts, "Restarts of the job before it fails", g, "N");
-    Ext("monitor-interval", a.monitor_interval,
-        "Seconds between periodic checks (worker exits are seen at once)", g, "SECONDS");
+    Ext("max-restarts", a.max_restarts, help::kMaxRestarts, g, "N");
+    Ext("monitor-interval", a.monitor_interval, help::kMonitorInterval, g, "SECONDS");
     Ext("shutdown-timeout", a.shutdown_timeout,
-        "Seconds between SIGTERM and SIGKILL when stopping workers [default: 30]", g, "SECONDS");
-    Ext("fault-save", a.fault_save,
-        "on: surviving workers using the ftrun helper save before a restart; off", g, "on|off")
+        std::string(help::kShutdownTimeout) + " [default: 30]", g, "SECONDS");
+    Ext("fault-save", a.fault_save, help::kFaultSave, g, "on|off")
         ->check(CLI::IsMember({"on", "off"}));
     Ext("save-timeout", a.save_timeout,
-        "Seconds a fault-time save (and a TTP save) may take [default: TTP_OT, "
-        "TTP_NORMAL_ACTION_TIME_LIMIT or 180]",
+        std::string(help::kSaveTimeout) +
+            " (also MindIO TTP's) [default: TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT or 180]",
         g, "SECONDS");
-    Ext("hang-timeout", a.hang_timeout,
-        "Treat a rank that reported progress and then nothing for this long as failed (0: off)", g,
-        "SECONDS");
+    Ext("hang-timeout", a.hang_timeout, help::kHangTimeout, g, "SECONDS");
     Ext("rdzv-port", a.rdzv_port, "Port of ftrun's rendezvous [default: --master_port + 1]", g,
         "PORT");
-    Ext("rdzv-conf", a.rdzv_conf, "ftrun rendezvous settings key1=value1,... (see ftrun(1))", g,
-        "K=V,...");
-    Ext("local-addr", a.local_addr, "Address of this node used by the other nodes", g, "ADDR");
-    Ext("event-log", a.event_log,
-        "Append one JSON object per lifecycle event to this file [default: FTRUN_EVENT_LOG]", g,
-        "FILE");
-    Ext("metrics-port", a.metrics_port,
-        "Serve Prometheus metrics at http://<this host>:PORT/metrics (0: any free port)", g,
-        "PORT");
-    Ext("log-level", a.log_level, "ftrun's own log level [default: LOGLEVEL or info]", g, "LEVEL");
-    app_.add_flag("--dry_run,--dry-run", a.dry_run,
-                  "Check the command line, print what would run, and exit")
-        ->group(g);
+    Ext("rdzv-conf", a.rdzv_conf, std::string(help::kRdzvConf) + " (see ftrun(1))", g, "K=V,...");
+    Ext("local-addr", a.local_addr, help::kLocalAddr, g, "ADDR");
+    Ext("event-log", a.event_log, help::kEventLog, g, "FILE");
+    Ext("metrics-port", a.metrics_port, help::kMetricsPort, g, "PORT");
+    Ext("log-level", a.log_level, help::kLogLevel, g, "LEVEL");
+    app_.add_flag("--dry_run,--dry-run", a.dry_run, help::kDryRun)->group(g);
   }
 
-  ParsedMsrun Parse(std::vector<std::string> argv, MsrunArgs& a) {
-    ParsedMsrun out;
-    try {
-      ExpandPrefixes(app_, argv, {}, own_);
-      std::reverse(argv.begin(), argv.end());  // CLI11 consumes from the back
-      app_.parse(argv);
-    } catch (const CLI::CallForHelp&) {
-      std::cout << app_.help();
-      out.action = ParsedMsrun::Action::kPrintedHelp;
-      return out;
-    } catch (const std::exception& e) {
-      out.action = ParsedMsrun::Action::kUsageError;
-      out.error = e.what();
-      return out;
-    }
-    if (version_) {
-      std::cout << "ftrun " << kVersion << " (msrun)\n";
-      out.action = ParsedMsrun::Action::kPrintedVersion;
-      return out;
-    }
-    std::vector<std::string> rest = app_.remaining();
-    if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
-    if (rest.empty()) {
-      out.action = ParsedMsrun::Action::kUsageError;
-      out.error = "the task script is missing (usage: msrun [options] task_script [args ...])";
-      return out;
-    }
-    if (rest.front().size() > 1 && rest.front()[0] == '-') {
-      out.action = ParsedMsrun::Action::kUsageError;
-      out.error = "unrecognized option '" + rest.front() + "' (see msrun --help)";
-      return out;
-    }
-    a.task_script = rest.front();
-    a.task_script_args.assign(rest.begin() + 1, rest.end());
-    out.args = a;
-    return out;
+  ParsedMsrun Parse(std::vector<std::string> argv, const MsrunArgs& a) {
+    CommandShape shape =
+        LauncherShape("msrun", &version_, " (msrun)",
+                      "the task script is missing (usage: msrun [options] task_script [args ...])");
+    shape.preferred = own_;
+    return ParseCommand(app_, std::move(argv), a, shape, &MsrunArgs::task_script,
+                        &MsrunArgs::task_script_args);
   }
 
   std::string Help() { return app_.help(); }
@@ -152,11 +108,7 @@ class MsrunParser {
   CLI::Option* Own(const std::string& name, T& var, const std::string& desc,
                    const std::string& group, const std::string& type) {
     own_.insert("--" + name);
-    return app_.add_option("--" + name, var, desc)
-        ->group(group)
-        ->type_name(type)
-        ->capture_default_str()
-        ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+    return AddOption(app_, "--" + name, var, desc, group, type);
   }
   // An ftrun extension: --a_b (shown) and --a-b.
   template <class T>
@@ -164,15 +116,7 @@ class MsrunParser {
                    const std::string& group, const std::string& type) {
     std::string snake = dashed;
     std::replace(snake.begin(), snake.end(), '-', '_');
-    CLI::Option* opt = app_.add_option("--" + snake + ",--" + dashed, var, desc)
-                           ->group(group)
-                           ->type_name(type)
-                           ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-    if constexpr (!std::is_same_v<T, std::optional<int>> &&
-                  !std::is_same_v<T, std::optional<double>>) {
-      opt->capture_default_str();
-    }
-    return opt;
+    return AddOption(app_, "--" + snake + ",--" + dashed, var, desc, group, type);
   }
 
   CLI::App app_;

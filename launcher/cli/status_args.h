@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "launcher/cli/parsed.h"
+
 namespace ftrun::launcher {
 
 struct StatusArgs {
@@ -15,12 +17,7 @@ struct StatusArgs {
   double timeout = 5;
 };
 
-struct ParsedStatus {
-  enum class Action { kRun, kPrintedHelp, kUsageError };
-  Action action = Action::kRun;
-  StatusArgs args;
-  std::string error;
-};
+using ParsedStatus = Parsed<StatusArgs>;
 
 ParsedStatus ParseStatusArgs(const std::vector<std::string>& argv);
 std::string StatusHelp();

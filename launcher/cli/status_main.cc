@@ -75,17 +75,10 @@ std::string ToJson(const JobStatus& s) {
 
 int RunStatus(const std::vector<std::string>& argv) {
   ParsedStatus cmd = ParseStatusArgs(argv);
-  if (cmd.action == ParsedStatus::Action::kPrintedHelp) return 0;
-  if (cmd.action == ParsedStatus::Action::kUsageError) {
-    std::cerr << "ftrun status: error: " << cmd.error << std::endl;
-    return 2;
-  }
+  if (auto code = ExitCodeIfNotRun(cmd, "ftrun status")) return *code;
   const StatusArgs& a = cmd.args;
   auto ep = ParseEndpoint(a.endpoint, 29400, "endpoint");
-  if (!ep) {
-    std::cerr << "ftrun status: error: " << ep.error().message << std::endl;
-    return 2;
-  }
+  if (!ep) return UsageError("ftrun status", ep.error().message);
   InitLogging(spdlog::level::warn);
   rendezvous::ClientOptions o;
   o.target = ep->ToString();

@@ -1,113 +1,33 @@
-// The torchrun command line as ftrun accepts it, parsed but not yet interpreted.
+// The torchrun command line as ftrun accepts it, and dlrover-run's (torchrun's plus DLRover's
+// options, personality/dlrover/dlrover_options.h), parsed but not yet interpreted.
 //
 // ParseTorchrunArgs is the only place that knows CLI11 (it is slow to compile, so it lives in
 // one translation unit). It accepts both --a-b and --a_b spellings, PET_<NAME> environment
 // fallbacks, unambiguous prefixes (argparse's allow_abbrev) and stops at the training script:
 // everything after it is passed through verbatim. Meaning and validation of the values are in
-// launch_config.h.
+// launch_config.h (and dlrover_config.h).
 #pragma once
 
-#include <optional>
 #include <string>
 #include <vector>
 
+#include "launcher/cli/parsed.h"
+#include "launcher/config/torchrun_options.h"
+#include "launcher/personality/dlrover/dlrover_options.h"
+
 namespace ftrun::launcher {
 
-struct TorchrunArgs {
-  // Worker group.
-  std::string nnodes = "1:1";
-  std::string nproc_per_node = "1";
-  int max_restarts = 0;
-  double monitor_interval = 0.1;
-  std::string role = "default";
-  std::optional<int> shutdown_timeout;  // seconds; else TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30
-  std::string signals_to_handle = "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2";
-  bool virtual_local_rank = false;
-  // Fault tolerance (ftrun).
-  std::optional<double> save_timeout;  // seconds; else TTP_OT or 180
-  double hang_timeout = 0;             // seconds; 0: off
-  std::string fault_save = "on";
-  // Rendezvous.
-  bool standalone = false;
-  std::string rdzv_backend = "static";
-  std::string rdzv_endpoint;
-  std::string rdzv_id = "none";
-  std::string rdzv_conf;
-  int node_rank = 0;
-  std::string master_addr = "127.0.0.1";
-  int master_port = 29500;
-  std::string local_addr;
-  // Entry point.
-  bool module = false;
-  bool no_python = false;
-  bool run_path = false;
-  std::string start_method = "spawn";
-  // Logs.
-  std::string log_dir;
-  std::string redirects = "0";
-  std::string tee = "0";
-  std::string local_ranks_filter;
-  std::string log_level;  // empty: LOGLEVEL, else info
-  // Operations (ftrun).
-  std::string event_log;  // empty: FTRUN_EVENT_LOG, else none
-  std::optional<int> metrics_port;
-  bool dry_run = false;
-  // Pre-flight checks (ftrun; also dlrover-run's).
-  bool network_check = false;
-  std::string network_check_bytes = "64MiB";
-  double network_check_timeout = 60;
-  std::optional<double> min_network_bandwidth;  // MB/s
-  double straggler_fraction = 0.5;
-  bool exclude_straggler = false;
-  std::string network_check_cmd;
-  bool comm_perf_test = false;
-  int network_check_port = 0;  // 0: any free port
-  bool switchbox_check = false;
-  std::vector<std::string> box_pairs;  // empty: "0:1 2:4 3:5 6:7"
-  double min_bandwidth = 10000;        // MB/s, per switchbox pair
-  int min_channels = 2;
-  std::string switchbox_probe;  // empty: the installed switchbox_probe.py
-  double switchbox_timeout = 60;
-  // dlrover-run only (Personality::kDlrover).
-  int precheck = 0;
-  int node_unit = 1;
-  bool auto_config = false;
-  bool auto_tunning = false;
-  bool save_at_breakpoint = false;
-  std::string accelerator = "nvidia.com/gpu";
-  int training_port = 60000;
-  bool numa_affinity = false;
-  std::string membind_policy = "preferred";
-  std::string ucp_device_type = "cpu";
-  // Accepted for compatibility; see the man page for what ftrun does with them.
-  std::string logs_specs;
-  std::string event_log_handler = "null";
-  std::string numa_binding;
-  std::string duplicate_stdout_filters;  // comma-separated, ",," escapes a comma
-  std::string duplicate_stderr_filters;
-  // The training script (or module, or binary with --no-python) and its arguments.
-  std::string script;
-  std::vector<std::string> script_args;
-};
-
-// torchrun's command line, or dlrover-run's (torchrun's plus DLRover's options).
-enum class Personality { kTorchrun, kDlrover };
-
 // What the command line asked for.
-struct ParsedCommandLine {
-  enum class Action { kRun, kPrintedHelp, kPrintedVersion, kUsageError };
-  Action action = Action::kRun;
-  TorchrunArgs args;
-  Personality personality = Personality::kTorchrun;
-  std::string error;  // for kUsageError: one sentence naming the option
-};
+using ParsedCommandLine = Parsed<TorchrunArgs>;
+using ParsedDlroverRun = Parsed<DlroverArgs>;
 
-// Parses argv (without argv[0]). Help and version text go to stdout. Reads PET_* variables
-// from the process environment. Never throws.
-ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv,
-                                    Personality personality = Personality::kTorchrun);
+// Parse argv (without argv[0]). Help and version text go to stdout. Read PET_* variables from
+// the process environment. Never throw.
+ParsedCommandLine ParseTorchrunArgs(const std::vector<std::string>& argv);
+ParsedDlroverRun ParseDlroverRunArgs(const std::vector<std::string>& argv);
 
-// The --help text (tests compare it with the man page).
-std::string TorchrunHelp(Personality personality = Personality::kTorchrun);
+// The --help texts (tests compare them with the man pages).
+std::string TorchrunHelp();
+std::string DlroverRunHelp();
 
 }  // namespace ftrun::launcher

@@ -19,33 +19,6 @@
 namespace ftrun::launcher {
 namespace {
 
-int UsageError(const std::string& message, Personality p = Personality::kTorchrun) {
-  std::cerr << (p == Personality::kDlrover ? "dlrover-run" : "ftrun") << ": error: " << message
-            << std::endl;
-  return 2;
-}
-
-// --numa-affinity: the numactl (or taskset) prefix of each local rank; without a GPU to place
-// the ranks by, a warning and no prefix.
-void PlaceRanksOnNuma(LaunchConfig& c, const EnvMap& env) {
-  auto log = LauncherLog();
-  auto placements = GpuNumaPlacements(c.nproc_per_node, env);
-  if (!placements) {
-    log->warn("{}; not applied", placements.error().message);
-    return;
-  }
-  const std::string numactl = FindProgram("numactl", env);
-  if (numactl.empty()) {
-    log->warn(
-        "--numa-affinity: numactl is not installed; pinning CPUs with taskset, memory "
-        "policy {} not applied",
-        c.membind_policy);
-  }
-  for (const auto& p : *placements) {
-    c.rank_command_prefix.push_back(NumaCommandPrefix(p, c.membind_policy, numactl));
-  }
-}
-
 // --dry-run: what would run, on stdout; nothing is started, bound or created.
 int DryRun(const LaunchConfig& c, const EnvMap& env, const std::string& nproc_note) {
   PrintDryRunSummary(c, nproc_note, std::cout);
@@ -58,35 +31,10 @@ int DryRun(const LaunchConfig& c, const EnvMap& env, const std::string& nproc_no
   return 0;
 }
 
-}  // namespace
-
-int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
-  ParsedCommandLine cmd = ParseTorchrunArgs(argv, personality);
-  switch (cmd.action) {
-    case ParsedCommandLine::Action::kPrintedHelp:
-    case ParsedCommandLine::Action::kPrintedVersion:
-      return 0;
-    case ParsedCommandLine::Action::kUsageError:
-      return UsageError(cmd.error, personality);
-    case ParsedCommandLine::Action::kRun:
-      break;
-  }
-  EnvMap env = CurrentEnvironment();
-  std::vector<std::string> warnings;
-  const bool dlrover = personality == Personality::kDlrover;
-  if (dlrover) {
-    auto rewritten = DlroverToTorchrun(cmd.args, env, DetectHostFacts(env), warnings);
-    if (!rewritten) return UsageError(rewritten.error().message, personality);
-    cmd.args = std::move(*rewritten);
-  }
-  auto built = BuildLaunchConfig(cmd.args, env);
-  if (!built) return UsageError(built.error().message, personality);
-  LaunchConfig& config = *built;
-  if (dlrover) {
-    if (auto s = ApplyDlroverSettings(cmd.args, env, config); !s) {
-      return UsageError(s.error().message, personality);
-    }
-  }
+// What every personality built on torchrun's command line runs once its configuration is
+// built: logging, the host's facts, the log directory, the agent. `warnings` come from before
+// logging was up.
+int RunLaunch(LaunchConfig& config, EnvMap env, const std::vector<std::string>& warnings) {
   InitLogging(config.log_level);
   auto log = LauncherLog();
   for (const auto& w : warnings) log->warn("{}", w);
@@ -134,13 +82,40 @@ int RunTorchrun(const std::vector<std::string>& argv, Personality personality) {
       config.backend == RendezvousBackend::kStatic ? "static" : "c10d", config.script,
       log_dir->disabled() ? "/dev/null" : log_dir->run_dir());
 
-  JobHooks hooks;
-  hooks.watchdog_fifo = watchdog_fifo;
-  hooks.make_planner = [&config, &env, &log_dir](bool) -> Result<std::unique_ptr<WorkerPlanner>> {
+  JobHooks job;
+  job.watchdog_fifo = watchdog_fifo;
+  job.make_planner = [&config, &env, &log_dir](bool) -> Result<std::unique_ptr<WorkerPlanner>> {
     return std::unique_ptr<WorkerPlanner>(
         std::make_unique<TorchrunPlanner>(config, env, std::move(*log_dir)));
   };
-  return RunJob(config, env, host, std::move(hooks));
+  return RunJob(config, env, host, std::move(job));
+}
+
+}  // namespace
+
+int RunTorchrun(const std::vector<std::string>& argv) {
+  ParsedCommandLine cmd = ParseTorchrunArgs(argv);
+  if (auto code = ExitCodeIfNotRun(cmd, "ftrun")) return *code;
+  EnvMap env = CurrentEnvironment();
+  auto built = BuildLaunchConfig(cmd.args, env);
+  if (!built) return UsageError("ftrun", built.error().message);
+  return RunLaunch(*built, std::move(env), {});
+}
+
+int RunDlroverRun(const std::vector<std::string>& argv) {
+  constexpr const char* kProgram = "dlrover-run";
+  ParsedDlroverRun cmd = ParseDlroverRunArgs(argv);
+  if (auto code = ExitCodeIfNotRun(cmd, kProgram)) return *code;
+  EnvMap env = CurrentEnvironment();
+  std::vector<std::string> warnings;
+  auto args = DlroverToTorchrun(cmd.args, env, DetectHostFacts(env), warnings);
+  if (!args) return UsageError(kProgram, args.error().message);
+  auto built = BuildLaunchConfig(*args, env);
+  if (!built) return UsageError(kProgram, built.error().message);
+  if (auto s = ApplyDlroverSettings(*args, env, *built); !s) {
+    return UsageError(kProgram, s.error().message);
+  }
+  return RunLaunch(*built, std::move(env), warnings);
 }
 
 }  // namespace ftrun::launcher

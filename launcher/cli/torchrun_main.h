@@ -6,12 +6,12 @@
 #include <string>
 #include <vector>
 
-#include "launcher/cli/torchrun_args.h"
-
 namespace ftrun::launcher {
 
-// `personality` kDlrover: dlrover-run's command line (dlrover_config.h).
-int RunTorchrun(const std::vector<std::string>& argv,
-                Personality personality = Personality::kTorchrun);
+int RunTorchrun(const std::vector<std::string>& argv);
+
+// dlrover-run's command line (torchrun_args.h): torchrun's run with DLRover's steps around the
+// configuration (personality/dlrover/dlrover_config.h).
+int RunDlroverRun(const std::vector<std::string>& argv);
 
 }  // namespace ftrun::launcher

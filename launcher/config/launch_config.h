@@ -14,8 +14,8 @@
 
 #include "common/environment.h"
 #include "common/result.h"
-#include "launcher/cli/torchrun_args.h"
 #include "launcher/config/preflight_config.h"
+#include "launcher/config/torchrun_options.h"
 #include "rendezvous/rendezvous_conf.h"
 
 namespace ftrun::launcher {

@@ -9,7 +9,7 @@
 
 #include "common/environment.h"
 #include "common/result.h"
-#include "launcher/cli/torchrun_args.h"
+#include "launcher/config/torchrun_options.h"
 #include "launcher/netcheck/switchbox.h"
 
 namespace ftrun::launcher {

@@ -2,8 +2,8 @@
 
 namespace ftrun::launcher {
 
-Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs a, const EnvMap& env, const HostFacts& host,
-                                       std::vector<std::string>& warnings) {
+Result<DlroverArgs> DlroverToTorchrun(DlroverArgs a, const EnvMap& env, const HostFacts& host,
+                                      std::vector<std::string>& warnings) {
   if (a.precheck >= 1) a.network_check = true;
   if (a.precheck >= 2) a.comm_perf_test = true;
 
@@ -64,7 +64,7 @@ Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs a, const EnvMap& env, const 
   return a;
 }
 
-Status ApplyDlroverSettings(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
+Status ApplyDlroverSettings(const DlroverArgs& a, const EnvMap& env, LaunchConfig& c) {
   if (a.node_unit < 1) {
     return Error{"--node-unit: must be at least 1, got " + std::to_string(a.node_unit)};
   }

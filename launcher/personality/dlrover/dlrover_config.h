@@ -9,12 +9,13 @@
 
 #include "common/environment.h"
 #include "common/result.h"
-#include "launcher/cli/torchrun_args.h"
 #include "launcher/config/launch_config.h"
+#include "launcher/personality/dlrover/dlrover_options.h"
 
 namespace ftrun::launcher {
 
-// Rewrites a dlrover-run command line as the torchrun one ftrun runs:
+// Rewrites the torchrun part of a dlrover-run command line as the torchrun one ftrun runs
+// (DLRover's own options stay, for ApplyDlroverSettings):
 //   --precheck 1|2        -> --network-check (2: and --comm-perf-test);
 //   --auto-config         -> --nnodes NODE_NUM, --nproc-per-node = the GPUs (if any), and the
 //                            network check from 4 nodes on;
@@ -23,11 +24,11 @@ namespace ftrun::launcher {
 //   ELASTIC_JOB_NAME      -> the run id (TORCHELASTIC_RUN_ID), as dlrover-run;
 //   --save-at-breakpoint  -> --fault-save on.
 // Warnings (options that need DLRover's master) are appended to `warnings`.
-Result<TorchrunArgs> DlroverToTorchrun(TorchrunArgs args, const EnvMap& env, const HostFacts& host,
-                                       std::vector<std::string>& warnings);
+Result<DlroverArgs> DlroverToTorchrun(DlroverArgs args, const EnvMap& env, const HostFacts& host,
+                                      std::vector<std::string>& warnings);
 
 // The options that remain after BuildLaunchConfig: --node-unit (checked against --nnodes),
 // --numa-affinity / --membind-policy, and --accelerator ascend-npu's HCCL_IF_BASE_PORT.
-Status ApplyDlroverSettings(const TorchrunArgs& args, const EnvMap& env, LaunchConfig& config);
+Status ApplyDlroverSettings(const DlroverArgs& args, const EnvMap& env, LaunchConfig& config);
 
 }  // namespace ftrun::launcher

@@ -4,7 +4,9 @@
 #include <filesystem>
 #include <fstream>
 
+#include "common/log.h"
 #include "launcher/config/launch_config.h"
+#include "launcher/workers/worker_process.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -71,6 +73,25 @@ std::vector<std::string> NumaCommandPrefix(const NumaPlacement& p, const std::st
   if (numactl_path.empty()) return {"taskset", "-c", p.cpus};
   return {numactl_path, "--cpunodebind=" + node,
           (policy == "bind" ? "--membind=" : "--preferred=") + node};
+}
+
+void PlaceRanksOnNuma(LaunchConfig& c, const EnvMap& env) {
+  auto log = LauncherLog();
+  auto placements = GpuNumaPlacements(c.nproc_per_node, env);
+  if (!placements) {
+    log->warn("{}; not applied", placements.error().message);
+    return;
+  }
+  const std::string numactl = FindProgram("numactl", env);
+  if (numactl.empty()) {
+    log->warn(
+        "--numa-affinity: numactl is not installed; pinning CPUs with taskset, memory "
+        "policy {} not applied",
+        c.membind_policy);
+  }
+  for (const auto& p : *placements) {
+    c.rank_command_prefix.push_back(NumaCommandPrefix(p, c.membind_policy, numactl));
+  }
 }
 
 }  // namespace ftrun::launcher

@@ -10,6 +10,7 @@
 
 #include "common/environment.h"
 #include "common/result.h"
+#include "launcher/config/launch_config.h"
 
 namespace ftrun::launcher {
 
@@ -28,5 +29,10 @@ Result<std::vector<NumaPlacement>> GpuNumaPlacements(
 // else taskset (CPUs only).
 std::vector<std::string> NumaCommandPrefix(const NumaPlacement& p, const std::string& policy,
                                            const std::string& numactl_path);
+
+// Sets config.rank_command_prefix to each local rank's numactl (or taskset) prefix; without a
+// GPU to place the ranks by, logs a warning and sets none. Runs after nproc_per_node is
+// resolved.
+void PlaceRanksOnNuma(LaunchConfig& config, const EnvMap& env);
 
 }  // namespace ftrun::launcher

@@ -204,17 +204,11 @@ Result<MsrunConfig> BuildMsrunConfig(const MsrunArgs& a, const EnvMap& env,
 
   // The agent's configuration, through the torchrun path so that it is validated alike.
   TorchrunArgs t;
+  static_cast<SupervisionOptions&>(t) = a;  // ftrun's options, as given
   t.nnodes = std::to_string(nodes);
   t.nproc_per_node = std::to_string(m.local_worker_num);
-  t.max_restarts = a.max_restarts;
-  t.monitor_interval = a.monitor_interval;
-  t.shutdown_timeout = a.shutdown_timeout;
-  t.fault_save = a.fault_save;
-  t.save_timeout = a.save_timeout;
-  t.hang_timeout = a.hang_timeout;
   t.rdzv_id = "msrun";
   t.rdzv_conf = RendezvousConf(a);
-  t.local_addr = a.local_addr;
   const int rdzv_port = a.rdzv_port.value_or(a.master_port + 1);
   if (rdzv_port < 1 || rdzv_port > 65535) {
     return Error{"--rdzv_port: " + std::to_string(rdzv_port) + " is not a port number"};
@@ -231,10 +225,6 @@ Result<MsrunConfig> BuildMsrunConfig(const MsrunArgs& a, const EnvMap& env,
   t.no_python = true;
   t.script = m.command.front();
   t.script_args.assign(m.command.begin() + 1, m.command.end());
-  t.log_level = a.log_level;
-  t.event_log = a.event_log;
-  t.metrics_port = a.metrics_port;
-  t.dry_run = a.dry_run;
   auto launch = BuildLaunchConfig(t, env);
   if (!launch) return launch.error();
   m.launch = std::move(*launch);

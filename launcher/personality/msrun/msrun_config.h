@@ -13,8 +13,8 @@
 
 #include "common/environment.h"
 #include "common/result.h"
-#include "launcher/cli/msrun_args.h"
 #include "launcher/config/launch_config.h"
+#include "launcher/personality/msrun/msrun_options.h"
 
 namespace ftrun::launcher {
 

@@ -7,20 +7,21 @@
 #include <filesystem>
 #include <fstream>
 
+#include "launcher/cli/torchrun_args.h"
 #include "launcher/personality/dlrover/numa_affinity.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::launcher {
 namespace {
 
-using Action = ParsedCommandLine::Action;
+using Action = ParsedDlroverRun::Action;
 
-ParsedCommandLine Parse(std::vector<std::string> argv) {
+ParsedDlroverRun Parse(std::vector<std::string> argv) {
   argv.push_back("train.py");
-  return ParseTorchrunArgs(argv, Personality::kDlrover);
+  return ParseDlroverRunArgs(argv);
 }
 
-TorchrunArgs Args(std::vector<std::string> argv) {
+DlroverArgs Args(std::vector<std::string> argv) {
   auto p = Parse(std::move(argv));
   EXPECT_EQ(p.action, Action::kRun) << p.error;
   return p.args;
@@ -39,7 +40,7 @@ Result<LaunchConfig> Build(std::vector<std::string> argv, const EnvMap& env = {}
 }
 
 TEST(DlroverArgs, DefaultsMatchDlroverRun) {
-  TorchrunArgs a = Args({});
+  DlroverArgs a = Args({});
   EXPECT_EQ(a.precheck, 0);
   EXPECT_FALSE(a.network_check);
   EXPECT_FALSE(a.comm_perf_test);
@@ -68,33 +69,33 @@ TEST(DlroverArgs, EveryOptionInBothSpellings) {
       }
       return "--" + n;
     };
-    TorchrunArgs a = Args({name("precheck"),
-                           "2",
-                           name("network-check"),
-                           name("comm-perf-test"),
-                           name("node-unit"),
-                           "2",
-                           name("auto-config"),
-                           name("auto-tunning"),
-                           name("exclude-straggler"),
-                           name("save-at-breakpoint"),
-                           name("accelerator"),
-                           "ascend-npu",
-                           name("training-port"),
-                           "61000",
-                           name("numa-affinity"),
-                           name("membind-policy"),
-                           "bind",
-                           name("ucp-device-type"),
-                           "gpu",
-                           name("switchbox-check"),
-                           name("box-pairs"),
-                           "0:1",
-                           "2:3",
-                           name("min-bandwidth"),
-                           "5000",
-                           name("min-channels"),
-                           "1"});
+    DlroverArgs a = Args({name("precheck"),
+                          "2",
+                          name("network-check"),
+                          name("comm-perf-test"),
+                          name("node-unit"),
+                          "2",
+                          name("auto-config"),
+                          name("auto-tunning"),
+                          name("exclude-straggler"),
+                          name("save-at-breakpoint"),
+                          name("accelerator"),
+                          "ascend-npu",
+                          name("training-port"),
+                          "61000",
+                          name("numa-affinity"),
+                          name("membind-policy"),
+                          "bind",
+                          name("ucp-device-type"),
+                          "gpu",
+                          name("switchbox-check"),
+                          name("box-pairs"),
+                          "0:1",
+                          "2:3",
+                          name("min-bandwidth"),
+                          "5000",
+                          name("min-channels"),
+                          "1"});
     EXPECT_EQ(a.precheck, 2) << sep;
     EXPECT_TRUE(a.network_check && a.comm_perf_test && a.auto_config && a.auto_tunning);
     EXPECT_TRUE(a.exclude_straggler && a.save_at_breakpoint && a.numa_affinity);
@@ -126,7 +127,7 @@ TEST(DlroverArgs, TorchrunHasNoDlroverOptions) {
 }
 
 TEST(DlroverArgs, OptionsAfterBoxPairsStillExpandPrefixes) {
-  TorchrunArgs a = Args({"--box-pairs", "0:1", "2:4", "--min-ch", "3"});
+  DlroverArgs a = Args({"--box-pairs", "0:1", "2:4", "--min-ch", "3"});
   EXPECT_EQ(a.box_pairs.size(), 2u);
   EXPECT_EQ(a.min_channels, 3);
 }

@@ -49,6 +49,14 @@ EnvMap With(EnvMap base, const EnvMap& add) {
   return base;
 }
 
+// Each of `expected` is in `env` with its value.
+void ExpectIn(const EnvMap& env, const EnvMap& expected) {
+  for (const auto& [k, v] : expected) {
+    ASSERT_EQ(env.count(k), 1u) << k;
+    EXPECT_EQ(env.at(k), v) << k;
+  }
+}
+
 // Runs Plan() with std::cout (its "Start worker process ..." lines) captured.
 class MsrunPlan : public ::testing::Test {
  protected:
@@ -58,17 +66,26 @@ class MsrunPlan : public ::testing::Test {
     std::cout.rdbuf(old);
     return plans;
   }
+
+  // The plans of a node of the job `argv` (before the script) whose scheduler is at
+  // `sched_host`, on the master node or not, for ranks from `base_rank`.
+  std::vector<ProcessPlan> PlanOf(std::vector<std::string> argv, const std::string& sched_host,
+                                  bool master_node, int base_rank) {
+    config_ = Config(std::move(argv));
+    MsrunPlanner planner(config_, kAgentEnv, sched_host, master_node, "worker");
+    return Plan(planner, Assignment(base_rank));
+  }
   std::string Printed() const { return out_.str(); }
 
   TempDir dir_;
   std::ostringstream out_;
+  MsrunConfig config_;  // of PlanOf: the planner keeps a reference
 };
 
 TEST_F(MsrunPlan, SingleNodeWorkersAndSchedulerWithMsrunsEnvironment) {
-  MsrunConfig c = Config({"--worker_num", "2", "--local_worker_num", "2", "--master_port", "9000",
-                          "--cluster_time_out", "300", "--log_dir", dir_.path()});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
-  auto plans = Plan(planner, Assignment(0));
+  auto plans = PlanOf({"--worker_num", "2", "--local_worker_num", "2", "--master_port", "9000",
+                       "--cluster_time_out", "300", "--log_dir", dir_.path()},
+                      "10.0.0.1", true, 0);
   ASSERT_EQ(plans.size(), 3u);
   const EnvMap common = With(kAgentEnv, {{"RANK_SIZE", "2"},
                                          {"MS_WORKER_NUM", "2"},
@@ -117,19 +134,18 @@ TEST_F(MsrunPlan, RankTableFileOnlyWhenGiven) {
 }
 
 TEST_F(MsrunPlan, SecondNodeWithFixedNodeRank) {
-  MsrunConfig c = Config({"--worker_num", "4", "--local_worker_num", "2", "--node_rank", "1"});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", false, "worker");
-  auto plans = Plan(planner, Assignment(2));
+  auto plans = PlanOf({"--worker_num", "4", "--local_worker_num", "2", "--node_rank", "1"},
+                      "10.0.0.1", false, 2);
   ASSERT_EQ(plans.size(), 2u) << "no scheduler off the master node";
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(i);
     EXPECT_EQ(plans[i].rank, 2 + i);
-    EXPECT_EQ(plans[i].env.at("DEVICE_ID"), std::to_string(i));
-    EXPECT_EQ(plans[i].env.at("MS_NODE_ID"), std::to_string(2 + i));
-    EXPECT_EQ(plans[i].env.at("RANK_ID"), std::to_string(2 + i));
-    EXPECT_EQ(plans[i].env.at("MS_NODE_RANK"), "1");
-    EXPECT_EQ(plans[i].env.at("RANK_SIZE"), "4");
-    EXPECT_EQ(plans[i].env.at("MS_WORKER_NUM"), "4");
+    ExpectIn(plans[i].env, {{"DEVICE_ID", std::to_string(i)},
+                            {"MS_NODE_ID", std::to_string(2 + i)},
+                            {"RANK_ID", std::to_string(2 + i)},
+                            {"MS_NODE_RANK", "1"},
+                            {"RANK_SIZE", "4"},
+                            {"MS_WORKER_NUM", "4"}});
     EXPECT_EQ(plans[i].out.file, "worker_" + std::to_string(2 + i) + ".log");
   }
 }
@@ -137,9 +153,7 @@ TEST_F(MsrunPlan, SecondNodeWithFixedNodeRank) {
 TEST_F(MsrunPlan, AssignedNodeRankStillExportsTheRanksAndMinusOne) {
   // ftrun knows every rank, so MS_NODE_ID/RANK_ID are set even with node_rank -1 (msrun
   // leaves them to MindSpore there); MS_NODE_RANK is -1 as msrun exports it.
-  MsrunConfig c = Config({"--worker_num", "4", "--local_worker_num", "2"});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
-  auto plans = Plan(planner, Assignment(2));
+  auto plans = PlanOf({"--worker_num", "4", "--local_worker_num", "2"}, "10.0.0.1", true, 2);
   ASSERT_EQ(plans.size(), 3u);
   EXPECT_EQ(plans[0].env.at("MS_NODE_ID"), "2");
   EXPECT_EQ(plans[1].env.at("RANK_ID"), "3");
@@ -149,17 +163,14 @@ TEST_F(MsrunPlan, AssignedNodeRankStillExportsTheRanksAndMinusOne) {
 }
 
 TEST_F(MsrunPlan, NoSchedulerWhereItDoesNotRun) {
-  MsrunConfig c = Config({"--worker_num", "2", "--local_worker_num", "2"});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", false, "worker");
-  auto plans = Plan(planner, Assignment(0));
+  auto plans = PlanOf({"--worker_num", "2", "--local_worker_num", "2"}, "10.0.0.1", false, 0);
   ASSERT_EQ(plans.size(), 2u);
   for (const auto& p : plans) EXPECT_GE(p.local_rank, 0);
 }
 
 TEST_F(MsrunPlan, SimulationHasNoSchedulerAndNoClusterVariables) {
-  MsrunConfig c = Config({"--worker_num", "2", "--local_worker_num", "2", "--sim_level", "1"});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
-  auto plans = Plan(planner, Assignment(0));
+  auto plans = PlanOf({"--worker_num", "2", "--local_worker_num", "2", "--sim_level", "1"},
+                      "10.0.0.1", true, 0);
   ASSERT_EQ(plans.size(), 2u) << "no scheduler in simulation";
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(i);
@@ -167,11 +178,11 @@ TEST_F(MsrunPlan, SimulationHasNoSchedulerAndNoClusterVariables) {
     for (const char* absent : {"MS_SCHED_HOST", "MS_SCHED_PORT", "MS_ROLE", "MS_TOPO_TIMEOUT"}) {
       EXPECT_EQ(env.count(absent), 0u) << absent;
     }
-    EXPECT_EQ(env.at("MS_SIMULATION_LEVEL"), "1");
-    EXPECT_EQ(env.at("RANK_SIZE"), "2");
-    EXPECT_EQ(env.at("MS_WORKER_NUM"), "2");
-    EXPECT_EQ(env.at("DEVICE_ID"), std::to_string(i));
-    EXPECT_EQ(env.at("RANK_ID"), std::to_string(i));
+    ExpectIn(env, {{"MS_SIMULATION_LEVEL", "1"},
+                   {"RANK_SIZE", "2"},
+                   {"MS_WORKER_NUM", "2"},
+                   {"DEVICE_ID", std::to_string(i)},
+                   {"RANK_ID", std::to_string(i)}});
   }
 }
 
@@ -316,10 +327,9 @@ TEST_F(MsrunPlan, JoinTrueTeesEveryWorkerToStdoutButNotTheScheduler) {
 }
 
 TEST_F(MsrunPlan, TailWorkerLogSelectsTheRanksOnTheConsole) {
-  MsrunConfig c = Config({"--worker_num", "4", "--local_worker_num", "2", "--node_rank", "1",
-                          "--join", "True", "--tail_worker_log", "0,3", "--log_dir", dir_.path()});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", false, "worker");
-  auto plans = Plan(planner, Assignment(2));
+  auto plans = PlanOf({"--worker_num", "4", "--local_worker_num", "2", "--node_rank", "1", "--join",
+                       "True", "--tail_worker_log", "0,3", "--log_dir", dir_.path()},
+                      "10.0.0.1", false, 2);
   ASSERT_EQ(plans.size(), 2u);
   EXPECT_EQ(plans[0].out.kind, StreamPlan::Kind::kFile) << "rank 2 is not selected";
   EXPECT_EQ(plans[0].out.file, dir_ / "worker_2.log");

@@ -1,0 +1,104 @@
+// The CLI11 parsers of ftrun's own subcommands beside the launchers: `ftrun master` (see
+// master_args.h) and `ftrun status` (status_args.h), commands of options only. Included only by
+// command_line.cc, the one CLI11 translation unit.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+#include "launcher/cli/cli11_support.h"
+#include "launcher/cli/master_args.h"
+#include "launcher/cli/status_args.h"
+
+namespace ftrun::launcher::cli11 {
+
+// A command of options only: CLI11's exact option names, no --version, no script.
+template <class Args>
+class OptionsParser {
+ public:
+  OptionsParser(const std::string& name, const std::string& description, const std::string& usage)
+      : app_(name, name) {
+    Describe(app_, description, usage);
+  }
+  Parsed<Args> Parse(std::vector<std::string> argv, const Args& a) {
+    return ParseCommand(app_, std::move(argv), a);
+  }
+  std::string Help() { return app_.help(); }
+
+ protected:
+  CLI::App app_;
+};
+
+class MasterParser : public OptionsParser<MasterArgs> {
+ public:
+  explicit MasterParser(MasterArgs& a)
+      : OptionsParser(
+            "ftrun master",
+            "ftrun master: the rendezvous server of one job, alone (e.g. behind a Kubernetes\n"
+            "Service). Agents join it with --rdzv-backend c10d --rdzv-endpoint HOST:PORT.\n"
+            "Exits 0 when the job succeeded, 1 when it failed.",
+            "ftrun master [options]") {
+    auto add = [&](const std::string& dashed, auto& var, const std::string& desc,
+                   const std::string& type) {
+      AddOption(app_, Names(dashed), var, desc, "Options", type);
+    };
+    add("host", a.host, "Address to listen on (default: every address)", "ADDR");
+    add("port", a.port, "Port to listen on", "PORT");
+    add("nnodes", a.nnodes, "N or MIN:MAX: number of nodes of the job", "MIN:MAX");
+    add("rdzv-id", a.rdzv_id, "Job id the agents must use (--rdzv-id)", "ID");
+    add("rdzv-conf", a.rdzv_conf,
+        "join_timeout, last_call_timeout, keep_alive_interval, keep_alive_max_attempt, token",
+        "K=V,...");
+    add("max-restarts", a.max_restarts, "Job-wide restarts before the job fails", "N");
+    add("nproc-per-node", a.nproc_per_node,
+        "Workers every agent must run (0: what the first agent says)", "N");
+    add("event-log", a.event_log, "Append one JSON object per event to this file", "FILE");
+    add("metrics-port", a.metrics_port, "Serve Prometheus metrics on this port (-1: off)", "PORT");
+    add("save-timeout", a.save_timeout, "Seconds the fault-time save may take (0: TTP_OT or 180)",
+        "SECONDS");
+    add("fault-save", a.fault_save, "on: save before a stopping round restarts; off", "on|off");
+    add("log-level", a.log_level, "debug, info, warning, error [default: LOGLEVEL or info]",
+        "LEVEL");
+    add("node-unit", a.node_unit, "A round's node count is a multiple of this", "N");
+    app_.add_flag(Names("network-check"), a.network_check,
+                  "Test the agents' network pairwise before a round with new nodes runs "
+                  "(start the agents with --network-check)");
+    add("network-check-bytes", a.network_check_bytes, "Bytes each pair moves each way", "BYTES");
+    add("network-check-timeout", a.network_check_timeout, "Seconds a pair's test may take",
+        "SECONDS");
+    add("min-network-bandwidth", a.min_network_bandwidth,
+        "A pair below this many MB/s fails (0: no minimum)", "MBPS");
+    add("straggler-fraction", a.straggler_fraction,
+        "A node below this fraction of the median bandwidth is a straggler", "FRACTION");
+    app_.add_flag(Names("exclude-straggler"), a.exclude_straggler,
+                  "Keep stragglers out of the round like faulty nodes");
+    app_.add_flag(Names("comm-perf-test"), a.comm_perf_test,
+                  "Each pair also runs the agents' check command (their --comm-perf-test or "
+                  "--network-check-cmd)");
+  }
+};
+
+class StatusParser : public OptionsParser<StatusArgs> {
+ public:
+  explicit StatusParser(StatusArgs& a)
+      : OptionsParser(
+            "ftrun status",
+            "ftrun status: the state of a job, from its rendezvous server (the agent that hosts\n"
+            "it, or `ftrun master`), as a table.",
+            "ftrun status [options] HOST:PORT") {
+    app_.add_option("endpoint", a.endpoint, "The rendezvous endpoint: HOST:PORT")
+        ->required()
+        ->type_name("HOST:PORT");
+    app_.add_option(Names("rdzv-id"), a.rdzv_id, "Only if the server serves this job id")
+        ->type_name("ID");
+    app_.add_option(Names("token"), a.token, "The job token [default: FTRUN_RDZV_TOKEN]")
+        ->type_name("TOKEN");
+    app_.add_flag(Names("json"), a.json, "Print the state as one JSON object");
+    app_.add_option(Names("timeout"), a.timeout, "Seconds to wait for an answer")
+        ->type_name("SECONDS")
+        ->capture_default_str();
+  }
+};
+
+}  // namespace ftrun::launcher::cli11
