@@ -122,14 +122,15 @@ enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved, kCheck
 // What a report carries besides failures: the fault-time save's part (kProgress, kSaved) or
 // the network check's (kChecked).
 struct ReportDetails {
+  // (Every member has an initializer, so that designated initializers may leave any out.)
   uint64_t save_id = 0;
-  std::vector<RankProgress> progress;  // kProgress
-  int rank = -1;                       // kSaved: the saver
+  std::vector<RankProgress> progress{};  // kProgress
+  int rank = -1;                         // kSaved: the saver
   bool finalize = false;
   bool ok = false;
-  std::string error;
+  std::string error{};
   uint64_t check_id = 0;  // kChecked: the order
-  std::vector<CheckTaskResult> check_results;
+  std::vector<CheckTaskResult> check_results{};
 };
 
 // One report of a node about `round`: its workers failed (with the failures), succeeded or

@@ -2,8 +2,19 @@
 
 namespace ftrun::launcher {
 
+using rendezvous::ReportDetails;
 using rendezvous::ReportKind;
 using rendezvous::RoundReport;
+
+namespace {
+
+RoundReport With(ReportKind kind, ReportDetails details) {
+  auto r = RoundReport::Of(kind);
+  r.details = std::move(details);
+  return r;
+}
+
+}  // namespace
 
 void Coordinator::WorkersFailed(const std::vector<WorkerFailure>& failures) {
   auto r = RoundReport::Of(ReportKind::kFailed);
@@ -15,29 +26,18 @@ void Coordinator::WorkersSucceeded() { Report(RoundReport::Of(ReportKind::kSucce
 
 void Coordinator::ReportProgress(uint64_t save_id,
                                  const std::vector<rendezvous::RankProgress>& ranks) {
-  auto r = RoundReport::Of(ReportKind::kProgress);
-  r.details.save_id = save_id;
-  r.details.progress = ranks;
-  Report(std::move(r));
+  Report(With(ReportKind::kProgress, {.save_id = save_id, .progress = ranks}));
 }
 
 void Coordinator::ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok,
                               const std::string& error) {
-  auto r = RoundReport::Of(ReportKind::kSaved);
-  r.details.save_id = save_id;
-  r.details.rank = rank;
-  r.details.finalize = finalize;
-  r.details.ok = ok;
-  r.details.error = error;
-  Report(std::move(r));
+  Report(With(ReportKind::kSaved,
+              {.save_id = save_id, .rank = rank, .finalize = finalize, .ok = ok, .error = error}));
 }
 
 void Coordinator::ReportCheck(uint64_t order_id,
                               const std::vector<rendezvous::CheckTaskResult>& results) {
-  auto r = RoundReport::Of(ReportKind::kChecked);
-  r.details.check_id = order_id;
-  r.details.check_results = results;
-  Report(std::move(r));
+  Report(With(ReportKind::kChecked, {.check_id = order_id, .check_results = results}));
 }
 
 }  // namespace ftrun::launcher

@@ -49,6 +49,12 @@ class RendezvousStateTest : public ::testing::Test {
     for (const auto& id : alive_) state_->Seen(id, now_);
     state_->Tick(now_);
   }
+  // The last call (30 s) runs out: still forming 1 s before, past it 1 s after.
+  void RunOutTheLastCall() {
+    Advance(std::chrono::seconds(29));
+    EXPECT_EQ(phase(), Phase::kForming) << "the last call ended early";
+    Advance(std::chrono::seconds(2));
+  }
   void StopAll(uint64_t round, const std::vector<std::string>& ids) {
     for (const auto& id : ids) state_->ReportStopped(id, round, 0, now_);
   }

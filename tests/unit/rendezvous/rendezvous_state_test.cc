@@ -38,9 +38,7 @@ TEST_F(RendezvousStateTest, CompletesAtMinAfterLastCall) {
   EXPECT_EQ(phase(), Phase::kForming);
   ASSERT_TRUE(state_->NextDeadline());
   alive_ = {"a", "b"};
-  Advance(seconds(29));
-  EXPECT_EQ(phase(), Phase::kForming);
-  Advance(seconds(2));
+  RunOutTheLastCall();
   EXPECT_EQ(phase(), Phase::kRunning);
   EXPECT_EQ(View("b").assignment.group_world_size, 2);
 }
@@ -55,9 +53,7 @@ TEST_F(RendezvousStateTest, LastCallIsClearedWhenBelowMinAgain) {
   EXPECT_EQ(phase(), Phase::kForming);
   Join("c");
   alive_ = {"a", "c"};
-  Advance(seconds(29));
-  EXPECT_EQ(phase(), Phase::kForming);  // c's arrival started a new last call
-  Advance(seconds(2));
+  RunOutTheLastCall();  // c's arrival started a new last call
   EXPECT_EQ(phase(), Phase::kRunning);
 }
 

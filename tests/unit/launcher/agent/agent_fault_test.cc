@@ -105,12 +105,7 @@ TEST_F(AgentTest, SurvivorGraceEndsWithTheStopSignal) {
 }
 
 TEST_F(AgentTest, HungRankDumpsItsStacksAndBecomesAFailure) {
-  config.hang_timeout = std::chrono::seconds(5);
-  config.monitor_interval = std::chrono::seconds(1);
-  StartAgent();
-  spawner.own_pgid_next = true;
-  StartRound(1);
-  auto rank0 = ConnectRank(0, 42);
+  auto rank0 = StartWatchedRound(42);
   AdvanceAndSettle(std::chrono::seconds(4));
   EXPECT_TRUE(child(0).signals.empty()) << "not silent long enough";
   AdvanceAndSettle(std::chrono::seconds(2));
@@ -127,12 +122,7 @@ TEST_F(AgentTest, HungRankDumpsItsStacksAndBecomesAFailure) {
 }
 
 TEST_F(AgentTest, NoHangVerdictAfterTheRoundStopped) {
-  config.hang_timeout = std::chrono::seconds(5);
-  config.monitor_interval = std::chrono::seconds(1);
-  StartAgent();
-  spawner.own_pgid_next = true;
-  StartRound(1);
-  auto rank0 = ConnectRank(0, 1);
+  auto rank0 = StartWatchedRound(1);
   AdvanceAndSettle(std::chrono::seconds(6));  // stacks asked for; the verdict is 1 s away
   agent->OnRestartRequested("another node failed");
   Settle();

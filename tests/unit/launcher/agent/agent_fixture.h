@@ -179,6 +179,16 @@ class AgentTest : public ::testing::Test {
     w->Send(R"({"type":"progress","step":)" + std::to_string(step) + R"(,"updating":false})");
     return w;
   }
+  // --hang-timeout 5 s, checked every second, and round 1 running with rank 0 connected and
+  // reporting `step` (its own process group, so that stack dumps reach it).
+  std::unique_ptr<Worker> StartWatchedRound(int64_t step) {
+    config.hang_timeout = std::chrono::seconds(5);
+    config.monitor_interval = std::chrono::seconds(1);
+    StartAgent();
+    spawner.own_pgid_next = true;
+    StartRound(1);
+    return ConnectRank(0, step);
+  }
 
   boost::asio::io_context io;
   launcher::LaunchConfig config;
