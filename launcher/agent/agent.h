@@ -17,6 +17,9 @@
 // the injected Clock, so unit tests drive every transition without real processes.
 //
 // Thread: loop only (the io_context passed in). Run() drives the loop until the job is over.
+// Ownership: owns the coordinator, the planner, its collaborators and the worker group; the
+// io_context, config, spawner and clock outlive it. Errors: none escape; a worker's crash or
+// a lost node is ordinary business, and what ends the job ends up in exit_code().
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -50,14 +53,16 @@ namespace ftrun::launcher {
 inline constexpr int kExitExcluded = 75;
 
 struct AgentOptions {
-  const LaunchConfig* config = nullptr;
+  const LaunchConfig* config = nullptr;    // required; outlives the agent
   EnvMap agent_env;                        // ftrun's environment, OMP_NUM_THREADS rule applied
-  std::shared_future<std::string> host;    // this host's name, for failure reports
-  std::unique_ptr<WorkerPlanner> planner;  // what runs each round (torchrun or msrun)
+  std::shared_future<std::string> host;    // required: this host's name (may still resolve)
+  std::unique_ptr<WorkerPlanner> planner;  // required: what runs each round
   std::string watchdog_fifo;               // serve torch's FileTimerClient requests ("" = off)
   std::shared_ptr<EventLog> events;        // --event-log (may be null)
-  std::function<int(int sig)> signal_exit_code;  // after a forwarded signal (default: 1)
-  std::function<void()> on_workers_started;      // once, when the first workers started
+  // Both run on the loop: the exit code after a forwarded signal (default: 1), and once,
+  // right after the first workers started (e.g. the demo's progress line).
+  std::function<int(int sig)> signal_exit_code;
+  std::function<void()> on_workers_started;
   // Seams (null: real processes, real time). They must outlive the agent.
   Spawner* spawner = nullptr;
   Clock* clock = nullptr;

@@ -15,21 +15,6 @@
 namespace ftrun::launcher {
 namespace {
 
-struct SignalEntry {
-  const char* name;
-  int number;
-};
-constexpr SignalEntry kSignals[] = {
-    {"SIGHUP", SIGHUP},       {"SIGINT", SIGINT},   {"SIGQUIT", SIGQUIT},   {"SIGILL", SIGILL},
-    {"SIGTRAP", SIGTRAP},     {"SIGABRT", SIGABRT}, {"SIGBUS", SIGBUS},     {"SIGFPE", SIGFPE},
-    {"SIGKILL", SIGKILL},     {"SIGUSR1", SIGUSR1}, {"SIGSEGV", SIGSEGV},   {"SIGUSR2", SIGUSR2},
-    {"SIGPIPE", SIGPIPE},     {"SIGALRM", SIGALRM}, {"SIGTERM", SIGTERM},   {"SIGCHLD", SIGCHLD},
-    {"SIGCONT", SIGCONT},     {"SIGSTOP", SIGSTOP}, {"SIGTSTP", SIGTSTP},   {"SIGTTIN", SIGTTIN},
-    {"SIGTTOU", SIGTTOU},     {"SIGURG", SIGURG},   {"SIGXCPU", SIGXCPU},   {"SIGXFSZ", SIGXFSZ},
-    {"SIGVTALRM", SIGVTALRM}, {"SIGPROF", SIGPROF}, {"SIGWINCH", SIGWINCH}, {"SIGIO", SIGIO},
-    {"SIGPWR", SIGPWR},       {"SIGSYS", SIGSYS},
-};
-
 Status ParseEntryPoint(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
   if (a.module && a.no_python) {
     return Error{"--no-python cannot be combined with -m/--module"};
@@ -233,13 +218,6 @@ std::vector<std::string> SplitCommaList(const std::string& text) {
   return out;
 }
 
-std::string SignalName(int sig) {
-  for (const auto& s : kSignals) {
-    if (s.number == sig) return s.name;
-  }
-  return "SIG" + std::to_string(sig);
-}
-
 Result<std::vector<int>> ParseSignalList(const std::string& text) {
   std::vector<int> out;
   for (std::string item : SplitCommaList(text)) {
@@ -249,9 +227,7 @@ Result<std::vector<int>> ParseSignalList(const std::string& text) {
     std::transform(upper.begin(), upper.end(), upper.begin(), ::toupper);
     if (upper.rfind("SIG", 0) != 0) upper = "SIG" + upper;
     std::optional<int> sig = ToInt(item);
-    for (const auto& s : kSignals) {
-      if (upper == s.name) sig = s.number;
-    }
+    if (auto named = SignalNumber(upper)) sig = named;
     if (!sig || *sig <= 0 || *sig >= NSIG) {
       return Error{"--signals-to-handle: unknown signal '" + item + "'"};
     }

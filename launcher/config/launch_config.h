@@ -14,6 +14,7 @@
 
 #include "common/environment.h"
 #include "common/result.h"
+#include "common/signals.h"
 #include "launcher/config/preflight_config.h"
 #include "launcher/config/torchrun_options.h"
 #include "rendezvous/rendezvous_conf.h"
@@ -133,9 +134,6 @@ Result<std::vector<int>> ParseStdSpec(const std::string& option, const std::stri
 
 // "SIGTERM,SIGINT" -> signal numbers; SIG prefix optional, numbers accepted.
 Result<std::vector<int>> ParseSignalList(const std::string& text);
-
-// The name of a signal, e.g. "SIGTERM" (SIG<n> when unknown).
-std::string SignalName(int sig);
 
 // "N" or "MIN:MAX" with 0 < MIN <= MAX; errors name --nnodes.
 Result<std::pair<int, int>> ParseNnodes(const std::string& text);

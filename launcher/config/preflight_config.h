@@ -9,8 +9,8 @@
 
 #include "common/environment.h"
 #include "common/result.h"
+#include "launcher/config/switchbox_settings.h"
 #include "launcher/config/torchrun_options.h"
-#include "launcher/netcheck/switchbox.h"
 
 namespace ftrun::launcher {
 

@@ -3,7 +3,11 @@
 // the round forms at once, a failure spends a restart or ends the job, and each round's
 // MASTER_PORT is a port that is free when the round starts.
 //
-// Thread: loop only. Listener calls are posted.
+// Thread: loop only. Listener calls are posted. Ownership: owns the state machine and the
+// view follower; the listener outlives it. Time: the real steady clock (the state machine
+// takes `now` as an argument; only the save deadline arms a timer). Errors: none reach the
+// caller; a report the state machine refuses (it cannot happen with the agent's own
+// reports) is logged.
 #pragma once
 
 #include <boost/asio/io_context.hpp>

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "launcher/config/launch_config.h"
+#include "common/signals.h"
 
 namespace ftrun::launcher {
 namespace {

@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "common/log.h"
-#include "launcher/config/launch_config.h"
+#include "common/signals.h"
 
 namespace ftrun::launcher {
 namespace {
