@@ -334,27 +334,26 @@ TEST_F(RendezvousStateTest, ScaleOfTenThousandJoins) {
 }
 
 TEST_F(RendezvousStateTest, NodesOfARestartedServerCarryRoundAndRestartsOn) {
+  // A node that says which round it would run next and after how many restarts.
+  auto join = [&](const std::string& id, uint64_t next_round, int restart_count) {
+    NodeInfo n = Node(id);
+    n.next_round = next_round;
+    n.restart_count = restart_count;
+    ASSERT_FALSE(state_->Join(n, now_));
+  };
   // A new server (a restarted `ftrun master`): its nodes ran round 6 after 2 restarts.
   Make(Spec(2, 3, 5));
-  NodeInfo a = Node("a");
-  a.next_round = 7;
-  a.restart_count = 2;
-  ASSERT_FALSE(state_->Join(a, now_));
+  join("a", 7, 2);
   EXPECT_EQ(View("a").round, 7u);
   EXPECT_EQ(View("a").restart_count, 2);
-  NodeInfo b = Node("b");
-  b.next_round = 5;  // behind: never takes the round back
-  ASSERT_FALSE(state_->Join(b, now_));
+  join("b", 5, 0);  // behind: never takes the round back
   alive_ = {"a", "b"};
   Advance(seconds(31));
   ASSERT_EQ(phase(), Phase::kRunning);
   EXPECT_EQ(View("b").round, 7u);
   EXPECT_EQ(View("b").assignment.restart_count, 2);
   // Once a round runs, a late node's numbers change nothing.
-  NodeInfo c = Node("c");
-  c.next_round = 40;
-  c.restart_count = 4;
-  ASSERT_FALSE(state_->Join(c, now_));
+  join("c", 40, 4);
   EXPECT_EQ(View("c").round, 7u);
   EXPECT_EQ(View("c").restart_count, 2);
 }
