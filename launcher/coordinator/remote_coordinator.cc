@@ -26,14 +26,21 @@ RemoteCoordinator::RemoteCoordinator(boost::asio::io_context& io, RemoteCoordina
       client_(io, opts_.client),
       join_timer_(io),
       watch_timer_(io),
-      report_timer_(io) {}
+      reports_(io, client_,
+               {[this](const NodeView& view) {
+                  last_contact_ = Clock::now();
+                  Apply(view);
+                },
+                [this](const RpcOutcome& out) { return ServerLost(out); }}) {}
 
 RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 
 void RemoteCoordinator::Start(Listener* listener) {
   follower_.emplace(
       listener,
-      [this](uint64_t round) { Enqueue(rendezvous::RoundReport::Of(ReportKind::kStopped, round)); },
+      [this](uint64_t round) {
+        reports_.Push(rendezvous::RoundReport::Of(ReportKind::kStopped, round));
+      },
       opts_.role);
   join_started_ = Clock::now();
   last_wait_log_ = join_started_;
@@ -141,36 +148,6 @@ void RemoteCoordinator::Apply(const NodeView& view) {
   follower_->Apply(view);
 }
 
-void RemoteCoordinator::Enqueue(rendezvous::RoundReport report) {
-  reports_.push_back(std::move(report));
-  SendNextReport();
-}
-
-void RemoteCoordinator::SendNextReport() {
-  if (shutting_down_ || report_in_flight_ || reports_.empty()) return;
-  report_in_flight_ = true;
-  rendezvous::RoundReport& r = reports_.front();
-  if (r.kind == ReportKind::kStopped) {
-    if (auto port = PickFreePort()) r.free_port = *port;  // fresh at each try
-  }
-  client_.Report(r, [this](const RpcOutcome& out) { OnReported(out); });
-}
-
-void RemoteCoordinator::OnReported(const RpcOutcome& out) {
-  report_in_flight_ = false;
-  if (shutting_down_) return;
-  if (out.ok() || out.unknown_node()) {
-    reports_.pop_front();  // an unknown node rejoins through its watch
-    if (out.ok()) {
-      last_contact_ = Clock::now();
-      Apply(out.view);
-    }
-    return SendNextReport();
-  }
-  if (ServerLost(out)) return;
-  RetryAfter(report_timer_, Duration(0.2), &RemoteCoordinator::SendNextReport);
-}
-
 void RemoteCoordinator::RetryAfter(boost::asio::steady_timer& timer, Duration delay,
                                    void (RemoteCoordinator::*what)()) {
   timer.expires_after(std::chrono::duration_cast<Clock::duration>(delay));
@@ -191,7 +168,7 @@ void RemoteCoordinator::Report(rendezvous::RoundReport report) {
   // A check belongs to the round being formed, not to the last one this node ran.
   report.round =
       report.kind == ReportKind::kChecked ? follower_->last_view().round : CurrentRound();
-  Enqueue(std::move(report));
+  reports_.Push(std::move(report));
 }
 
 void RemoteCoordinator::WorkersStopped() {
@@ -206,7 +183,7 @@ void RemoteCoordinator::Shutdown() {
   shutting_down_ = true;
   join_timer_.cancel();
   watch_timer_.cancel();
-  report_timer_.cancel();
+  reports_.Stop();
   client_.CancelAll();
   if (joined_ && !(follower_ && follower_->finished())) {
     // Leaving tells the others at once; they re-form without us (or wait for a replacement).

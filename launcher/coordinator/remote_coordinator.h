@@ -1,7 +1,7 @@
 // RemoteCoordinator: a node of a multi-node job. Joins the rendezvous server (retrying while
 // it is not up yet, until connect_timeout), follows the job through long-poll watches, and
-// reports this node's worker outcomes in order (one report in flight). When this agent hosts
-// the server, it owns it and shuts it down once every node has seen the job's end.
+// reports this node's worker outcomes in order (ReportQueue: one report in flight). When this agent
+// hosts the server, it owns it and shuts it down once every node has seen the job's end.
 //
 // Thread: loop only. Listener calls happen in RPC completions or posted, never inside a
 // Coordinator call. Errors: a refusal (token, run id, --nnodes/--nproc-per-node mismatch) or
@@ -10,12 +10,12 @@
 
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "launcher/coordinator/coordinator.h"
+#include "launcher/coordinator/report_queue.h"
 #include "launcher/coordinator/view_follower.h"
 #include "launcher/netcheck/pair_probe.h"
 #include "rendezvous/rendezvous_client.h"
@@ -56,9 +56,6 @@ class RemoteCoordinator : public Coordinator {
   void OnJoined(const rendezvous::RpcOutcome& out);
   void Watch();
   void OnWatched(const rendezvous::RpcOutcome& out);
-  void Enqueue(rendezvous::RoundReport report);
-  void SendNextReport();
-  void OnReported(const rendezvous::RpcOutcome& out);
   void Apply(const rendezvous::NodeView& view);
   void Fail(const std::string& reason);
   void RetryAfter(boost::asio::steady_timer& timer, rendezvous::Duration delay,
@@ -75,7 +72,6 @@ class RemoteCoordinator : public Coordinator {
   // State below is touched only on the loop.
   boost::asio::steady_timer join_timer_;
   boost::asio::steady_timer watch_timer_;
-  boost::asio::steady_timer report_timer_;
   rendezvous::TimePoint join_started_;
   rendezvous::TimePoint last_contact_;
   rendezvous::TimePoint last_wait_log_;
@@ -83,8 +79,7 @@ class RemoteCoordinator : public Coordinator {
   bool joined_ = false;
   bool watching_ = false;
   uint64_t known_version_ = 0;
-  std::deque<rendezvous::RoundReport> reports_;
-  bool report_in_flight_ = false;
+  ReportQueue reports_;  // after client_: borrows it
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

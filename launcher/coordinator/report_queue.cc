@@ -1,0 +1,55 @@
+#include "launcher/coordinator/report_queue.h"
+
+#include "launcher/config/host.h"
+
+namespace ftrun::launcher {
+
+ReportQueue::ReportQueue(boost::asio::io_context& io, rendezvous::RendezvousClient& client,
+                         Callbacks callbacks)
+    : client_(client), callbacks_(std::move(callbacks)), retry_(io) {}
+
+ReportQueue::~ReportQueue() {
+  *alive_ = false;
+  retry_.cancel();
+}
+
+void ReportQueue::Push(rendezvous::RoundReport report) {
+  reports_.push_back(std::move(report));
+  SendNext();
+}
+
+void ReportQueue::Stop() {
+  stopped_ = true;
+  retry_.cancel();
+  reports_.clear();
+}
+
+void ReportQueue::SendNext() {
+  if (stopped_ || in_flight_ || reports_.empty()) return;
+  in_flight_ = true;
+  rendezvous::RoundReport& r = reports_.front();
+  if (r.kind == rendezvous::ReportKind::kStopped) {
+    if (auto port = PickFreePort()) r.free_port = *port;
+  }
+  client_.Report(r, [this, alive = std::weak_ptr<bool>(alive_)](const rendezvous::RpcOutcome& out) {
+    if (auto a = alive.lock(); a && *a) OnAnswer(out);
+  });
+}
+
+void ReportQueue::OnAnswer(const rendezvous::RpcOutcome& out) {
+  in_flight_ = false;
+  if (stopped_) return;
+  if (out.ok() || out.unknown_node()) {
+    reports_.pop_front();  // an unknown node rejoins through its watch
+    if (out.ok()) callbacks_.answered(out.view);
+    return SendNext();
+  }
+  if (callbacks_.lost(out)) return;
+  retry_.expires_after(std::chrono::milliseconds(200));
+  retry_.async_wait(
+      [this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& ec) {
+        if (auto a = alive.lock(); !ec && a && *a && !stopped_) SendNext();
+      });
+}
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,50 @@
+// ReportQueue: this node's reports to the rendezvous server (RoundReport: failed, succeeded,
+// stopped, a save's progress and answers, a check's results), sent in the order they were
+// made with one in flight, each retried every 0.2 s while the server cannot be reached. A
+// kStopped report gets a fresh free port (the next round's master port) at every try.
+//
+// Thread: loop only. Ownership: borrows the client (it outlives the queue). Errors: a failed
+// call goes to `lost`, which decides whether the server is gone for good (then the queue
+// stops retrying; the owner ends the job). NOT_FOUND drops the report: the node rejoins
+// through its watch. Callbacks never run after Stop() or destruction.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <deque>
+#include <functional>
+#include <memory>
+
+#include "rendezvous/rendezvous_client.h"
+
+namespace ftrun::launcher {
+
+class ReportQueue {
+ public:
+  struct Callbacks {
+    std::function<void(const rendezvous::NodeView&)> answered;  // the view in an answer
+    std::function<bool(const rendezvous::RpcOutcome&)> lost;    // true: stop retrying
+  };
+
+  ReportQueue(boost::asio::io_context& io, rendezvous::RendezvousClient& client,
+              Callbacks callbacks);
+  ~ReportQueue();
+
+  void Push(rendezvous::RoundReport report);
+  // No more sending or retrying; what is queued is dropped.
+  void Stop();
+
+ private:
+  void SendNext();
+  void OnAnswer(const rendezvous::RpcOutcome& out);
+
+  rendezvous::RendezvousClient& client_;
+  Callbacks callbacks_;
+  boost::asio::steady_timer retry_;
+  std::deque<rendezvous::RoundReport> reports_;
+  bool in_flight_ = false;
+  bool stopped_ = false;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+};
+
+}  // namespace ftrun::launcher
