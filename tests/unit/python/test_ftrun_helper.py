@@ -2,6 +2,7 @@
 the worker end of the control protocol against a fake agent."""
 import json
 import os
+import select
 import socket
 import subprocess
 import sys
@@ -215,10 +216,19 @@ class ControlTest(unittest.TestCase):
                              text=True)
         self.agent.wait_for(lambda m: m["type"] == "hello" and m["rank"] == 0)
         os.kill(p.pid, 36)
-        time.sleep(0.3)
+        # faulthandler's stack dump, waited for on stderr (the child sleeps on meanwhile).
+        err, deadline = "", time.monotonic() + 10
+        while "(most recent call first)" not in err and time.monotonic() < deadline:
+            ready, _, _ = select.select([p.stderr], [], [], deadline - time.monotonic())
+            if not ready:
+                break
+            line = p.stderr.readline()
+            if not line:
+                break
+            err += line
         p.kill()
-        err = p.communicate()[1]
-        self.assertIn("(most recent call first)", err)  # faulthandler's stack dump
+        p.communicate()
+        self.assertIn("(most recent call first)", err)
 
 
 if __name__ == "__main__":
