@@ -108,6 +108,14 @@ class DdpTest(TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.root, "ftrun-step-2")))
         assert_state_equal(self, cp.load_checkpoint(), training_state(1))
 
+    def test_a_step_saved_again_keeps_the_first_copy(self):
+        cp = DdpCheckpointer(self.root)
+        cp.save_checkpoint(3, training_state(3), os.path.join(self.root, "first.pt"))
+        cp.save_checkpoint(3, training_state(4), os.path.join(self.root, "again.pt"))
+        assert_state_equal(self, torch.load(os.path.join(self.root, "again.pt")),
+                           training_state(3))
+        assert_state_equal(self, cp.load_checkpoint(), training_state(3))
+
     def test_unsupported_arguments_are_clear_errors(self):
         with self.assertRaisesRegex(ValueError, "ShardedCheckpointer"):
             DdpCheckpointer(self.root, global_shard_num=2)

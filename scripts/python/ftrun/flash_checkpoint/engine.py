@@ -133,7 +133,9 @@ def save_one_copy(comm: Comm, root: str, step: int, name: str, state_dict, path:
         try:
             final = checkpoint.save(root, step, lambda s, d: _torch_save(state_dict, d, name),
                                     world_size=comm.world_size, reason="flash-disk")
-            _committed(root, step, path, os.path.join(final, checkpoint.part_dir_name(""), name))
+            # A step saved before is kept as it was, with its own file name.
+            kept = checkpoint.verify(final, checksums=False)
+            _committed(root, step, path, only_file(final, kept, ""))
         except Exception as e:  # noqa: BLE001 (every rank must reach the agreement)
             error = e
     if not comm.all_ok(error is None):
@@ -144,6 +146,9 @@ def save_shards(comm: Comm, root: str, step: int, name: str, state_dict, path: s
     """Sharded: every rank writes its shard into the step's temporary directory; rank 0
     writes the manifest and renames it into place once every shard is complete."""
     tmp = checkpoint.temp_dir(root, step, "sharded")
+    if comm.rank == 0:  # shards of an interrupted save of this step, maybe by more ranks
+        shutil.rmtree(tmp, ignore_errors=True)
+    comm.all_ok(True)  # nobody writes before that
     error = None
     try:
         os.makedirs(tmp, exist_ok=True)
