@@ -48,7 +48,8 @@ class TestCase(unittest.TestCase):
         patcher = mock.patch.dict(os.environ)
         patcher.start()
         self.addCleanup(patcher.stop)
-        os.environ.pop("FTRUN_CONTROL_SOCKET", None)
+        for name in ("FTRUN_CONTROL_SOCKET", "WORLD_SIZE", "RANK_SIZE"):
+            os.environ.pop(name, None)
 
     def quietly(self, fn, *args, **kwargs):
         """fn's result and what it wrote to stderr."""
@@ -121,6 +122,10 @@ class DdpTest(TestCase):
             DdpCheckpointer(self.root, global_shard_num=2)
         with self.assertRaisesRegex(ValueError, "custom storage"):
             DdpCheckpointer(self.root, storage=object())
+        os.environ["WORLD_SIZE"] = "2"
+        with self.assertRaisesRegex(RuntimeError, "one of 2 ranks.*init_process_group"):
+            DdpCheckpointer(self.root)
+        del os.environ["WORLD_SIZE"]
         with self.assertRaisesRegex(ValueError, "No support storage type"):
             DdpCheckpointer(self.root).save_checkpoint(1, {}, "p", storage_type="GPU")
 

@@ -15,7 +15,7 @@ from enum import Enum, auto
 import torch
 import torch.distributed as dist
 
-from .. import checkpoint
+from .. import checkpoint, control
 from ..checkpoint import CheckpointError
 
 TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
@@ -64,6 +64,11 @@ class Comm:
     def __init__(self, comm_backend: str = ""):
         self.active = dist.is_available() and dist.is_initialized()
         if not self.active:
+            launched = control._world_size()
+            if launched > 1:  # every process would think it is rank 0 of 1
+                raise RuntimeError(f"this process is one of {launched} ranks (WORLD_SIZE): "
+                                   "create the checkpointer after "
+                                   "torch.distributed.init_process_group")
             self.rank, self.world_size, self._group = 0, 1, None
             return
         self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
