@@ -137,7 +137,7 @@ def save_one_copy(comm: Comm, root: str, step: int, name: str, state_dict, path:
     if comm.rank == 0:
         try:
             final = checkpoint.save(root, step, lambda s, d: _torch_save(state_dict, d, name),
-                                    world_size=comm.world_size, reason="flash-disk")
+                                    world_size=comm.world_size, reason="periodic")
             # A step saved before is kept as it was, with its own file name.
             kept = checkpoint.verify(final, checksums=False)
             _committed(root, step, path, only_file(final, kept, ""))
@@ -167,7 +167,7 @@ def save_shards(comm: Comm, root: str, step: int, name: str, state_dict, path: s
             try:
                 final = checkpoint.finalize(root, tmp, step,
                                             [shard_group(r) for r in range(comm.world_size)],
-                                            comm.world_size, "flash-disk")
+                                            comm.world_size, "periodic")
                 _committed(root, step, path, final)
             except Exception as e:  # noqa: BLE001
                 error = e
