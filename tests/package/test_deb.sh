@@ -20,7 +20,9 @@ done
 dpkg-deb -x "$deb" "$scratch/root"
 root=$scratch/root
 for f in usr/bin/ftrun usr/share/man/man1/ftrun.1 usr/share/man/man7/ftrun-control.7 \
-         usr/lib/python3/dist-packages/ftrun/__init__.py; do
+         usr/share/man/man7/ftrun-flash-checkpoint.7 \
+         usr/lib/python3/dist-packages/ftrun/__init__.py \
+         usr/lib/python3/dist-packages/ftrun/flash_checkpoint/ddp.py; do
   [ -e "$root/$f" ] || fail "$f is not in the package"
 done
 [ -z "$(cd "$root" && find . -path '*tests*' -o -name 'fake_worker' -o -name '*.a')" ] ||

@@ -1,0 +1,52 @@
+"""A checkpointer for state that differs per rank (FSDP/ZeRO/Megatron-style shards), with
+DLRover's method shapes. Each rank saves and restores its own shard inside one checkpoint per
+step; a restore never mixes steps. See the package docstring for what is not implemented."""
+import os
+
+from . import engine
+from .engine import StorageType, WorldSizeError
+
+__all__ = ["ShardedCheckpointer", "StorageType", "WorldSizeError"]
+
+
+class ShardedCheckpointer:
+    """Saves and loads one shard per rank under checkpoint_dir.
+
+    Create it on every rank, after torch.distributed is initialised. Rank r restores the shard
+    rank r saved; a checkpoint saved by a different number of ranks raises WorldSizeError
+    naming both sizes (resharding is not supported). comm_backend: the backend of the small
+    group the checkpointer synchronises on (default gloo)."""
+
+    def __init__(self, checkpoint_dir: str, comm_backend=""):
+        self.checkpoint_dir = checkpoint_dir
+        self._comm = engine.Comm(comm_backend)
+        self._rank = self._comm.rank
+        self._group = engine.shard_group(self._rank)
+
+    def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
+        """Saves this rank's shard as part of the checkpoint of `step`. Every rank calls it;
+        it returns when every shard is complete. `path` (default <checkpoint_dir>/<step>)
+        names the step's directory: it becomes a link to the stored checkpoint."""
+        if storage_type == StorageType.MEMORY:
+            engine.disk_instead_of_memory()
+        elif storage_type != StorageType.DISK:
+            raise ValueError(f"No support storage type {storage_type}")
+        if not path:
+            path = os.path.join(self.checkpoint_dir, str(step))
+        engine.save_shards(self._comm, self.checkpoint_dir, int(step), f"rank_{self._rank}.pt",
+                           state_dict, path)
+
+    def load_checkpoint(self, resume_path=""):
+        """This rank's shard of the newest checkpoint every rank can restore, or {} when there
+        is none. resume_path: a step directory (or its link) to load instead."""
+        if resume_path:
+            path = os.path.realpath(resume_path)
+            manifest = self._verify(path)
+        else:
+            path, manifest = engine.choose(self._comm, self.checkpoint_dir, self._verify)
+            if path is None:
+                return {}
+        return engine.load_file(engine.only_file(path, manifest, self._group))
+
+    def _verify(self, path: str) -> dict:
+        return engine.verify_shard(path, self._group, self._comm.world_size)

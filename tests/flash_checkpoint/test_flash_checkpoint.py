@@ -1,0 +1,208 @@
+"""ftrun.flash_checkpoint in one process (a job of one): real torch state, real files."""
+import contextlib
+import inspect
+import io
+import json
+import os
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "python"))
+
+import ftrun  # noqa: E402
+from ftrun.flash_checkpoint import engine  # noqa: E402
+from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType  # noqa: E402
+from ftrun.flash_checkpoint.sharded import ShardedCheckpointer, WorldSizeError  # noqa: E402
+
+
+def training_state(seed):
+    torch.manual_seed(seed)
+    model = torch.nn.Linear(4, 3)
+    optimizer = torch.optim.Adam(model.parameters())
+    model(torch.randn(2, 4)).sum().backward()
+    optimizer.step()
+    return {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "step": seed}
+
+
+def assert_state_equal(test, got, want):
+    test.assertEqual(got["step"], want["step"])
+    for key, value in want["model"].items():
+        test.assertTrue(torch.equal(got["model"][key], value), key)
+    test.assertEqual(got["optimizer"]["param_groups"], want["optimizer"]["param_groups"])
+
+
+def one_state_file(root, step):
+    part = os.path.join(root, f"ftrun-step-{step}", "group-all")
+    return os.path.join(part, next(n for n in os.listdir(part) if n.endswith(".pt")))
+
+
+class TestCase(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp()
+        engine._warned.clear()
+        patcher = mock.patch.dict(os.environ)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        for name in ("FTRUN_CONTROL_SOCKET", "WORLD_SIZE", "RANK_SIZE"):
+            os.environ.pop(name, None)
+
+    def quietly(self, fn, *args, **kwargs):
+        """fn's result and what it wrote to stderr."""
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            result = fn(*args, **kwargs)
+        return result, err.getvalue()
+
+
+class DdpTest(TestCase):
+    def test_round_trip_and_the_path_is_a_link_to_the_stored_copy(self):
+        cp = DdpCheckpointer(self.root)
+        self.assertEqual(cp.load_checkpoint(), {})
+        state = training_state(7)
+        path = os.path.join(self.root, "checkpoint-7.pt")
+        cp.save_checkpoint(7, state, path, storage_type=StorageType.DISK)
+        assert_state_equal(self, DdpCheckpointer(self.root).load_checkpoint(), state)
+        assert_state_equal(self, torch.load(path), state)
+        self.assertTrue(os.path.islink(path))
+        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME)) as f:
+            self.assertEqual(f.read().strip(), "7")
+        # One format: the project's own helper finds and verifies it.
+        self.assertEqual(ftrun.latest_checkpoint(self.root).step, 7)
+
+    def test_default_path_and_resume_path(self):
+        cp = DdpCheckpointer(self.root)
+        cp.save_checkpoint(1, training_state(1))
+        cp.save_checkpoint(2, training_state(2))
+        default = os.path.join(self.root, "1", "rank_0.pt")
+        assert_state_equal(self, cp.load_checkpoint(resume_path=default), training_state(1))
+        assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "ftrun-step-1")),
+                           training_state(1))
+        with self.assertRaisesRegex(ftrun.CheckpointError, "no checkpoint at"):
+            cp.load_checkpoint(os.path.join(self.root, "nothing.pt"))
+
+    def test_newest_complete_step_wins_partial_and_corrupt_ones_are_skipped(self):
+        cp = DdpCheckpointer(self.root)
+        for step in (1, 2, 3, 4):
+            cp.save_checkpoint(step, training_state(step), f"{self.root}/ckpt-{step}.pt")
+        with open(one_state_file(self.root, 4), "r+b") as f:
+            f.seek(100)
+            byte = f.read(1)
+            f.seek(100)
+            f.write(bytes([byte[0] ^ 0xFF]))  # same size, wrong checksum
+        os.remove(os.path.join(self.root, "ftrun-step-3", "MANIFEST.json"))  # interrupted
+        os.makedirs(os.path.join(self.root, ".ftrun-step-5.tmp-x", "group-all"))  # in progress
+        state, err = self.quietly(cp.load_checkpoint)
+        assert_state_equal(self, state, training_state(2))
+        self.assertIn("ftrun-step-4: group-all/ckpt-4.pt has the wrong checksum", err)
+        self.assertIn("ftrun-step-3: no MANIFEST.json", err)
+
+    def test_a_failed_save_leaves_the_previous_checkpoint(self):
+        cp = DdpCheckpointer(self.root)
+        cp.save_checkpoint(1, training_state(1))
+        with self.assertRaises(Exception):
+            cp.save_checkpoint(2, {"unpicklable": lambda: 0})
+        self.assertFalse(os.path.exists(os.path.join(self.root, "ftrun-step-2")))
+        assert_state_equal(self, cp.load_checkpoint(), training_state(1))
+
+    def test_a_step_saved_again_keeps_the_first_copy(self):
+        cp = DdpCheckpointer(self.root)
+        cp.save_checkpoint(3, training_state(3), os.path.join(self.root, "first.pt"))
+        cp.save_checkpoint(3, training_state(4), os.path.join(self.root, "again.pt"))
+        assert_state_equal(self, torch.load(os.path.join(self.root, "again.pt")),
+                           training_state(3))
+        assert_state_equal(self, cp.load_checkpoint(), training_state(3))
+
+    def test_unsupported_arguments_are_clear_errors(self):
+        with self.assertRaisesRegex(ValueError, "ShardedCheckpointer"):
+            DdpCheckpointer(self.root, global_shard_num=2)
+        with self.assertRaisesRegex(ValueError, "custom storage"):
+            DdpCheckpointer(self.root, storage=object())
+        os.environ["WORLD_SIZE"] = "2"
+        with self.assertRaisesRegex(RuntimeError, "one of 2 ranks.*init_process_group"):
+            DdpCheckpointer(self.root)
+        del os.environ["WORLD_SIZE"]
+        with self.assertRaisesRegex(ValueError, "No support storage type"):
+            DdpCheckpointer(self.root).save_checkpoint(1, {}, "p", storage_type="GPU")
+
+
+class MemoryFallbackTest(TestCase):
+    def save_in_memory_twice(self, checkpointer):
+        def both():
+            checkpointer.save_checkpoint(1, {"a": torch.ones(2)}, "",
+                                         storage_type=StorageType.MEMORY)
+            checkpointer.save_checkpoint(2, {"a": torch.ones(2) * 2}, "",
+                                         storage_type=StorageType.MEMORY)
+        _, err = self.quietly(both)
+        self.assertEqual(err.count("falls back to a synchronous DISK save"), 1, err)
+        self.assertTrue(torch.equal(checkpointer.load_checkpoint()["a"], torch.ones(2) * 2))
+        return err
+
+    def test_outside_ftrun_memory_saves_go_to_disk_and_say_so_once(self):
+        err = self.save_in_memory_twice(DdpCheckpointer(self.root))
+        self.assertIn("not started by ftrun (no FTRUN_CONTROL_SOCKET)", err)
+
+    def test_under_an_agent_without_memory_snapshots_too(self):
+        os.environ["FTRUN_CONTROL_SOCKET"] = "/nonexistent/control.sock"
+        err = self.save_in_memory_twice(ShardedCheckpointer(self.root))
+        self.assertIn("does not offer memory snapshots yet", err)
+
+
+class ShardedTest(TestCase):
+    def test_round_trip_in_a_directory_per_step(self):
+        cp = ShardedCheckpointer(self.root)
+        self.assertEqual(cp.load_checkpoint(), {})
+        for step in (3, 4):
+            cp.save_checkpoint(step, training_state(step), os.path.join(self.root, str(step)))
+        assert_state_equal(self, ShardedCheckpointer(self.root).load_checkpoint(),
+                           training_state(4))
+        self.assertEqual(os.path.realpath(os.path.join(self.root, "3")),
+                         os.path.realpath(os.path.join(self.root, "ftrun-step-3")))
+        assert_state_equal(self, cp.load_checkpoint(resume_path=os.path.join(self.root, "3")),
+                           training_state(3))
+
+    def test_a_different_world_size_is_an_error_naming_both(self):
+        cp = ShardedCheckpointer(self.root)
+        cp.save_checkpoint(5, training_state(5))
+        manifest_path = os.path.join(self.root, "ftrun-step-5", "MANIFEST.json")
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        manifest["world_size"] = 2
+        with open(manifest_path, "w") as f:
+            json.dump(manifest, f)
+        with self.assertRaisesRegex(WorldSizeError, "saved by 2 ranks and this job has 1"):
+            cp.load_checkpoint()
+
+
+class DlroverShapeTest(unittest.TestCase):
+    """The names a DLRover script imports exist with DLRover's signatures."""
+
+    def params(self, fn):
+        return [(p.name, p.default) for p in inspect.signature(fn).parameters.values()]
+
+    def test_ddp(self):
+        empty = inspect.Parameter.empty
+        self.assertEqual([m.name for m in StorageType], ["MEMORY", "DISK"])
+        self.assertEqual(self.params(DdpCheckpointer.__init__),
+                         [("self", empty), ("checkpoint_dir", empty), ("storage", None),
+                          ("local_shard_num", 1), ("global_shard_num", 1),
+                          ("comm_backend", "")])
+        self.assertEqual(self.params(DdpCheckpointer.save_checkpoint),
+                         [("self", empty), ("step", empty), ("state_dict", empty),
+                          ("path", ""), ("storage_type", StorageType.DISK)])
+        self.assertEqual(self.params(DdpCheckpointer.load_checkpoint),
+                         [("self", empty), ("resume_path", "")])
+        self.assertEqual(engine.TRACKER_FILE_NAME, "dlrover_latest.txt")
+
+    def test_sharded_has_the_same_methods(self):
+        for name in ("save_checkpoint", "load_checkpoint"):
+            self.assertEqual(self.params(getattr(ShardedCheckpointer, name)),
+                             self.params(getattr(DdpCheckpointer, name)))
+
+
+if __name__ == "__main__":
+    unittest.main()
