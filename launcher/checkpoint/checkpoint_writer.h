@@ -1,0 +1,64 @@
+// WriteCheckpoint: writes memory snapshots to storage in ftrun's one checkpoint format, the
+// format of scripts/python/ftrun/checkpoint.py, so that its latest() and verify() (and the
+// flash-checkpoint loaders built on them) accept what the agent writes:
+//
+//   <root>/.ftrun-step-<S>.tmp-<pid>-<ns>/   written first; every file fsynced
+//       group-<name>/<file>...               one directory per replica group (part_dir_name)
+//       group-<name>/PART.json               the group's files with size and sha256
+//       MANIFEST.json                        format 1, step, world size, groups, reason
+//   then renamed to <root>/ftrun-step-<S>/ and <root> fsynced; then the tracker (if asked:
+//   <root>/<tracker> holds the newest step, never lowered) by write, fsync, rename.
+//
+// A complete checkpoint is never overwritten: if ftrun-step-<S> exists, it is kept as it is
+// and the new copy discarded (as checkpoint.py's finalize does). On any error the temporary
+// directory is removed and nothing else changes. Each snapshot is checked against its crc32
+// while it is written: a snapshot corrupted in memory is not persisted.
+//
+// Names: group names and file names are printable ASCII (the manifest's JSON is written
+// ASCII-only, as Python's json.dump does); a file name is a plain name (no '/', not '.' or
+// '..', not PART.json).
+//
+// Thread: any (blocking file I/O: run it off the loop, see SnapshotPersister). Errors name the
+// path and errno's text, e.g. "writing /ckpt/.ftrun-step-6.tmp-1-2/group-all/state.bin: File
+// too large".
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+#include "launcher/checkpoint/snapshot_store.h"
+
+namespace ftrun::launcher {
+
+// One file of a group: `header` then the snapshot's bytes (either may be empty).
+struct CheckpointFile {
+  std::string name;
+  std::string header;
+  std::optional<SnapshotView> snapshot;
+};
+
+// One replica group's files ("" for the single copy of a DDP job, "rank-<r>" for a shard).
+struct CheckpointPart {
+  std::string group;
+  std::vector<CheckpointFile> files;
+};
+
+struct CheckpointRequest {
+  std::string root;  // the checkpoint directory (created if missing)
+  uint64_t step = 0;
+  int world_size = 1;
+  std::string reason = "flash";  // recorded in the manifest ("periodic", "fault", ...)
+  std::vector<CheckpointPart> parts;
+  std::string tracker;  // file name under root recording the newest step; "" for none
+};
+
+// Writes the checkpoint; returns its final directory (<root>/ftrun-step-<S>).
+Result<std::string> WriteCheckpoint(const CheckpointRequest& request);
+
+// checkpoint.py's part_dir_name: "group-all" for "", else "group-<safe name>-<sha1[:8]>".
+std::string PartDirName(const std::string& group);
+
+}  // namespace ftrun::launcher

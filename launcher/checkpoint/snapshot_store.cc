@@ -1,0 +1,176 @@
+#include "launcher/checkpoint/snapshot_store.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+#include <zlib.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/log.h"
+
+namespace ftrun::launcher {
+
+class SnapshotBuffer {
+ public:
+  SnapshotBuffer(int fd, void* data, size_t size) : fd_(fd), data_(data), size_(size) {}
+  ~SnapshotBuffer() {
+    if (data_ != nullptr) munmap(data_, size_);
+    close(fd_);
+  }
+  SnapshotBuffer(const SnapshotBuffer&) = delete;
+  SnapshotBuffer& operator=(const SnapshotBuffer&) = delete;
+
+  // A new memfd of `size` bytes, sealed against shrinking and mapped read-only.
+  static Result<std::shared_ptr<SnapshotBuffer>> Create(const std::string& name, size_t size) {
+    int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return Error{std::string("memfd_create: ") + std::strerror(errno)};
+    auto buffer = std::make_shared<SnapshotBuffer>(fd, nullptr, 0);
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+      return Error{std::string("sealing the memfd: ") + std::strerror(errno)};
+    }
+    if (auto grown = buffer->Grow(size); !grown) return grown.error();
+    return buffer;
+  }
+
+  // Grows the memfd to `size` and maps it again. On an error the mapping is as it was (the
+  // file may have grown, which costs no memory until written).
+  Status Grow(size_t size) {
+    if (ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+      return Error{"ftruncate to " + std::to_string(size) + " bytes: " + std::strerror(errno)};
+    }
+    void* data = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd_, 0);
+    if (data == MAP_FAILED) {
+      return Error{"mmap of " + std::to_string(size) + " bytes: " + std::strerror(errno)};
+    }
+    if (data_ != nullptr) munmap(data_, size_);
+    data_ = data;
+    size_ = size;
+    return {};
+  }
+
+  int fd() const { return fd_; }
+  size_t size() const { return size_; }
+  const std::byte* data() const { return static_cast<const std::byte*>(data_); }
+
+ private:
+  int fd_;
+  void* data_;
+  size_t size_;
+};
+
+uint32_t SnapshotChecksum(std::span<const std::byte> data, uint32_t crc) {
+  return static_cast<uint32_t>(crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()),
+                                       static_cast<z_size_t>(data.size())));
+}
+
+std::span<const std::byte> SnapshotView::data() const { return {buffer->data(), bytes}; }
+
+int SnapshotView::fd() const { return buffer->fd(); }
+
+Status Verify(const SnapshotView& view) {
+  return ChecksumMatches(view, SnapshotChecksum(view.data()));
+}
+
+Status ChecksumMatches(const SnapshotView& view, uint32_t actual) {
+  if (actual != view.meta.checksum) {
+    return Error{"the snapshot of local rank " + std::to_string(view.local_rank) + " at step " +
+                 std::to_string(view.step) + " has checksum " + std::to_string(actual) +
+                 ", not the " + std::to_string(view.meta.checksum) + " its worker recorded"};
+  }
+  return {};
+}
+
+SnapshotStore::SnapshotStore(int local_ranks, uint64_t budget_bytes)
+    : ranks_(static_cast<size_t>(std::max(local_ranks, 0))), budget_(budget_bytes) {}
+
+SnapshotStore::~SnapshotStore() = default;
+
+SnapshotStore::Rank* SnapshotStore::RankAt(int local_rank) {
+  if (local_rank < 0 || static_cast<size_t>(local_rank) >= ranks_.size()) return nullptr;
+  return &ranks_[static_cast<size_t>(local_rank)];
+}
+
+const SnapshotStore::Rank* SnapshotStore::RankAt(int local_rank) const {
+  return const_cast<SnapshotStore*>(this)->RankAt(local_rank);
+}
+
+Result<SnapshotLease> SnapshotStore::Begin(int local_rank, uint64_t step, size_t bytes) {
+  std::string what = "memory snapshot of local rank " + std::to_string(local_rank) + " at step " +
+                     std::to_string(step);
+  Rank* rank = RankAt(local_rank);
+  if (rank == nullptr) {
+    return Error{what + ": no such local rank (this node has " + std::to_string(ranks_.size()) +
+                 ")"};
+  }
+  if (bytes == 0) return Error{what + ": a snapshot needs at least one byte"};
+  Abort(local_rank);
+  Slot& slot = rank->slots[WriteSlot(*rank)];
+  if (slot.buffer && slot.buffer.use_count() > 1) {
+    return Error{what + ": its buffer still holds step " + std::to_string(slot.step) +
+                 ", which is being read (persisted or copied); try the next save"};
+  }
+  size_t have = slot.buffer ? slot.buffer->size() : 0;
+  if (bytes > have) {
+    uint64_t after = reserved_ - have + bytes;
+    if (after > budget_ || bytes > budget_) {
+      return Error{what + ": " + std::to_string(bytes) + " bytes do not fit in the flash " +
+                   "checkpoint memory budget of " + std::to_string(budget_) + " bytes (" +
+                   std::to_string(reserved_ - have) +
+                   " bytes already hold other snapshots); raise --flash-memory-budget "
+                   "(FTRUN_FLASH_MEMORY_BUDGET)"};
+    }
+    if (!slot.buffer) {
+      auto created = SnapshotBuffer::Create("ftrun-snapshot-" + std::to_string(local_rank), bytes);
+      if (!created) return created.error().Wrap(what);
+      slot.buffer = std::move(*created);
+    } else if (auto grown = slot.buffer->Grow(bytes); !grown) {
+      return grown.error().Wrap(what);
+    }
+    reserved_ = after;
+  }
+  rank->begun = step;
+  slot.step = step;
+  slot.bytes = bytes;
+  slot.meta = {};
+  return SnapshotLease{.fd = slot.buffer->fd(), .step = step, .bytes = bytes};
+}
+
+Status SnapshotStore::Commit(int local_rank, uint64_t step, SnapshotMeta meta) {
+  Rank* rank = RankAt(local_rank);
+  if (rank == nullptr || rank->begun != step) {
+    return Error{"commit of the memory snapshot of local rank " + std::to_string(local_rank) +
+                 " at step " + std::to_string(step) + ": no save of that step was begun"};
+  }
+  int index = WriteSlot(*rank);
+  rank->slots[index].meta = std::move(meta);
+  rank->newest = index;
+  rank->begun.reset();
+  LauncherLog()->debug("memory snapshot of local rank {} at step {} complete ({} bytes)",
+                       local_rank, step, rank->slots[index].bytes);
+  return {};
+}
+
+void SnapshotStore::Abort(int local_rank) {
+  if (Rank* rank = RankAt(local_rank); rank != nullptr && rank->begun) {
+    LauncherLog()->debug("memory snapshot of local rank {} at step {} abandoned", local_rank,
+                         *rank->begun);
+    rank->begun.reset();
+  }
+}
+
+std::optional<SnapshotView> SnapshotStore::Newest(int local_rank) const {
+  const Rank* rank = RankAt(local_rank);
+  if (rank == nullptr || rank->newest < 0) return std::nullopt;
+  const Slot& slot = rank->slots[rank->newest];
+  return SnapshotView{.local_rank = local_rank,
+                      .step = slot.step,
+                      .bytes = slot.bytes,
+                      .meta = slot.meta,
+                      .buffer = slot.buffer};
+}
+
+}  // namespace ftrun::launcher

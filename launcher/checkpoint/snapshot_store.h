@@ -1,0 +1,132 @@
+// SnapshotStore: the agent-owned memory that holds each local rank's newest training-state
+// snapshot (flash checkpoint, issue 15), so that the snapshot outlives the worker that wrote
+// it, SIGKILL and OOM kill included.
+//
+// Per local rank there are two buffers, each a memfd (memfd_create, MFD_CLOEXEC): no name in
+// /dev/shm or anywhere else, no dependence on the size of /dev/shm, and the memory is freed
+// by the kernel when the agent exits however it exits (the last descriptor and mapping go).
+// A save is Begin (the agent hands out the buffer that is NOT the newest complete snapshot;
+// the worker receives its descriptor, maps it and copies its state in) then Commit (that
+// buffer becomes the newest snapshot). The newest snapshot changes only on Commit: a worker
+// that dies between Begin and Commit (then Abort, or the next Begin) leaves the previous
+// snapshot whole. Buffers are reused from save to save (same descriptor, grown with ftruncate
+// when a save needs more): first touches of fresh shared memory are slow. Each memfd is sealed
+// against shrinking, so a worker holding the descriptor cannot make the agent's mapping fault.
+//
+// Memory budget: the sum of every buffer's size, for the whole store. A Begin that would
+// exceed it fails naming --flash-memory-budget / FTRUN_FLASH_MEMORY_BUDGET and the sizes, and
+// changes nothing. Pages are allocated when first written (by the worker), not by Begin.
+//
+// Checksum: zlib's crc32 (SnapshotChecksum) of the snapshot's bytes, computed by the worker
+// and carried in the Meta; Verify recomputes it. Chosen because it is fast on large buffers
+// (zlib 1.2.13's braided crc32; no sha256 on the save path) and Python computes the very same
+// value with zlib.crc32 on a memoryview of the mapping. Persisted files carry sha256 in their
+// manifest as checkpoint.py requires (see SnapshotPersister).
+//
+// Thread: loop only (not thread-safe), except that a SnapshotView may be read and dropped on
+// any thread (SnapshotPersister's). Ownership: the store owns the descriptors; a Lease's fd is
+// borrowed (valid while the store lives; dup it to keep it). A view keeps its buffer alive and
+// pinned: while a view of a buffer exists, Begin will not hand that buffer out (it fails
+// saying the snapshot is being read), so a persist in progress never sees it overwritten.
+// Errors: Result/Status whose message names the rank, step and sizes.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "common/result.h"
+
+namespace ftrun::launcher {
+
+// zlib crc32 of `data` (any length), continuing from `crc` (the checksum of the bytes before
+// `data`; 0 for none), so a large buffer can be checked in pieces.
+uint32_t SnapshotChecksum(std::span<const std::byte> data, uint32_t crc = 0);
+
+// What the worker says about a snapshot it has written.
+struct SnapshotMeta {
+  // Opaque to the agent: the worker's layout (e.g. JSON of tensor names, dtypes, shapes,
+  // offsets and the offset of the pickled non-tensor part). Kept and persisted as is.
+  std::string layout;
+  uint32_t checksum = 0;  // SnapshotChecksum of the snapshot's `bytes`
+};
+
+// One memfd buffer: its descriptor and a read-only shared mapping of its whole size.
+// Closed and unmapped when the last owner (store or view) drops it.
+class SnapshotBuffer;
+
+// A handed-out buffer for the save of `step`: the worker writes `bytes` bytes into `fd`.
+struct SnapshotLease {
+  int fd = -1;  // borrowed from the store; the buffer's size is at least `bytes`
+  uint64_t step = 0;
+  size_t bytes = 0;
+};
+
+// A complete snapshot, readable on any thread for as long as the view lives.
+struct SnapshotView {
+  int local_rank = 0;
+  uint64_t step = 0;
+  size_t bytes = 0;  // the snapshot's size (its buffer may be larger)
+  SnapshotMeta meta;
+  std::shared_ptr<const SnapshotBuffer> buffer;  // pins the buffer (see the header)
+
+  std::span<const std::byte> data() const;  // the snapshot's bytes
+  int fd() const;                           // the buffer's descriptor (e.g. for a peer copy)
+};
+
+// Recomputes the checksum of `view`'s bytes; an error names the rank, step and both values.
+Status Verify(const SnapshotView& view);
+// Whether `actual` (the checksum of view's bytes as read) is the one its worker recorded;
+// the same error as Verify.
+Status ChecksumMatches(const SnapshotView& view, uint32_t actual);
+
+class SnapshotStore {
+ public:
+  // `local_ranks` ranks (0..local_ranks-1), `budget_bytes` of memory for all buffers.
+  SnapshotStore(int local_ranks, uint64_t budget_bytes);
+  ~SnapshotStore();
+  SnapshotStore(const SnapshotStore&) = delete;
+  SnapshotStore& operator=(const SnapshotStore&) = delete;
+
+  // Starts the save of `step` (`bytes` > 0) by `local_rank`: a save already begun by that rank
+  // is abandoned first. Errors (nothing changed, the newest snapshot kept): a rank out of
+  // range, zero bytes, the budget, the buffer being read by a view, or the kernel refusing the
+  // memory (memfd_create/ftruncate/mmap, with errno's text).
+  Result<SnapshotLease> Begin(int local_rank, uint64_t step, size_t bytes);
+  // Makes the begun save of `step` the rank's newest snapshot. Errors: no save of that step
+  // begun by that rank. The bytes are not checked here (Verify does, off the loop).
+  Status Commit(int local_rank, uint64_t step, SnapshotMeta meta);
+  // Abandons the rank's begun save, if any (e.g. its worker died).
+  void Abort(int local_rank);
+
+  std::optional<SnapshotView> Newest(int local_rank) const;
+  // Bytes of memory held by all buffers (what the budget counts).
+  uint64_t reserved_bytes() const { return reserved_; }
+  uint64_t budget_bytes() const { return budget_; }
+
+ private:
+  struct Slot {
+    std::shared_ptr<SnapshotBuffer> buffer;  // null until first used
+    uint64_t step = 0;
+    size_t bytes = 0;
+    SnapshotMeta meta;
+  };
+  struct Rank {
+    Slot slots[2];
+    int newest = -1;                // index of the newest complete snapshot, -1 for none
+    std::optional<uint64_t> begun;  // the step of the save in progress (in slots[1-newest])
+  };
+  Rank* RankAt(int local_rank);
+  const Rank* RankAt(int local_rank) const;
+  static int WriteSlot(const Rank& rank) { return rank.newest == 0 ? 1 : 0; }
+
+  std::vector<Rank> ranks_;
+  uint64_t budget_;
+  uint64_t reserved_ = 0;
+};
+
+}  // namespace ftrun::launcher

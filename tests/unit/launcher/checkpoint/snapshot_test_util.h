@@ -1,0 +1,54 @@
+// What the snapshot tests share: a stand-in for the worker's side of a save (map the leased
+// memfd, copy the bytes in, commit with their crc32) and a stray write into a snapshot.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <sys/mman.h>
+
+#include <cstring>
+#include <span>
+#include <string>
+
+#include "launcher/checkpoint/snapshot_store.h"
+
+namespace ftrun::launcher::testing {
+
+inline std::span<const std::byte> AsBytes(const std::string& s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+// Copies `content` into the first bytes of `fd` through a shared mapping, as a worker does.
+inline void WriteThrough(int fd, size_t offset, const std::string& content) {
+  size_t length = offset + content.size();
+  void* map = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  ASSERT_NE(map, MAP_FAILED) << std::strerror(errno);
+  std::memcpy(static_cast<char*>(map) + offset, content.data(), content.size());
+  munmap(map, length);
+}
+
+// A whole save of `content` by `rank` at `step`; returns the leased descriptor.
+inline int Save(SnapshotStore& store, int rank, uint64_t step, const std::string& content,
+                const std::string& layout = "{}") {
+  auto lease = store.Begin(rank, step, content.size());
+  EXPECT_TRUE(lease) << (lease ? "" : lease.error().message);
+  if (!lease) return -1;
+  WriteThrough(lease->fd, 0, content);
+  auto committed =
+      store.Commit(rank, step, {.layout = layout, .checksum = SnapshotChecksum(AsBytes(content))});
+  EXPECT_TRUE(committed) << (committed ? "" : committed.error().message);
+  return lease->fd;
+}
+
+inline std::string Contents(const SnapshotView& view) {
+  auto data = view.data();
+  return std::string(reinterpret_cast<const char*>(data.data()), data.size());
+}
+
+// A big, non-repeating content of `bytes` bytes.
+inline std::string Pattern(size_t bytes, char seed) {
+  std::string s(bytes, '\0');
+  for (size_t i = 0; i < bytes; ++i) s[i] = static_cast<char>(seed + i * 7 + i / 251);
+  return s;
+}
+
+}  // namespace ftrun::launcher::testing
