@@ -34,6 +34,7 @@
 #include <string>
 
 #include "common/result.h"
+#include "common/running_operation.h"
 
 namespace ftrun::launcher {
 
@@ -95,14 +96,11 @@ class ProbeClient {
   // runs exactly once on the loop, never inside Start, unless the client is destroyed first.
   static std::unique_ptr<ProbeClient> Start(boost::asio::io_context& io, const std::string& host,
                                             uint16_t port, ProbeOptions options, Handler done);
-  ~ProbeClient();
-  ProbeClient(const ProbeClient&) = delete;
-  ProbeClient& operator=(const ProbeClient&) = delete;
 
  private:
   struct Session;
-  explicit ProbeClient(std::shared_ptr<Session> s) : s_(std::move(s)) {}
-  std::shared_ptr<Session> s_;
+  explicit ProbeClient(std::function<void()> abandon) : running_(std::move(abandon)) {}
+  RunningOperation running_;  // destroying the client cancels the probe; `done` never runs
 };
 
 }  // namespace ftrun::launcher

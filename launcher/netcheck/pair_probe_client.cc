@@ -234,12 +234,10 @@ std::unique_ptr<ProbeClient> ProbeClient::Start(asio::io_context& io, const std:
                                                 uint16_t port, ProbeOptions options, Handler done) {
   auto s = std::make_shared<Session>(io, host, port, options, std::move(done));
   s->Run();
-  return std::unique_ptr<ProbeClient>(new ProbeClient(s));
-}
-
-ProbeClient::~ProbeClient() {
-  s_->handler = nullptr;
-  s_->Cancel();
+  return std::unique_ptr<ProbeClient>(new ProbeClient([s] {
+    s->handler = nullptr;
+    s->Cancel();
+  }));
 }
 
 }  // namespace ftrun::launcher

@@ -29,6 +29,7 @@
 
 #include "common/environment.h"
 #include "common/result.h"
+#include "common/running_operation.h"
 #include "launcher/config/switchbox_settings.h"
 
 namespace ftrun::launcher {
@@ -87,14 +88,11 @@ class SwitchboxCheck {
   // found. `done` runs once on the loop, never inside Start.
   static Result<std::unique_ptr<SwitchboxCheck>> Start(boost::asio::io_context& io,
                                                        SwitchboxOptions options, Handler done);
-  ~SwitchboxCheck();
-  SwitchboxCheck(const SwitchboxCheck&) = delete;
-  SwitchboxCheck& operator=(const SwitchboxCheck&) = delete;
 
  private:
   struct State;
-  explicit SwitchboxCheck(std::shared_ptr<State> s) : s_(std::move(s)) {}
-  std::shared_ptr<State> s_;
+  explicit SwitchboxCheck(std::function<void()> abandon) : running_(std::move(abandon)) {}
+  RunningOperation running_;  // destroying the check SIGKILLs the probes; `done` never runs
 };
 
 // The argv of the probe for one pair (see above).

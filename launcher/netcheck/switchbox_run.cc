@@ -242,9 +242,7 @@ Result<std::unique_ptr<SwitchboxCheck>> SwitchboxCheck::Start(asio::io_context& 
   }
   auto state = std::make_shared<State>(io, std::move(options), std::move(done));
   state->StartAll();
-  return std::unique_ptr<SwitchboxCheck>(new SwitchboxCheck(std::move(state)));
+  return std::unique_ptr<SwitchboxCheck>(new SwitchboxCheck([state] { state->Cancel(); }));
 }
-
-SwitchboxCheck::~SwitchboxCheck() { s_->Cancel(); }
 
 }  // namespace ftrun::launcher
