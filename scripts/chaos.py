@@ -254,7 +254,7 @@ def main():
         job.start_agent(slot)
     failures = []
     injected = survived = 0
-    pending_restart = None  # (slot, when)
+    pending_restart = None  # the slot of an agent to start again
     # Faults at evenly spread points of the training, each once the job runs again.
     points = [int(args.steps * (0.1 + 0.75 * i / max(1, len(kinds)))) for i in range(len(kinds))]
     deadline = started + args.timeout
@@ -266,7 +266,7 @@ def main():
         if job.master.poll() is not None:
             failures.append(f"the job ended before the {kind} fault at step {at}")
             break
-        if pending_restart:
+        if pending_restart is not None:  # slot 0 is a slot too
             job.start_agent(pending_restart)
             log(f"agent {pending_restart} started again")
             pending_restart = None

@@ -142,6 +142,9 @@ void WorkerGroup::Stop(int sig, std::chrono::milliseconds grace) {
         LauncherLog()->info("sending {} to {} pid={}", SignalName(sig), Label(w), w.process->pid());
       }
       w.process->SignalGroup(sig);  // an exited worker's group may still hold grandchildren
+      // A stopped (SIGSTOP, SIGTSTP) process does not act on the signal until it runs again:
+      // without this it would cost the whole grace period, then a SIGKILL.
+      if (sig != SIGCONT) w.process->SignalGroup(SIGCONT);
     }
   }
   if (sig == SIGKILL || grace.count() == 0) {

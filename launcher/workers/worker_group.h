@@ -52,7 +52,8 @@ class WorkerGroup {
   // still follows) and the error names the process and the program.
   Status Start();
 
-  // Sends `sig` to every process group; after `grace`, SIGKILL to the ones still alive. A
+  // Sends `sig` (then SIGCONT, so that a stopped process acts on it at once) to every
+  // process group; after `grace`, SIGKILL to the ones still alive. A
   // zero grace sends `sig` and SIGKILL at once; SIGKILL kills at once. Repeating the same
   // signal does nothing.
   void Stop(int sig, std::chrono::milliseconds grace);

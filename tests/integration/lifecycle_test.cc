@@ -134,6 +134,31 @@ TEST_F(Lifecycle, OtherForwardedSignals) {
   }
 }
 
+TEST_F(Lifecycle, AStoppedWorkerActsOnTheStopSignalAtOnce) {
+  // A stopped process acts on SIGTERM only once it runs again: without the SIGCONT that
+  // follows the stop signal, this worker would wait for the whole minute of grace and SIGKILL.
+  ChildRun run(FtrunBinary(), Cmd({"--nproc-per-node", "2", "--shutdown-timeout", "60"},
+                                  {"on-term-exit", "42", "pidfile", dir_.path(), "sleep", "60"}));
+  auto pids = WorkerPids(2);
+  ASSERT_EQ(::kill(pids[0], SIGSTOP), 0);
+  auto state = [](pid_t p) {  // the state letter in /proc/<pid>/stat ('T': stopped)
+    const std::string stat = ReadFile("/proc/" + std::to_string(p) + "/stat");
+    const size_t close = stat.rfind(')');
+    return close == std::string::npos || close + 2 >= stat.size() ? '?' : stat[close + 2];
+  };
+  ASSERT_TRUE(WaitFor([&] { return state(pids[0]) == 'T'; }, 10s));
+  run.Signal(SIGTERM);
+  auto r = run.Wait(40s);
+  EXPECT_FALSE(r.timed_out) << r.err;
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  // It ran its SIGTERM handler (exit 42): resumed at once, not SIGKILLed after the grace.
+  EXPECT_NE(r.err.find("pid=" + std::to_string(pids[0]) + " attempt=0 status=exit code 42"),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(r.err.find("sending SIGKILL"), std::string::npos) << r.err;
+  for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p));
+}
+
 TEST_F(Lifecycle, WorkerIgnoringSigtermIsKilledAfterGrace) {
   ChildRun run(FtrunBinary(), Cmd({"--nproc-per-node", "2", "--shutdown-timeout", "1"},
                                   {"ignore", "15", "pidfile", dir_.path(), "sleep", "60"}));

@@ -51,7 +51,9 @@ class FakeChild : public launcher::ChildProcess {
 
  private:
   void Deliver(int sig) {
-    if (exited_ || dying_ || (sig == SIGTERM && ignores_sigterm) || sig == 0) return;
+    if (exited_ || dying_ || (sig == SIGTERM && ignores_sigterm) || sig == 0 || sig == SIGCONT) {
+      return;  // SIGCONT resumes a stopped process; it does not end one
+    }
     dying_ = true;
     boost::asio::post(io_, [this, alive = alive_, sig] {
       if (*alive) Finish({0, sig});

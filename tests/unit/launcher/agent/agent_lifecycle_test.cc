@@ -56,9 +56,10 @@ TEST_F(AgentTest, AWorkerThatIgnoresSigtermIsKilledWhenTheGraceIsOver) {
   child(1).ignores_sigterm = true;
   FailWorker(0);
   EXPECT_EQ(agent->state(), AgentState::kStopping);
-  EXPECT_EQ(child(1).group_signals, std::vector<int>{SIGTERM});
+  EXPECT_EQ(child(1).group_signals, (std::vector<int>{SIGTERM, SIGCONT}));
   AdvanceAndSettle(std::chrono::milliseconds(4999));
-  EXPECT_EQ(child(1).group_signals, std::vector<int>{SIGTERM}) << "no SIGKILL before 5 s";
+  EXPECT_EQ(child(1).group_signals, (std::vector<int>{SIGTERM, SIGCONT}))
+      << "no SIGKILL before 5 s";
   AdvanceAndSettle(std::chrono::milliseconds(1));
   EXPECT_TRUE(spawner.children.empty());
   ExpectStoppedAndWaiting(1);

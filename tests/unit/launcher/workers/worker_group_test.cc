@@ -65,13 +65,15 @@ TEST_F(WorkerGroupTest, StopSignalsEveryGroupThenKillsWhatIsLeftAfterTheGrace) {
   ASSERT_EQ(spawner.children.size(), 2u) << "kept alive by the group until it is destroyed";
   EXPECT_EQ(g->live_count(), 1u);
   g->Stop(SIGTERM, std::chrono::milliseconds(300));  // a repeat changes nothing
-  EXPECT_EQ(spawner.children.at(0)->group_signals, std::vector<int>{SIGTERM});
+  // SIGCONT after the stop signal: a stopped worker acts on it at once.
+  EXPECT_EQ(spawner.children.at(0)->group_signals, (std::vector<int>{SIGTERM, SIGCONT}));
   clock.Advance(std::chrono::milliseconds(299));
   EXPECT_EQ(g->live_count(), 1u);
   clock.Advance(std::chrono::milliseconds(1));
   Settle();
   // SIGKILL, then once more to every group when the last one exited (grandchildren).
-  EXPECT_EQ(spawner.children.at(0)->group_signals, (std::vector<int>{SIGTERM, SIGKILL, SIGKILL}));
+  EXPECT_EQ(spawner.children.at(0)->group_signals,
+            (std::vector<int>{SIGTERM, SIGCONT, SIGKILL, SIGKILL}));
   EXPECT_EQ(g->live_count(), 0u);
   EXPECT_EQ(all_exited, 1);
 }
