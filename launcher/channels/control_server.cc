@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "ftrun/v1/control.pb.h"
 #include "launcher/channels/json_line.h"
+#include "launcher/channels/stale_control_dirs.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -46,6 +47,7 @@ ControlServer::ControlServer(boost::asio::io_context& io, Events events)
 ControlServer::~ControlServer() { Stop(); }
 
 Status ControlServer::Start(const std::string& tmp_root) {
+  RemoveStaleControlDirs(tmp_root);
   std::string tmpl = (std::filesystem::path(tmp_root) / "ftrun-control-XXXXXX").string();
   if (::mkdtemp(tmpl.data()) == nullptr) {  // mkdtemp creates it 0700
     return Error{"cannot create the control directory in " + tmp_root + ": " +

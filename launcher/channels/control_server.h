@@ -59,7 +59,8 @@ class ControlServer {
   ControlServer(const ControlServer&) = delete;
   ControlServer& operator=(const ControlServer&) = delete;
 
-  // Creates the private directory under `tmp_root` and starts listening.
+  // Removes the stale control directories of dead agents under `tmp_root`
+  // (stale_control_dirs.h), creates its own private directory there and starts listening.
   Status Start(const std::string& tmp_root);
   const std::string& path() const { return path_; }
   // Closes every connection, removes the socket and its directory.

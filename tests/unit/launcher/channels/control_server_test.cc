@@ -7,9 +7,12 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <string>
 
+#include "launcher/channels/stale_control_dirs.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::launcher {
@@ -222,6 +225,43 @@ TEST_F(ControlServerTest, StopRemovesTheSocket) {
   server_->Stop();
   EXPECT_FALSE(testing::FileExists(path));
   EXPECT_FALSE(testing::FileExists(std::filesystem::path(path).parent_path()));
+}
+
+// A Unix socket at `path` that nobody listens on any more (its agent died).
+void DeadSocket(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  ASSERT_LT(path.size(), sizeof(addr.sun_path));
+  std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(::bind(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::listen(fd, 1), 0);
+  ::close(fd);  // the file stays; connecting to it is refused from now on
+}
+
+TEST(StaleControlDirs, OnlyTheDirectoriesOfDeadAgentsAreRemoved) {
+  namespace fs = std::filesystem;
+  testing::TempDir root;
+  for (const char* d : {"ftrun-control-dead01", "ftrun-control-dead02", "ftrun-control-extra1",
+                        "ftrun-control-setup1", "other-dir"}) {
+    fs::create_directory(root / d);
+  }
+  DeadSocket(root / "ftrun-control-dead01/agent.sock");
+  DeadSocket(root / "ftrun-control-dead02/agent.sock");
+  DeadSocket(root / "ftrun-control-extra1/agent.sock");
+  std::ofstream(root / "ftrun-control-extra1/note") << "not ours to remove";
+  DeadSocket(root / "other-dir/agent.sock");
+  boost::asio::io_context io;
+  ControlServer live(io, {});
+  ASSERT_TRUE(live.Start(root.path()));  // removes both dead ones on its way
+  EXPECT_FALSE(fs::exists(root / "ftrun-control-dead01"));
+  EXPECT_FALSE(fs::exists(root / "ftrun-control-dead02"));
+  EXPECT_TRUE(fs::exists(root / "ftrun-control-extra1/note"));
+  EXPECT_TRUE(fs::exists(root / "ftrun-control-setup1"));  // no socket yet: being set up
+  EXPECT_TRUE(fs::exists(root / "other-dir/agent.sock"));
+  EXPECT_EQ(RemoveStaleControlDirs(root.path()), 0) << "a live agent's directory is kept";
+  EXPECT_TRUE(fs::exists(live.path()));
 }
 
 }  // namespace
