@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "common/fd_limit.h"
 #include "launcher/cli/master_args.h"
 #include "launcher/cli/msrun_main.h"
 #include "launcher/cli/status_args.h"
@@ -27,6 +28,7 @@ const std::map<std::string, Run> kSubcommands = {{"master", ftrun::launcher::Run
 }  // namespace
 
 int main(int argc, char** argv) {
+  ftrun::RaiseFdSoftLimit();  // one socket per peer, pipes per worker; workers get it back
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string name = argc > 0 ? argv[0] : "ftrun";
   name = name.substr(name.find_last_of('/') + 1);

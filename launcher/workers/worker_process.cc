@@ -17,6 +17,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "common/fd_limit.h"
 #include "common/log.h"
 
 namespace bp = boost::process::v2;
@@ -58,6 +59,15 @@ struct ChildSetup {
       rlim_t max_fd = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
       if (max_fd > 65536) max_fd = 65536;
       for (int fd = 3; fd < static_cast<int>(max_fd); ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+    }
+    // The agent raised its own open-file limit (common/fd_limit.h); workers get the one ftrun
+    // was started with, as under torchrun (after the pass above, which needs the raised one).
+    if (const rlim_t soft = StartingFdSoftLimit(); soft != static_cast<rlim_t>(-1)) {
+      struct rlimit fds {};
+      if (::getrlimit(RLIMIT_NOFILE, &fds) == 0) {
+        fds.rlim_cur = soft;
+        ::setrlimit(RLIMIT_NOFILE, &fds);
+      }
     }
     return {};
   }

@@ -2,6 +2,7 @@
 // failure and restart, signals, orphans and zombies.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <chrono>
 #include <thread>
@@ -157,6 +158,26 @@ TEST_F(Lifecycle, AStoppedWorkerActsOnTheStopSignalAtOnce) {
       << r.err;
   EXPECT_EQ(r.err.find("sending SIGKILL"), std::string::npos) << r.err;
   for (pid_t p : pids) EXPECT_FALSE(ProcessAlive(p));
+}
+
+TEST_F(Lifecycle, TheAgentRaisesItsOpenFileLimitAndWorkersKeepTheOneItWasGiven) {
+  struct rlimit given {};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &given), 0);
+  if (given.rlim_max < 512) GTEST_SKIP() << "hard limit " << given.rlim_max;
+  struct rlimit low = given;
+  low.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);  // what ftrun inherits
+  ChildRun run(FtrunBinary(), Cmd({}, {"pidfile", dir_.path(), "sleep", "60"}));
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &given), 0);
+  auto pids = WorkerPids(1);
+  auto soft = [](pid_t p) {
+    struct rlimit rl {};
+    return ::prlimit(p, RLIMIT_NOFILE, nullptr, &rl) == 0 ? rl.rlim_cur : 0;
+  };
+  EXPECT_EQ(soft(run.pid()), given.rlim_max) << "the agent runs with the hard limit";
+  EXPECT_EQ(soft(pids[0]), 256u) << "the worker sees what ftrun was started with";
+  run.Signal(SIGTERM);
+  EXPECT_EQ(run.Wait(20s).exit_code, 1);
 }
 
 TEST_F(Lifecycle, WorkerIgnoringSigtermIsKilledAfterGrace) {
