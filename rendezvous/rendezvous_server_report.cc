@@ -54,8 +54,7 @@ void RendezvousServer::LogTransitions() {
   auto log_event = Overloaded{
       [&](const RoundFormed& e) {
         RendezvousLog()->info("round formed round={} nodes={} restart_count={} world_size={}",
-                              round, e.members.size(), v.restart_count,
-                              v.nodes_joined ? v.assignment.world_size : 0);
+                              round, e.members.size(), v.restart_count, state_.world_size());
         write(EventLog::Event("round_formed")
                   .Set("members", e.members)
                   .Set("restart_count", v.restart_count),

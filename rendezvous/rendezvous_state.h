@@ -95,6 +95,8 @@ class RendezvousState {
   uint64_t version() const { return version_; }
   Phase phase() const { return phase_; }
   uint64_t round() const { return round_; }
+  // Workers in the current round (0 before the first round forms).
+  int world_size() const { return world_size_; }
   bool finished() const { return phase_ == Phase::kSucceeded || phase_ == Phase::kFailed; }
   size_t node_count() const { return nodes_.size(); }
 

@@ -282,7 +282,9 @@ TEST_F(MultiNode, ARestartedMasterIsRejoinedWithRoundAndRestartCountCarriedOn) {
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
   EXPECT_NE(ra.err.find("the rendezvous server no longer knows this node"), std::string::npos)
       << ra.err;
-  EXPECT_NE(rm.err.find("round formed round=2 nodes=2 restart_count=1"), std::string::npos)
+  // The master's own view: 2 nodes of 2 ranks (a view of no node once said world_size=1).
+  EXPECT_NE(rm.err.find("round formed round=2 nodes=2 restart_count=1 world_size=4"),
+            std::string::npos)
       << rm.err;
   EXPECT_LE(Count("attempt=0"), 4);  // the others may be stopped before they record
   EXPECT_EQ(Count("attempt=2"), 0) << "rejoining spent no restart";
