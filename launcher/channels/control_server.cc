@@ -22,9 +22,9 @@ namespace {
 namespace v1 = ftrun::v1;
 using stream = boost::asio::local::stream_protocol;
 
-// Reads `line` as the message of its type; "" or the reason it does not fit.
-std::string Parse(const std::string& line, google::protobuf::Message* msg) {
-  auto parsed = ParseJsonLine(line, msg);
+// Reads the line as the message of its type; "" or the reason it does not fit.
+std::string Parse(const JsonLine& line, google::protobuf::Message* msg) {
+  auto parsed = line.Into(msg);
   return parsed ? "" : parsed.error().message;
 }
 
@@ -182,7 +182,10 @@ void ControlServer::Close(const std::shared_ptr<Connection>& c, const std::strin
   std::erase(connections_, c);
 }
 
-std::string ControlServer::Handle(Connection& c, const std::string& line) {
+std::string ControlServer::Handle(Connection& c, const std::string& text) {
+  auto read = JsonLine::Read(text);  // once; each typed message below reuses it
+  if (!read) return read.error().message;
+  const JsonLine& line = *read;
   v1::ControlEnvelope envelope;
   if (std::string err = Parse(line, &envelope); !err.empty()) return err;
   const std::string& type = envelope.type();

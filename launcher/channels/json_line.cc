@@ -64,17 +64,22 @@ bool ParsesAlone(const std::string& key, const pb::Value& value, const pb::Messa
 
 }  // namespace
 
-Status ParseJsonLine(const std::string& line, pb::Message* msg) {
+Result<JsonLine> JsonLine::Read(std::string line) {
+  JsonLine json;
+  if (!pb::util::JsonStringToMessage(line, &json.object_).ok()) return Error{"not a JSON object"};
+  json.text_ = std::move(line);
+  return json;
+}
+
+Status JsonLine::Into(pb::Message* msg) const {
   msg->Clear();
-  pb::Struct object;
-  if (!pb::util::JsonStringToMessage(line, &object).ok()) return Error{"not a JSON object"};
-  const auto status = pb::util::JsonStringToMessage(line, msg, Options());
+  const auto status = pb::util::JsonStringToMessage(text_, msg, Options());
   const pb::Descriptor& schema = *msg->GetDescriptor();
   for (int i = 0; i < schema.field_count(); ++i) {
     const pb::FieldDescriptor& field = *schema.field(i);
-    auto it = object.fields().find(field.json_name());
-    if (it == object.fields().end()) it = object.fields().find(field.name());
-    if (it == object.fields().end()) continue;
+    auto it = object_.fields().find(field.json_name());
+    if (it == object_.fields().end()) it = object_.fields().find(field.name());
+    if (it == object_.fields().end()) continue;
     if (!KindFits(field, it->second) ||
         (!status.ok() && !ParsesAlone(it->first, it->second, *msg))) {
       return Error{"'" + it->first + "' must be " + Expected(field)};
@@ -84,6 +89,12 @@ Status ParseJsonLine(const std::string& line, pb::Message* msg) {
     return Error{"not a valid '" + schema.name() + "': " + std::string(status.message())};
   }
   return {};
+}
+
+Status ParseJsonLine(const std::string& line, pb::Message* msg) {
+  auto json = JsonLine::Read(line);
+  if (!json) return json.error();
+  return json->Into(msg);
 }
 
 }  // namespace ftrun::launcher

@@ -9,17 +9,29 @@
 // integer". Thread: any; no state.
 #pragma once
 
+#include <google/protobuf/struct.pb.h>
+
 #include <string>
 
 #include "common/result.h"
 
-namespace google::protobuf {
-class Message;
-}  // namespace google::protobuf
-
 namespace ftrun::launcher {
 
-// Clears `msg`, then fills it from `line`.
+// One line read once as a JSON object, then as many typed messages as the caller needs (the
+// envelope, then the message its type selects) without parsing the text again into a tree.
+class JsonLine {
+ public:
+  // "not a JSON object" when `line` is not one.
+  static Result<JsonLine> Read(std::string line);
+  // Clears `msg`, then fills it from the line.
+  Status Into(google::protobuf::Message* msg) const;
+
+ private:
+  std::string text_;
+  google::protobuf::Struct object_;
+};
+
+// JsonLine::Read(line), then Into(msg).
 Status ParseJsonLine(const std::string& line, google::protobuf::Message* msg);
 
 }  // namespace ftrun::launcher

@@ -27,9 +27,9 @@ void LocalCoordinator::Start(Listener* listener) {
   follower_.emplace(
       listener,
       [this](uint64_t round) {
-        auto port = PickFreePort();
-        state_->ReportStopped(opts_.node.node_id, round, port ? *port : 0, Now());
-        Publish();
+        auto stopped = rendezvous::RoundReport::Of(rendezvous::ReportKind::kStopped, round);
+        if (auto port = PickFreePort()) stopped.free_port = *port;
+        Apply(stopped);
       },
       opts_.role);
   state_.emplace(opts_.job, Now());
@@ -63,6 +63,10 @@ void LocalCoordinator::Publish() {
 
 void LocalCoordinator::Report(rendezvous::RoundReport report) {
   report.round = Round();
+  Apply(report);
+}
+
+void LocalCoordinator::Apply(const rendezvous::RoundReport& report) {
   if (auto s = rendezvous::ApplyReport(*state_, opts_.node.node_id, report, Now()); !s) {
     LauncherLog()->error("{}", s.error().message);  // cannot happen: the agent's own reports
   }

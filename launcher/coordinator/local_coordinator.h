@@ -44,6 +44,8 @@ class LocalCoordinator : public Coordinator {
  private:
   // Every report goes straight to the in-process state machine.
   void Report(rendezvous::RoundReport report) override;
+  // Into the state machine (the same ApplyReport as the server's), then the new view out.
+  void Apply(const rendezvous::RoundReport& report);
   void Publish();
   rendezvous::TimePoint Now() const { return rendezvous::Clock::now(); }
   uint64_t Round() const;

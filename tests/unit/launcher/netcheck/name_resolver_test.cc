@@ -58,14 +58,13 @@ TEST_F(NameResolverTest, ANameIsLookedUpOnItsOwnThread) {
 TEST_F(NameResolverTest, ANewLookupCancelsThePendingOne) {
   NameResolver r(io);
   int first = 0;
-  r.Resolve("localhost", 1,
+  // An IP literal's answer is posted at once: by the time the second answer has run, the
+  // first one has been delivered too, and must have been dropped.
+  r.Resolve("127.0.0.2", 1,
             [&](const boost::system::error_code&, NameResolver::Endpoints) { ++first; });
   r.Resolve("127.0.0.1", 2, Record());
   RunUntil(1);
   EXPECT_EQ(endpoints.at(0).port(), 2);
-  r.Cancel();
-  io.restart();
-  io.poll();
   EXPECT_EQ(first, 0) << "a replaced lookup must not answer";
 }
 
