@@ -222,6 +222,9 @@ void Agent::EndSurvivorGrace() {
 
 void Agent::OnGroupExited() {
   if (group_) {
+    // The hang detector reads the group it watches: it must stop before the group goes (on
+    // success no StopGroup ran, and the verdict may take a round trip to the server).
+    hangs_.Stop();
     // We are inside the group's own callback: destroy it later.
     boost::asio::post(io_, [g = std::shared_ptr<WorkerGroup>(std::move(group_))] {});
     events_.SetRound(std::nullopt);

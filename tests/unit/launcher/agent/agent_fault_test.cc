@@ -131,5 +131,18 @@ TEST_F(AgentTest, NoHangVerdictAfterTheRoundStopped) {
   EXPECT_EQ(agent->state(), AgentState::kWaiting);
 }
 
+TEST_F(AgentTest, HangWatchEndsWithTheGroupWhenEveryWorkerSucceeds) {
+  auto rank0 = StartWatchedRound(3);
+  child(0).Exit(0);
+  child(1).Exit(0);
+  Settle();
+  EXPECT_EQ(log->succeeded, 1);
+  // The verdict is the coordinator's and may be late: nothing may still read the group,
+  // which is gone (a multi-node agent once crashed here on the hang detector's next check).
+  EXPECT_EQ(clock.pending(), 0u) << "a timer still watches the exited group";
+  AdvanceAndSettle(std::chrono::seconds(10));
+  EXPECT_TRUE(log->failures.empty());
+}
+
 }  // namespace
 }  // namespace ftrun::testing
