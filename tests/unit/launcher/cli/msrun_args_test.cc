@@ -7,6 +7,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/launcher/cli/launcher_args_checks.h"
+
 namespace ftrun::launcher {
 namespace {
 
@@ -212,10 +214,8 @@ TEST(MsrunArgs, PrefixesAreNotExpandedInTheScriptArguments) {
 }
 
 TEST(MsrunArgs, DoubleDashEndsTheOptions) {
-  auto p = Parse({"--worker_num", "2", "--", "train.py", "a"});
-  ASSERT_EQ(p.action, Action::kRun) << p.error;
-  EXPECT_EQ(p.args.task_script, "train.py");
-  EXPECT_EQ(p.args.task_script_args, (std::vector<std::string>{"a"}));
+  ExpectDoubleDashEndsTheOptions(ParseMsrunArgs, "--worker_num", "2", &MsrunArgs::task_script,
+                                 &MsrunArgs::task_script_args);
 }
 
 TEST(MsrunArgs, MissingScript) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/unit/launcher/cli/launcher_args_checks.h"
+
 namespace ftrun::launcher {
 namespace {
 
@@ -123,10 +125,8 @@ TEST(TorchrunArgs, EverythingAfterTheScriptIsPassedThrough) {
 }
 
 TEST(TorchrunArgs, DoubleDashEndsOptions) {
-  auto p = Parse({"--max-restarts", "1", "--", "train.py", "a"});
-  ASSERT_EQ(p.action, Action::kRun) << p.error;
-  EXPECT_EQ(p.args.script, "train.py");
-  EXPECT_EQ(p.args.script_args, (std::vector<std::string>{"a"}));
+  ExpectDoubleDashEndsTheOptions(ParseTorchrunArgs, "--max-restarts", "1", &TorchrunArgs::script,
+                                 &TorchrunArgs::script_args);
 }
 
 TEST(TorchrunArgs, UnambiguousPrefixesAreExpanded) {
