@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -67,6 +68,16 @@ TEST(MsrunArgs, ExtensionDefaults) {
   EXPECT_FALSE(a.dry_run);
 }
 
+// A field of MsrunArgs as text, for comparing with the value given on the command line:
+// numbers through std::to_string, an absent optional as "-".
+std::string Text(const std::string& v) { return v; }
+std::string Text(int v) { return std::to_string(v); }
+std::string Text(double v) { return std::to_string(v); }
+template <class T>
+std::string Text(const std::optional<T>& v) {
+  return v ? Text(*v) : "-";
+}
+
 // One option, its value as text, and how to read it back.
 struct OptionCase {
   std::string name;
@@ -74,24 +85,28 @@ struct OptionCase {
   std::function<std::string(const MsrunArgs&)> get;
 };
 
-std::string Str(int v) { return std::to_string(v); }
+// The getter of an OptionCase: `field` (of MsrunArgs or a base of it) as Text.
+template <class T, class Base>
+std::function<std::string(const MsrunArgs&)> Field(T Base::*field) {
+  return [field](const MsrunArgs& a) { return Text(a.*field); };
+}
 
 const std::vector<OptionCase>& MsrunOptions() {
   static const std::vector<OptionCase> cases = {
-      {"worker_num", "16", [](const MsrunArgs& a) { return Str(a.worker_num); }},
-      {"local_worker_num", "4", [](const MsrunArgs& a) { return Str(a.local_worker_num); }},
-      {"master_addr", "10.0.0.7", [](const MsrunArgs& a) { return a.master_addr; }},
-      {"master_port", "9123", [](const MsrunArgs& a) { return Str(a.master_port); }},
-      {"node_rank", "3", [](const MsrunArgs& a) { return Str(a.node_rank); }},
-      {"log_dir", "/tmp/ms_logs", [](const MsrunArgs& a) { return a.log_dir; }},
-      {"join", "True", [](const MsrunArgs& a) { return a.join; }},
-      {"cluster_time_out", "-1", [](const MsrunArgs& a) { return Str(a.cluster_time_out); }},
-      {"bind_core", "{\"device0\":[\"0-3\"]}", [](const MsrunArgs& a) { return a.bind_core; }},
-      {"sim_level", "2", [](const MsrunArgs& a) { return Str(a.sim_level); }},
-      {"sim_rank_id", "5", [](const MsrunArgs& a) { return Str(a.sim_rank_id); }},
-      {"rank_table_file", "/etc/hccl.json", [](const MsrunArgs& a) { return a.rank_table_file; }},
-      {"worker_log_name", "w_{ip}", [](const MsrunArgs& a) { return a.worker_log_name; }},
-      {"tail_worker_log", "0,2", [](const MsrunArgs& a) { return a.tail_worker_log; }},
+      {"worker_num", "16", Field(&MsrunArgs::worker_num)},
+      {"local_worker_num", "4", Field(&MsrunArgs::local_worker_num)},
+      {"master_addr", "10.0.0.7", Field(&MsrunArgs::master_addr)},
+      {"master_port", "9123", Field(&MsrunArgs::master_port)},
+      {"node_rank", "3", Field(&MsrunArgs::node_rank)},
+      {"log_dir", "/tmp/ms_logs", Field(&MsrunArgs::log_dir)},
+      {"join", "True", Field(&MsrunArgs::join)},
+      {"cluster_time_out", "-1", Field(&MsrunArgs::cluster_time_out)},
+      {"bind_core", "{\"device0\":[\"0-3\"]}", Field(&MsrunArgs::bind_core)},
+      {"sim_level", "2", Field(&MsrunArgs::sim_level)},
+      {"sim_rank_id", "5", Field(&MsrunArgs::sim_rank_id)},
+      {"rank_table_file", "/etc/hccl.json", Field(&MsrunArgs::rank_table_file)},
+      {"worker_log_name", "w_{ip}", Field(&MsrunArgs::worker_log_name)},
+      {"tail_worker_log", "0,2", Field(&MsrunArgs::tail_worker_log)},
   };
   return cases;
 }
@@ -120,23 +135,18 @@ TEST(MsrunArgs, LastValueWins) {
 
 TEST(MsrunArgs, EveryExtensionInBothSpellings) {
   const std::vector<OptionCase> cases = {
-      {"max_restarts", "3", [](const MsrunArgs& a) { return Str(a.max_restarts); }},
-      {"monitor_interval", "2.5",
-       [](const MsrunArgs& a) { return std::to_string(a.monitor_interval); }},
-      {"shutdown_timeout", "7",
-       [](const MsrunArgs& a) { return a.shutdown_timeout ? Str(*a.shutdown_timeout) : "-"; }},
-      {"fault_save", "off", [](const MsrunArgs& a) { return a.fault_save; }},
-      {"save_timeout", "12.5",
-       [](const MsrunArgs& a) { return a.save_timeout ? std::to_string(*a.save_timeout) : "-"; }},
-      {"hang_timeout", "60", [](const MsrunArgs& a) { return std::to_string(a.hang_timeout); }},
-      {"rdzv_port", "9000",
-       [](const MsrunArgs& a) { return a.rdzv_port ? Str(*a.rdzv_port) : "-"; }},
-      {"rdzv_conf", "join_timeout=5", [](const MsrunArgs& a) { return a.rdzv_conf; }},
-      {"local_addr", "10.1.1.1", [](const MsrunArgs& a) { return a.local_addr; }},
-      {"event_log", "/tmp/events.jsonl", [](const MsrunArgs& a) { return a.event_log; }},
-      {"metrics_port", "9400",
-       [](const MsrunArgs& a) { return a.metrics_port ? Str(*a.metrics_port) : "-"; }},
-      {"log_level", "debug", [](const MsrunArgs& a) { return a.log_level; }},
+      {"max_restarts", "3", Field(&MsrunArgs::max_restarts)},
+      {"monitor_interval", "2.5", Field(&MsrunArgs::monitor_interval)},
+      {"shutdown_timeout", "7", Field(&MsrunArgs::shutdown_timeout)},
+      {"fault_save", "off", Field(&MsrunArgs::fault_save)},
+      {"save_timeout", "12.5", Field(&MsrunArgs::save_timeout)},
+      {"hang_timeout", "60", Field(&MsrunArgs::hang_timeout)},
+      {"rdzv_port", "9000", Field(&MsrunArgs::rdzv_port)},
+      {"rdzv_conf", "join_timeout=5", Field(&MsrunArgs::rdzv_conf)},
+      {"local_addr", "10.1.1.1", Field(&MsrunArgs::local_addr)},
+      {"event_log", "/tmp/events.jsonl", Field(&MsrunArgs::event_log)},
+      {"metrics_port", "9400", Field(&MsrunArgs::metrics_port)},
+      {"log_level", "debug", Field(&MsrunArgs::log_level)},
   };
   for (const auto& c : cases) {
     std::string dashed = c.name;
@@ -236,7 +246,9 @@ TEST(MsrunArgs, SimLevelOutsideZeroToThree) {
     const std::string e = ErrorOf({"--sim_level", bad, "train.py"});
     EXPECT_NE(e.find("--sim_level"), std::string::npos) << e;
   }
-  for (int ok = 0; ok <= 3; ++ok) EXPECT_EQ(Args({"--sim_level", Str(ok)}).sim_level, ok);
+  for (int ok = 0; ok <= 3; ++ok) {
+    EXPECT_EQ(Args({"--sim_level", std::to_string(ok)}).sim_level, ok);
+  }
 }
 
 TEST(MsrunArgs, HelpAndVersion) {
