@@ -19,22 +19,23 @@ using rendezvous::Duration;
 }  // namespace
 
 rendezvous::JobSpec JobSpecFrom(const LaunchConfig& c) {
-  rendezvous::JobSpec job;
-  job.run_id = c.run_id;
-  job.min_nodes = c.min_nodes;
-  job.max_nodes = c.max_nodes;
-  job.nproc_per_node = c.nproc_per_node;
-  job.max_restarts = c.max_restarts;
-  job.node_unit = c.node_unit;
-  job.static_ranks = c.backend == RendezvousBackend::kStatic;
-  if (job.static_ranks) job.master_addr = c.master_addr;
-  job.last_call_timeout = c.rdzv.last_call_timeout;
-  job.join_timeout = job.static_ranks ? c.rdzv.timeout : c.rdzv.join_timeout;
-  job.liveness_timeout = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
-  job.fault_save = c.fault_save;
-  job.save_timeout = c.save_timeout;
-  job.check = CheckSettingsFrom(c.preflight, c.max_nodes);
-  return job;
+  const bool static_ranks = c.backend == RendezvousBackend::kStatic;
+  return {
+      .run_id = c.run_id,
+      .min_nodes = c.min_nodes,
+      .max_nodes = c.max_nodes,
+      .nproc_per_node = c.nproc_per_node,
+      .max_restarts = c.max_restarts,
+      .node_unit = c.node_unit,
+      .static_ranks = static_ranks,
+      .master_addr = static_ranks ? c.master_addr : "",
+      .last_call_timeout = c.rdzv.last_call_timeout,
+      .join_timeout = static_ranks ? c.rdzv.timeout : c.rdzv.join_timeout,
+      .liveness_timeout = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt,
+      .fault_save = c.fault_save,
+      .save_timeout = c.save_timeout,
+      .check = CheckSettingsFrom(c.preflight, c.max_nodes),
+  };
 }
 
 namespace {
