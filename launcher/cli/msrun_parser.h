@@ -10,7 +10,7 @@
 
 #include "launcher/cli/cli11_support.h"
 #include "launcher/cli/msrun_args.h"
-#include "launcher/cli/option_help.h"
+#include "launcher/cli/shared_options.h"
 
 namespace ftrun::launcher::cli11 {
 
@@ -70,25 +70,21 @@ class MsrunParser {
         "With --join True, the ranks whose logs reach the console (-1: all)", g, "RANKS");
 
     g = "ftrun extensions";
-    Ext("max-restarts", a.max_restarts, help::kMaxRestarts, g, "N");
-    Ext("monitor-interval", a.monitor_interval, help::kMonitorInterval, g, "SECONDS");
-    Ext("shutdown-timeout", a.shutdown_timeout,
-        std::string(help::kShutdownTimeout) + " [default: 30]", g, "SECONDS");
-    Ext("fault-save", a.fault_save, help::kFaultSave, g, "on|off")
-        ->check(CLI::IsMember({"on", "off"}));
-    Ext("save-timeout", a.save_timeout,
-        std::string(help::kSaveTimeout) +
-            " (also MindIO TTP's) [default: TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT or 180]",
-        g, "SECONDS");
-    Ext("hang-timeout", a.hang_timeout, help::kHangTimeout, g, "SECONDS");
+    Ext(shared::kMaxRestarts, a.max_restarts, g);
+    Ext(shared::kMonitorInterval, a.monitor_interval, g);
+    Ext(shared::kShutdownTimeout, a.shutdown_timeout, g, " [default: 30]");
+    Ext(shared::kFaultSave, a.fault_save, g)->check(CLI::IsMember({"on", "off"}));
+    Ext(shared::kSaveTimeout, a.save_timeout, g,
+        " (also MindIO TTP's) [default: TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT or 180]");
+    Ext(shared::kHangTimeout, a.hang_timeout, g);
     Ext("rdzv-port", a.rdzv_port, "Port of ftrun's rendezvous [default: --master_port + 1]", g,
         "PORT");
-    Ext("rdzv-conf", a.rdzv_conf, std::string(help::kRdzvConf) + " (see ftrun(1))", g, "K=V,...");
-    Ext("local-addr", a.local_addr, help::kLocalAddr, g, "ADDR");
-    Ext("event-log", a.event_log, help::kEventLog, g, "FILE");
-    Ext("metrics-port", a.metrics_port, help::kMetricsPort, g, "PORT");
-    Ext("log-level", a.log_level, help::kLogLevel, g, "LEVEL");
-    app_.add_flag("--dry_run,--dry-run", a.dry_run, help::kDryRun)->group(g);
+    Ext(shared::kRdzvConf, a.rdzv_conf, g, " (see ftrun(1))");
+    Ext(shared::kLocalAddr, a.local_addr, g);
+    Ext(shared::kEventLog, a.event_log, g);
+    Ext(shared::kMetricsPort, a.metrics_port, g);
+    Ext(shared::kLogLevel, a.log_level, g);
+    app_.add_flag(ExtNames(shared::kDryRun.dashed), a.dry_run, shared::kDryRun.help)->group(g);
   }
 
   ParsedMsrun Parse(std::vector<std::string> argv, const MsrunArgs& a) {
@@ -114,9 +110,19 @@ class MsrunParser {
   template <class T>
   CLI::Option* Ext(const std::string& dashed, T& var, const std::string& desc,
                    const std::string& group, const std::string& type) {
+    return AddOption(app_, ExtNames(dashed), var, desc, group, type);
+  }
+  // A shared extension (shared_options.h); `help_suffix` is appended to its help (msrun's
+  // default where it differs).
+  template <class T>
+  CLI::Option* Ext(const shared::Option& o, T& var, const std::string& group,
+                   const std::string& help_suffix = "") {
+    return Ext(o.dashed, var, o.help + help_suffix, group, o.value);
+  }
+  static std::string ExtNames(const std::string& dashed) {
     std::string snake = dashed;
     std::replace(snake.begin(), snake.end(), '-', '_');
-    return AddOption(app_, "--" + snake + ",--" + dashed, var, desc, group, type);
+    return "--" + snake + ",--" + dashed;
   }
 
   CLI::App app_;

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "launcher/cli/cli11_support.h"
-#include "launcher/cli/option_help.h"
+#include "launcher/cli/shared_options.h"
 #include "launcher/cli/torchrun_args.h"
 
 namespace ftrun::launcher::cli11 {
@@ -49,28 +49,25 @@ class TorchrunParser {
     Opt("nnodes", a.nnodes, "N or MIN:MAX: number of nodes", g, "MIN:MAX");
     Opt("nproc-per-node", a.nproc_per_node,
         "Workers per node: a number, cpu, gpu (NVIDIA GPUs) or auto", g, "N|cpu|gpu|auto");
-    Opt("max-restarts", a.max_restarts, help::kMaxRestarts, g, "N");
-    Opt("monitor-interval", a.monitor_interval, help::kMonitorInterval, g, "SECONDS");
+    Opt(shared::kMaxRestarts, a.max_restarts, g);
+    Opt(shared::kMonitorInterval, a.monitor_interval, g);
     Opt("role", a.role, "Role of the workers (ROLE_NAME, log prefix)", g, "NAME");
-    Opt("shutdown-timeout", a.shutdown_timeout,
-        std::string(help::kShutdownTimeout) + " [default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30]", g,
-        "SECONDS");
+    Opt(shared::kShutdownTimeout, a.shutdown_timeout, g,
+        " [default: TORCH_ELASTIC_SHUTDOWN_TIMEOUT or 30]");
     Opt("signals-to-handle", a.signals_to_handle,
         "Comma-separated signals forwarded to the workers before ftrun stops", g, "SIGNALS");
     Flag("virtual-local-rank", a.virtual_local_rank,
          "Give every worker LOCAL_RANK=0 and one GPU in CUDA_VISIBLE_DEVICES", g);
 
     g = "Fault tolerance (ftrun)";
-    Opt("fault-save", a.fault_save, help::kFaultSave, g, "on|off")
-        ->check(CLI::IsMember({"on", "off"}));
-    Opt("save-timeout", a.save_timeout,
-        std::string(help::kSaveTimeout) + " [default: TTP_OT or 180]", g, "SECONDS");
-    Opt("hang-timeout", a.hang_timeout, help::kHangTimeout, g, "SECONDS");
+    Opt(shared::kFaultSave, a.fault_save, g)->check(CLI::IsMember({"on", "off"}));
+    Opt(shared::kSaveTimeout, a.save_timeout, g, " [default: TTP_OT or 180]");
+    Opt(shared::kHangTimeout, a.hang_timeout, g);
 
     g = "Operations (ftrun)";
-    Opt("event-log", a.event_log, help::kEventLog, g, "FILE");
-    Opt("metrics-port", a.metrics_port, help::kMetricsPort, g, "PORT");
-    Flag("dry-run", a.dry_run, help::kDryRun, g);
+    Opt(shared::kEventLog, a.event_log, g);
+    Opt(shared::kMetricsPort, a.metrics_port, g);
+    Flag(shared::kDryRun, a.dry_run, g);
 
     g = "Rendezvous";
     Flag("standalone", a.standalone,
@@ -79,11 +76,11 @@ class TorchrunParser {
     Opt("rdzv-endpoint", a.rdzv_endpoint, "host[:port] of the rendezvous server (c10d)", g,
         "HOST:PORT");
     Opt("rdzv-id", a.rdzv_id, "Job id shared by all nodes (TORCHELASTIC_RUN_ID)", g, "ID");
-    Opt("rdzv-conf", a.rdzv_conf, help::kRdzvConf, g, "K=V,...");
+    Opt(shared::kRdzvConf, a.rdzv_conf, g);
     Opt("node-rank", a.node_rank, "Rank of this node (static rendezvous)", g, "N");
     Opt("master-addr", a.master_addr, "Address of node 0 (static rendezvous)", g, "ADDR");
     Opt("master-port", a.master_port, "Port of node 0's ftrun (static rendezvous)", g, "PORT");
-    Opt("local-addr", a.local_addr, help::kLocalAddr, g, "ADDR");
+    Opt(shared::kLocalAddr, a.local_addr, g);
 
     g = "Entry point";
     Flag("module", a.module, "Run the script as a Python module (python -m)", g, "m");
@@ -102,7 +99,7 @@ class TorchrunParser {
         g, "STD", "t");
     Opt("local-ranks-filter", a.local_ranks_filter,
         "Comma-separated local ranks whose output reaches the console", g, "RANKS");
-    Opt("log-level", a.log_level, help::kLogLevel, g, "LEVEL");
+    Opt(shared::kLogLevel, a.log_level, g);
 
     g = "Pre-flight checks (ftrun)";
     Flag("network-check", a.network_check,
@@ -188,6 +185,17 @@ class TorchrunParser {
   void Flag(const std::string& dashed, bool& var, const std::string& desc, const std::string& group,
             const std::string& short_name = "") {
     app_.add_flag(Names(dashed, short_name), var, desc)->envname(PetName(dashed))->group(group);
+  }
+
+  // A shared option (shared_options.h) in torchrun's conventions; `help_suffix` is appended to
+  // its help (torchrun's default where it differs).
+  template <class T>
+  CLI::Option* Opt(const shared::Option& o, T& var, const std::string& group,
+                   const std::string& help_suffix = "") {
+    return Opt(o.dashed, var, o.help + help_suffix, group, o.value);
+  }
+  void Flag(const shared::Option& o, bool& var, const std::string& group) {
+    Flag(o.dashed, var, o.help, group);
   }
 
  private:
