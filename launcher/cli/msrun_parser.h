@@ -38,53 +38,49 @@ class MsrunParser {
     app_.prefix_command();
     app_.add_flag("--version", version_, "Print the version and exit");
 
-    std::string g = "msrun";
-    Own("worker_num", a.worker_num, "Total number of workers in the job", g, "N");
-    Own("local_worker_num", a.local_worker_num, "Workers on this node", g, "N");
-    Own("master_addr", a.master_addr, "Address (IPv4 or host name) of the scheduler", g, "ADDR");
-    Own("master_port", a.master_port, "Port of the scheduler", g, "PORT");
+    Own("worker_num", a.worker_num, "Total number of workers in the job", "N");
+    Own("local_worker_num", a.local_worker_num, "Workers on this node", "N");
+    Own("master_addr", a.master_addr, "Address (IPv4 or host name) of the scheduler", "ADDR");
+    Own("master_port", a.master_port, "Port of the scheduler", "PORT");
     Own("node_rank", a.node_rank,
-        "Rank of this node; worker i gets rank node_rank*local_worker_num+i (-1: assigned)", g,
-        "N");
+        "Rank of this node; worker i gets rank node_rank*local_worker_num+i (-1: assigned)", "N");
     Own("log_dir", a.log_dir,
         "Directory of scheduler.log and worker_<rank>.log (created 0700; \"\": the current "
         "directory)",
-        g, "DIR");
+        "DIR");
     Own("join", a.join, "True: wait for the job and print the worker logs; False: return at once",
-        g, "True|False");
+        "True|False");
     Own("cluster_time_out", a.cluster_time_out,
-        "Seconds to wait for the cluster to form (MS_TOPO_TIMEOUT; negative: forever)", g,
-        "SECONDS");
+        "Seconds to wait for the cluster to form (MS_TOPO_TIMEOUT; negative: forever)", "SECONDS");
     Own("bind_core", a.bind_core,
         "Pin workers to CPUs with taskset: True (even split), False, or "
         "{\"device0\":[\"0-10\"],...}",
-        g, "BOOL|JSON");
-    Own("sim_level", a.sim_level, "Simulation (dry-run) level 0-3: no scheduler", g, "LEVEL")
+        "BOOL|JSON");
+    Own("sim_level", a.sim_level, "Simulation (dry-run) level 0-3: no scheduler", "LEVEL")
         ->check(CLI::IsMember({0, 1, 2, 3}));
-    Own("sim_rank_id", a.sim_rank_id, "In simulation, run a single process with this rank", g,
-        "RANK");
-    Own("rank_table_file", a.rank_table_file, "Exported as RANK_TABLE_FILE", g, "FILE");
+    Own("sim_rank_id", a.sim_rank_id, "In simulation, run a single process with this rank", "RANK");
+    Own("rank_table_file", a.rank_table_file, "Exported as RANK_TABLE_FILE", "FILE");
     Own("worker_log_name", a.worker_log_name,
-        "Worker log base name ({ip} and {hostname} are replaced) [default: worker]", g, "NAME");
+        "Worker log base name ({ip} and {hostname} are replaced) [default: worker]", "NAME");
     Own("tail_worker_log", a.tail_worker_log,
-        "With --join True, the ranks whose logs reach the console (-1: all)", g, "RANKS");
+        "With --join True, the ranks whose logs reach the console (-1: all)", "RANKS");
 
-    g = "ftrun extensions";
-    Ext(shared::kMaxRestarts, a.max_restarts, g);
-    Ext(shared::kMonitorInterval, a.monitor_interval, g);
-    Ext(shared::kShutdownTimeout, a.shutdown_timeout, g, " [default: 30]");
-    Ext(shared::kFaultSave, a.fault_save, g)->check(CLI::IsMember({"on", "off"}));
-    Ext(shared::kSaveTimeout, a.save_timeout, g,
+    Ext(shared::kMaxRestarts, a.max_restarts);
+    Ext(shared::kMonitorInterval, a.monitor_interval);
+    Ext(shared::kShutdownTimeout, a.shutdown_timeout, " [default: 30]");
+    Ext(shared::kFaultSave, a.fault_save)->check(CLI::IsMember({"on", "off"}));
+    Ext(shared::kSaveTimeout, a.save_timeout,
         " (also MindIO TTP's) [default: TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT or 180]");
-    Ext(shared::kHangTimeout, a.hang_timeout, g);
-    Ext("rdzv-port", a.rdzv_port, "Port of ftrun's rendezvous [default: --master_port + 1]", g,
+    Ext(shared::kHangTimeout, a.hang_timeout);
+    Ext("rdzv-port", a.rdzv_port, "Port of ftrun's rendezvous [default: --master_port + 1]",
         "PORT");
-    Ext(shared::kRdzvConf, a.rdzv_conf, g, " (see ftrun(1))");
-    Ext(shared::kLocalAddr, a.local_addr, g);
-    Ext(shared::kEventLog, a.event_log, g);
-    Ext(shared::kMetricsPort, a.metrics_port, g);
-    Ext(shared::kLogLevel, a.log_level, g);
-    app_.add_flag(ExtNames(shared::kDryRun.dashed), a.dry_run, shared::kDryRun.help)->group(g);
+    Ext(shared::kRdzvConf, a.rdzv_conf, " (see ftrun(1))");
+    Ext(shared::kLocalAddr, a.local_addr);
+    Ext(shared::kEventLog, a.event_log);
+    Ext(shared::kMetricsPort, a.metrics_port);
+    Ext(shared::kLogLevel, a.log_level);
+    app_.add_flag(ExtNames(shared::kDryRun.dashed), a.dry_run, shared::kDryRun.help)
+        ->group(kExtensionGroup);
   }
 
   ParsedMsrun Parse(std::vector<std::string> argv, const MsrunArgs& a) {
@@ -99,25 +95,27 @@ class MsrunParser {
   std::string Help() { return app_.help(); }
 
  private:
+  static constexpr const char* kOwnGroup = "msrun";
+  static constexpr const char* kExtensionGroup = "ftrun extensions";
+
   // msrun's own option: --snake_case only.
   template <class T>
   CLI::Option* Own(const std::string& name, T& var, const std::string& desc,
-                   const std::string& group, const std::string& type) {
+                   const std::string& type) {
     own_.insert("--" + name);
-    return AddOption(app_, "--" + name, var, desc, group, type);
+    return AddOption(app_, "--" + name, var, desc, kOwnGroup, type);
   }
   // An ftrun extension: --a_b (shown) and --a-b.
   template <class T>
   CLI::Option* Ext(const std::string& dashed, T& var, const std::string& desc,
-                   const std::string& group, const std::string& type) {
-    return AddOption(app_, ExtNames(dashed), var, desc, group, type);
+                   const std::string& type) {
+    return AddOption(app_, ExtNames(dashed), var, desc, kExtensionGroup, type);
   }
   // A shared extension (shared_options.h); `help_suffix` is appended to its help (msrun's
   // default where it differs).
   template <class T>
-  CLI::Option* Ext(const shared::Option& o, T& var, const std::string& group,
-                   const std::string& help_suffix = "") {
-    return Ext(o.dashed, var, o.help + help_suffix, group, o.value);
+  CLI::Option* Ext(const shared::Option& o, T& var, const std::string& help_suffix = "") {
+    return Ext(o.dashed, var, o.help + help_suffix, o.value);
   }
   static std::string ExtNames(const std::string& dashed) {
     std::string snake = dashed;
