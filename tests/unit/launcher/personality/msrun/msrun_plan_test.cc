@@ -5,6 +5,7 @@
 
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -19,7 +20,7 @@ namespace {
 using ftrun::testing::ReadFile;
 using ftrun::testing::TempDir;
 
-MsrunConfig Config(std::vector<std::string> argv, EnvMap env = {}) {
+MsrunConfig Config(std::vector<std::string> argv, const EnvMap& env) {
   argv.push_back("train.py");
   auto p = ParseMsrunArgs(argv);
   EXPECT_EQ(p.action, ParsedMsrun::Action::kRun) << p.error;
@@ -67,25 +68,31 @@ class MsrunPlan : public ::testing::Test {
     return plans;
   }
 
-  // The plans of a node of the job `argv` (before the script) whose scheduler is at
-  // `sched_host`, on the master node or not, for ranks from `base_rank`.
-  std::vector<ProcessPlan> PlanOf(std::vector<std::string> argv, const std::string& sched_host,
-                                  bool master_node, int base_rank) {
-    config_ = Config(std::move(argv));
-    MsrunPlanner planner(config_, kAgentEnv, sched_host, master_node, "worker");
-    return Plan(planner, Assignment(base_rank));
+  // The planner of a node of the job `argv` (before the script) whose scheduler is at
+  // 10.0.0.1, on the master node or not. `env` is the agent's environment (the configuration
+  // reads it too), `log_base` the base of the workers' log names. Valid until the next call.
+  MsrunPlanner& PlannerOf(std::vector<std::string> argv, bool master_node = true,
+                          const EnvMap& env = kAgentEnv, const std::string& log_base = "worker") {
+    planner_.reset();
+    config_ = Config(std::move(argv), env);
+    return planner_.emplace(config_, env, "10.0.0.1", master_node, log_base);
+  }
+  // The first round's plans of PlannerOf(argv, master_node), for ranks from `base_rank`.
+  std::vector<ProcessPlan> PlanOf(std::vector<std::string> argv, bool master_node = true,
+                                  int base_rank = 0) {
+    return Plan(PlannerOf(std::move(argv), master_node), Assignment(base_rank));
   }
   std::string Printed() const { return out_.str(); }
 
   TempDir dir_;
   std::ostringstream out_;
-  MsrunConfig config_;  // of PlanOf: the planner keeps a reference
+  MsrunConfig config_;  // of PlannerOf: the planner keeps a reference
+  std::optional<MsrunPlanner> planner_;
 };
 
 TEST_F(MsrunPlan, SingleNodeWorkersAndSchedulerWithMsrunsEnvironment) {
   auto plans = PlanOf({"--worker_num", "2", "--local_worker_num", "2", "--master_port", "9000",
-                       "--cluster_time_out", "300", "--log_dir", dir_.path()},
-                      "10.0.0.1", true, 0);
+                       "--cluster_time_out", "300", "--log_dir", dir_.path()});
   ASSERT_EQ(plans.size(), 3u);
   const EnvMap common = With(kAgentEnv, {{"RANK_SIZE", "2"},
                                          {"MS_WORKER_NUM", "2"},
@@ -120,22 +127,18 @@ TEST_F(MsrunPlan, SingleNodeWorkersAndSchedulerWithMsrunsEnvironment) {
 }
 
 TEST_F(MsrunPlan, RankTableFileOnlyWhenGiven) {
-  MsrunConfig with = Config(
-      {"--worker_num", "1", "--local_worker_num", "1", "--rank_table_file", "/etc/hccl.json"});
-  MsrunPlanner p1(with, kAgentEnv, "127.0.0.1", true, "worker");
-  for (const auto& plan : Plan(p1, Assignment(0))) {
+  for (const auto& plan : PlanOf({"--worker_num", "1", "--local_worker_num", "1",
+                                  "--rank_table_file", "/etc/hccl.json"})) {
     EXPECT_EQ(plan.env.at("RANK_TABLE_FILE"), "/etc/hccl.json") << plan.name;
   }
-  MsrunConfig without = Config({"--worker_num", "1", "--local_worker_num", "1"});
-  MsrunPlanner p2(without, kAgentEnv, "127.0.0.1", true, "worker");
-  for (const auto& plan : Plan(p2, Assignment(0))) {
+  for (const auto& plan : PlanOf({"--worker_num", "1", "--local_worker_num", "1"})) {
     EXPECT_EQ(plan.env.count("RANK_TABLE_FILE"), 0u) << plan.name;
   }
 }
 
 TEST_F(MsrunPlan, SecondNodeWithFixedNodeRank) {
-  auto plans = PlanOf({"--worker_num", "4", "--local_worker_num", "2", "--node_rank", "1"},
-                      "10.0.0.1", false, 2);
+  auto plans =
+      PlanOf({"--worker_num", "4", "--local_worker_num", "2", "--node_rank", "1"}, false, 2);
   ASSERT_EQ(plans.size(), 2u) << "no scheduler off the master node";
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(i);
@@ -153,7 +156,7 @@ TEST_F(MsrunPlan, SecondNodeWithFixedNodeRank) {
 TEST_F(MsrunPlan, AssignedNodeRankStillExportsTheRanksAndMinusOne) {
   // ftrun knows every rank, so MS_NODE_ID/RANK_ID are set even with node_rank -1 (msrun
   // leaves them to MindSpore there); MS_NODE_RANK is -1 as msrun exports it.
-  auto plans = PlanOf({"--worker_num", "4", "--local_worker_num", "2"}, "10.0.0.1", true, 2);
+  auto plans = PlanOf({"--worker_num", "4", "--local_worker_num", "2"}, true, 2);
   ASSERT_EQ(plans.size(), 3u);
   EXPECT_EQ(plans[0].env.at("MS_NODE_ID"), "2");
   EXPECT_EQ(plans[1].env.at("RANK_ID"), "3");
@@ -163,14 +166,13 @@ TEST_F(MsrunPlan, AssignedNodeRankStillExportsTheRanksAndMinusOne) {
 }
 
 TEST_F(MsrunPlan, NoSchedulerWhereItDoesNotRun) {
-  auto plans = PlanOf({"--worker_num", "2", "--local_worker_num", "2"}, "10.0.0.1", false, 0);
+  auto plans = PlanOf({"--worker_num", "2", "--local_worker_num", "2"}, false);
   ASSERT_EQ(plans.size(), 2u);
   for (const auto& p : plans) EXPECT_GE(p.local_rank, 0);
 }
 
 TEST_F(MsrunPlan, SimulationHasNoSchedulerAndNoClusterVariables) {
-  auto plans = PlanOf({"--worker_num", "2", "--local_worker_num", "2", "--sim_level", "1"},
-                      "10.0.0.1", true, 0);
+  auto plans = PlanOf({"--worker_num", "2", "--local_worker_num", "2", "--sim_level", "1"});
   ASSERT_EQ(plans.size(), 2u) << "no scheduler in simulation";
   for (int i = 0; i < 2; ++i) {
     SCOPED_TRACE(i);
@@ -187,33 +189,24 @@ TEST_F(MsrunPlan, SimulationHasNoSchedulerAndNoClusterVariables) {
 }
 
 TEST_F(MsrunPlan, SimulationWithSimRankIdRunsThatRank) {
-  MsrunConfig c = Config(
+  auto plans = PlanOf(
       {"--worker_num", "8", "--local_worker_num", "8", "--sim_level", "0", "--sim_rank_id", "5"});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
-  auto plans = Plan(planner, Assignment(0));
   ASSERT_EQ(plans.size(), 1u);
-  EXPECT_EQ(plans[0].env.at("RANK_ID"), "5");
-  EXPECT_EQ(plans[0].env.at("RANK_SIZE"), "8");
-  EXPECT_EQ(plans[0].env.at("MS_SIMULATION_LEVEL"), "0");
+  ExpectIn(plans[0].env, {{"RANK_ID", "5"}, {"RANK_SIZE", "8"}, {"MS_SIMULATION_LEVEL", "0"}});
   EXPECT_EQ(plans[0].env.count("MS_ROLE"), 0u);
 }
 
 TEST_F(MsrunPlan, SimulationLevelFromTheEnvironmentIsInherited) {
-  EnvMap env =
-      With(kAgentEnv, {{"MS_SIMULATION_LEVEL", "2"}, {"RANK_ID", "3"}, {"RANK_SIZE", "64"}});
-  MsrunConfig c = Config({"--worker_num", "8", "--local_worker_num", "8"}, env);
-  MsrunPlanner planner(c, env, "10.0.0.1", true, "worker");
-  auto plans = Plan(planner, Assignment(0));
+  const EnvMap inherited = {{"MS_SIMULATION_LEVEL", "2"}, {"RANK_ID", "3"}, {"RANK_SIZE", "64"}};
+  auto plans = Plan(
+      PlannerOf({"--worker_num", "8", "--local_worker_num", "8"}, true, With(kAgentEnv, inherited)),
+      Assignment(0));
   ASSERT_EQ(plans.size(), 1u);
-  EXPECT_EQ(plans[0].env.at("MS_SIMULATION_LEVEL"), "2");
-  EXPECT_EQ(plans[0].env.at("RANK_ID"), "3");
-  EXPECT_EQ(plans[0].env.at("RANK_SIZE"), "64");
+  ExpectIn(plans[0].env, inherited);
 }
 
 TEST_F(MsrunPlan, BindCoreTrueExportsTheCpuListAndUsesTaskset) {
-  MsrunConfig c = Config({"--worker_num", "2", "--local_worker_num", "2", "--bind_core", "True"});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
-  auto plans = Plan(planner, Assignment(0));
+  auto plans = PlanOf({"--worker_num", "2", "--local_worker_num", "2", "--bind_core", "True"});
   ASSERT_EQ(plans.size(), 3u);
   EXPECT_EQ(plans[0].program, "taskset");
   EXPECT_EQ(plans[0].args, (std::vector<std::string>{"-c", "0-3", "python", "train.py"}));
@@ -226,10 +219,8 @@ TEST_F(MsrunPlan, BindCoreTrueExportsTheCpuListAndUsesTaskset) {
 }
 
 TEST_F(MsrunPlan, BindCoreJsonPinsByPositionWhenTheDeviceMatches) {
-  MsrunConfig c = Config({"--worker_num", "3", "--local_worker_num", "3", "--bind_core",
-                          R"({"device0":["0-1","6-7"],"device5":["2-3"],"scheduler":["4-5"]})"});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
-  auto plans = Plan(planner, Assignment(0));
+  auto plans = PlanOf({"--worker_num", "3", "--local_worker_num", "3", "--bind_core",
+                       R"({"device0":["0-1","6-7"],"device5":["2-3"],"scheduler":["4-5"]})"});
   ASSERT_EQ(plans.size(), 4u);
   EXPECT_EQ(plans[0].program, "taskset");
   EXPECT_EQ(plans[0].args, (std::vector<std::string>{"-c", "0-1,6-7", "python", "train.py"}));
@@ -242,9 +233,8 @@ TEST_F(MsrunPlan, BindCoreJsonPinsByPositionWhenTheDeviceMatches) {
 }
 
 TEST_F(MsrunPlan, LogFileNames) {
-  MsrunConfig c =
-      Config({"--worker_num", "2", "--local_worker_num", "2", "--log_dir", dir_.path()});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
+  MsrunPlanner& planner =
+      PlannerOf({"--worker_num", "2", "--local_worker_num", "2", "--log_dir", dir_.path()});
   auto plans = Plan(planner, Assignment(0));
   ASSERT_EQ(plans.size(), 3u);
   EXPECT_EQ(plans[0].out.file, dir_ / "worker_0.log");
@@ -256,10 +246,10 @@ TEST_F(MsrunPlan, LogFileNames) {
 }
 
 TEST_F(MsrunPlan, WorkerLogNameBase) {
-  MsrunConfig c = Config({"--worker_num", "2", "--local_worker_num", "2", "--log_dir", dir_.path(),
-                          "--worker_log_name", "ignored_{ip}"});
   // The caller replaces {ip}/{hostname}; the planner uses the base it is given.
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "job_10.0.0.2");
+  MsrunPlanner& planner = PlannerOf({"--worker_num", "2", "--local_worker_num", "2", "--log_dir",
+                                     dir_.path(), "--worker_log_name", "ignored_{ip}"},
+                                    true, kAgentEnv, "job_10.0.0.2");
   auto plans = Plan(planner, Assignment(0));
   EXPECT_EQ(plans[0].out.file, dir_ / "job_10.0.0.2_0.log");
   EXPECT_EQ(plans[1].out.file, dir_ / "job_10.0.0.2_1.log");
@@ -267,8 +257,7 @@ TEST_F(MsrunPlan, WorkerLogNameBase) {
 }
 
 TEST_F(MsrunPlan, EmptyLogDirMeansRelativeNames) {
-  MsrunConfig c = Config({"--worker_num", "1", "--local_worker_num", "1"});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
+  MsrunPlanner& planner = PlannerOf({"--worker_num", "1", "--local_worker_num", "1"});
   auto plans = Plan(planner, Assignment(0));
   ASSERT_EQ(plans.size(), 2u);
   EXPECT_EQ(plans[0].out.file, "worker_0.log");
@@ -277,10 +266,8 @@ TEST_F(MsrunPlan, EmptyLogDirMeansRelativeNames) {
 }
 
 TEST_F(MsrunPlan, StdoutAndStderrMergedIntoTheLog) {
-  MsrunConfig c =
-      Config({"--worker_num", "1", "--local_worker_num", "1", "--log_dir", dir_.path()});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
-  for (const auto& p : Plan(planner, Assignment(0))) {
+  for (const auto& p :
+       PlanOf({"--worker_num", "1", "--local_worker_num", "1", "--log_dir", dir_.path()})) {
     SCOPED_TRACE(p.name);
     EXPECT_TRUE(p.err_to_out);
     EXPECT_EQ(p.out.kind, StreamPlan::Kind::kFile) << "--join False: nothing on the console";
@@ -288,9 +275,8 @@ TEST_F(MsrunPlan, StdoutAndStderrMergedIntoTheLog) {
 }
 
 TEST_F(MsrunPlan, TruncatedOnTheFirstRoundAppendedWithAMarkerLater) {
-  MsrunConfig c =
-      Config({"--worker_num", "1", "--local_worker_num", "1", "--log_dir", dir_.path()});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
+  MsrunPlanner& planner =
+      PlannerOf({"--worker_num", "1", "--local_worker_num", "1", "--log_dir", dir_.path()});
   auto first = Plan(planner, Assignment(0));
   ASSERT_EQ(first.size(), 2u);
   for (const auto& p : first) EXPECT_FALSE(p.out.append) << p.name;
@@ -307,9 +293,8 @@ TEST_F(MsrunPlan, TruncatedOnTheFirstRoundAppendedWithAMarkerLater) {
 }
 
 TEST_F(MsrunPlan, JoinTrueTeesEveryWorkerToStdoutButNotTheScheduler) {
-  MsrunConfig c = Config(
+  MsrunPlanner& planner = PlannerOf(
       {"--worker_num", "2", "--local_worker_num", "2", "--join", "True", "--log_dir", dir_.path()});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
   auto plans = Plan(planner, Assignment(0));
   ASSERT_EQ(plans.size(), 3u);
   for (int i = 0; i < 2; ++i) {
@@ -329,7 +314,7 @@ TEST_F(MsrunPlan, JoinTrueTeesEveryWorkerToStdoutButNotTheScheduler) {
 TEST_F(MsrunPlan, TailWorkerLogSelectsTheRanksOnTheConsole) {
   auto plans = PlanOf({"--worker_num", "4", "--local_worker_num", "2", "--node_rank", "1", "--join",
                        "True", "--tail_worker_log", "0,3", "--log_dir", dir_.path()},
-                      "10.0.0.1", false, 2);
+                      false, 2);
   ASSERT_EQ(plans.size(), 2u);
   EXPECT_EQ(plans[0].out.kind, StreamPlan::Kind::kFile) << "rank 2 is not selected";
   EXPECT_EQ(plans[0].out.file, dir_ / "worker_2.log");
@@ -337,18 +322,15 @@ TEST_F(MsrunPlan, TailWorkerLogSelectsTheRanksOnTheConsole) {
 }
 
 TEST_F(MsrunPlan, TailWorkerLogNeedsJoin) {
-  MsrunConfig c = Config({"--worker_num", "2", "--local_worker_num", "2", "--join", "False",
-                          "--tail_worker_log", "1"});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
-  for (const auto& p : Plan(planner, Assignment(0))) {
+  for (const auto& p : PlanOf({"--worker_num", "2", "--local_worker_num", "2", "--join", "False",
+                               "--tail_worker_log", "1"})) {
     EXPECT_EQ(p.out.kind, StreamPlan::Kind::kFile) << p.name;
   }
 }
 
 TEST_F(MsrunPlan, EntrypointNameAndFailureReport) {
-  MsrunConfig c =
-      Config({"--worker_num", "1", "--local_worker_num", "1", "--log_dir", dir_.path()});
-  MsrunPlanner planner(c, kAgentEnv, "10.0.0.1", true, "worker");
+  MsrunPlanner& planner =
+      PlannerOf({"--worker_num", "1", "--local_worker_num", "1", "--log_dir", dir_.path()});
   EXPECT_EQ(planner.EntrypointName(), "train.py");
   std::ofstream(dir_ / "scheduler.log") << "a\nb\nERROR: worker 1 lost\nc\n";
   std::ostringstream err;
