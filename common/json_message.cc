@@ -44,10 +44,22 @@ JsonMessage& JsonMessage::Set(const std::string& key, const std::vector<std::str
   for (const auto& v : values) list->add_values()->set_string_value(v);
   return *this;
 }
-JsonMessage& JsonMessage::Set(const std::string& key, const std::vector<int>& values) {
-  auto* list = (*s_->mutable_fields())[key].mutable_list_value();
+namespace {
+template <typename Number>
+void SetNumbers(google::protobuf::Struct& s, const std::string& key,
+                const std::vector<Number>& values) {
+  auto* list = (*s.mutable_fields())[key].mutable_list_value();
   list->clear_values();
-  for (int v : values) list->add_values()->set_number_value(v);
+  for (Number v : values) list->add_values()->set_number_value(static_cast<double>(v));
+}
+}  // namespace
+
+JsonMessage& JsonMessage::Set(const std::string& key, const std::vector<int>& values) {
+  SetNumbers(*s_, key, values);
+  return *this;
+}
+JsonMessage& JsonMessage::Set(const std::string& key, const std::vector<int64_t>& values) {
+  SetNumbers(*s_, key, values);
   return *this;
 }
 JsonMessage& JsonMessage::Set(const std::string& key, const JsonMessage& object) {

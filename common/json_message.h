@@ -37,6 +37,7 @@ class JsonMessage {
   JsonMessage& Set(const std::string& key, bool value);
   JsonMessage& Set(const std::string& key, const std::vector<std::string>& values);
   JsonMessage& Set(const std::string& key, const std::vector<int>& values);
+  JsonMessage& Set(const std::string& key, const std::vector<int64_t>& values);
   // A nested object.
   JsonMessage& Set(const std::string& key, const JsonMessage& object);
   JsonMessage& Append(const std::string& key, const JsonMessage& object);  // to a list

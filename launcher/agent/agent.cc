@@ -74,6 +74,7 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
 
 void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
   const ExitStatus& st = *w.status;
+  if (w.local_rank >= 0) flash_.WorkerExited(w.local_rank);
   const int attempt = group_->assignment().restart_count;
   const bool live = WorkersLive(state_);
   events_.WorkerExited(w, st.Succeeded() ? "succeeded" : live ? "failed" : "stopped");
@@ -290,6 +291,8 @@ void Agent::Finish(int exit_code) {
   preflight_.Cancel();
   coordinator_->Shutdown();
   if (result_) ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
+  // A failed job keeps its newest memory snapshots: the loop runs until they are stored.
+  if (exit_code_ != 0) flash_.PersistForExit([] {});
 }
 
 }  // namespace ftrun::launcher

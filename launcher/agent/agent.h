@@ -11,10 +11,10 @@
 // OnRoundStarted starts the new group.
 //
 // Collaborators, each in its own file: WorkerChannels (control channel, watchdog FIFO),
-// SaveRelay (fault-time save), HangDetector (--hang-timeout), PreflightDriver (switchbox and
-// network checks), AgentEvents (event log), AgentMetrics (--metrics-port); outcome.h reports
-// the end. Processes come from the injected Spawner and time from
-// the injected Clock, so unit tests drive every transition without real processes.
+// FlashService (memory snapshots), SaveRelay (fault-time save), HangDetector (--hang-timeout),
+// PreflightDriver (switchbox and network checks), AgentEvents (event log), AgentMetrics
+// (--metrics-port); outcome.h reports the end. Processes come from the injected Spawner and time
+// from the injected Clock, so unit tests drive every transition without real processes.
 //
 // Thread: loop only (the io_context passed in). Run() drives the loop until the job is over.
 // Ownership: owns the coordinator, the planner, its collaborators and the worker group; the
@@ -40,6 +40,7 @@
 #include "launcher/agent/preflight_driver.h"
 #include "launcher/agent/save_relay.h"
 #include "launcher/agent/worker_channels.h"
+#include "launcher/checkpoint/flash_service.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/coordinator/coordinator.h"
 #include "launcher/workers/spawner.h"
@@ -129,6 +130,7 @@ class Agent : public Coordinator::Listener {
   AgentEvents events_;
   AgentMetrics metrics_;
   WorkerChannels channels_;
+  FlashService flash_;  // memory snapshots of the ranks' state (flash checkpoint)
   SaveRelay relay_;
   HangDetector hangs_;
   PreflightDriver preflight_;

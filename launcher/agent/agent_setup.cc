@@ -21,6 +21,10 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
           io, config_, clock_, [this] { return group_ ? group_->live_count() : 0; },
           [this] { return coordinator_->ServerMetrics(); }),
       channels_(io, config_, ChannelEvents(), [this] { return group_.get(); }),
+      flash_(io, config_.nproc_per_node, FlashMemoryBudget(config_),
+             [this](int lr, const std::string& json, int fd) {
+               return channels_.control() != nullptr && channels_.control()->Send(lr, json, fd);
+             }),
       relay_(config_, channels_, *coordinator_, events_, metrics_, clock_,
              [this] { return group_.get(); }),
       hangs_(clock_, config_, channels_, opts_.host,
@@ -71,6 +75,10 @@ ControlServer::Events Agent::ChannelEvents() {
   ev.on_saved = [this](int lr, uint64_t id, bool finalize, bool ok, const std::string& err) {
     relay_.OnRankSaved(lr, id, finalize, ok, err);
   };
+  ev.on_snapshot_begin = [this](int lr, const auto& r) { flash_.Begin(lr, r); };
+  ev.on_snapshot_commit = [this](int lr, const auto& r) { flash_.Commit(lr, r); };
+  ev.on_snapshot_steps = [this](int lr, const auto& r) { flash_.Steps(lr, r); };
+  ev.on_snapshot_get = [this](int lr, const auto& r) { flash_.Get(lr, r); };
   ev.on_peer_failed = [](int lr, const std::string& err) {
     LauncherLog()->info("local_rank={} reports a failed collective ({}); it waits for orders", lr,
                         err);

@@ -54,6 +54,8 @@ EnvMap WorkerChannels::WorkerEnv() const {
       {"FTRUN_CONTROL_SOCKET", control_->path()},
       {"FTRUN_STACK_SIGNAL", std::to_string(StackDumpSignal())},
       {"FTRUN_SAVE_TIMEOUT", fmt::format("{:g}", config_.save_timeout.count())},
+      // The agent keeps memory snapshots (flash checkpoint) within this many bytes.
+      {"FTRUN_FLASH_MEMORY_BUDGET", std::to_string(FlashMemoryBudget(config_))},
   };
 }
 

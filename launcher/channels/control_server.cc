@@ -1,5 +1,6 @@
 #include "launcher/channels/control_server.h"
 
+#include <fcntl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -8,6 +9,7 @@
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <cstdlib>
+#include <cstring>
 #include <deque>
 #include <filesystem>
 
@@ -30,11 +32,22 @@ std::string Parse(const JsonLine& line, google::protobuf::Message* msg) {
 
 }  // namespace
 
+// A message on its way out, with the descriptor it carries (owned; -1 for none).
+struct Outgoing {
+  std::string data;
+  int fd = -1;
+};
+
 struct ControlServer::Connection {
   explicit Connection(boost::asio::io_context& io) : socket(io), in(kMaxControlLine + 1) {}
+  ~Connection() {
+    for (auto& o : out) {
+      if (o.fd >= 0) ::close(o.fd);
+    }
+  }
   stream::socket socket;
   boost::asio::streambuf in;
-  std::deque<std::string> out;
+  std::deque<Outgoing> out;
   bool writing = false;
   bool closed = false;
   int local_rank = -1;  // -1 until "hello"
@@ -133,19 +146,63 @@ void ControlServer::Read(std::shared_ptr<Connection> c) {
       });
 }
 
-bool ControlServer::Send(int local_rank, const std::string& json) {
+bool ControlServer::Send(int local_rank, const std::string& json, int fd) {
   auto it = by_rank_.find(local_rank);
   if (it == by_rank_.end() || it->second->closed) return false;
-  it->second->out.push_back(json + "\n");
+  Outgoing o{json + "\n", -1};
+  if (fd >= 0 && (o.fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
+    WorkerLog()->warn("control channel: cannot pass a descriptor to local_rank {}: {}", local_rank,
+                      std::strerror(errno));
+    return false;
+  }
+  it->second->out.push_back(std::move(o));
   Write(it->second);
   return true;
 }
 
+void ControlServer::WriteWithFd(std::shared_ptr<Connection> c) {
+  Outgoing& o = c->out.front();
+  iovec iov{o.data.data(), o.data.size()};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = control;
+  msg.msg_controllen = sizeof control;
+  cmsghdr* cm = CMSG_FIRSTHDR(&msg);
+  cm->cmsg_level = SOL_SOCKET;
+  cm->cmsg_type = SCM_RIGHTS;
+  cm->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(cm), &o.fd, sizeof(int));
+  ssize_t n = ::sendmsg(c->socket.native_handle(), &msg, MSG_DONTWAIT | MSG_NOSIGNAL);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
+    // The peer's queue is full: wait until it reads, without blocking the loop.
+    c->writing = true;
+    std::weak_ptr<bool> alive = alive_;
+    c->socket.async_wait(stream::socket::wait_write,
+                         [this, alive, c](const boost::system::error_code& ec) {
+                           auto a = alive.lock();
+                           if (!a || !*a) return;
+                           c->writing = false;
+                           if (ec) return Close(c, "");
+                           Write(c);
+                         });
+    return;
+  }
+  if (n < 0) return Close(c, "");
+  ::close(o.fd);  // the peer has its own copy now
+  o.fd = -1;
+  o.data.erase(0, static_cast<size_t>(n));
+  if (o.data.empty()) c->out.pop_front();
+  Write(c);
+}
+
 void ControlServer::Write(std::shared_ptr<Connection> c) {
   if (c->writing || c->out.empty() || c->closed) return;
+  if (c->out.front().fd >= 0) return WriteWithFd(c);
   c->writing = true;
   std::weak_ptr<bool> alive = alive_;
-  boost::asio::async_write(c->socket, boost::asio::buffer(c->out.front()),
+  boost::asio::async_write(c->socket, boost::asio::buffer(c->out.front().data),
                            [this, alive, c](const boost::system::error_code& ec, size_t) {
                              auto a = alive.lock();
                              if (!a || !*a) return;
@@ -233,6 +290,57 @@ std::string ControlServer::Handle(Connection& c, const std::string& text) {
     if (events_.on_saved) {
       events_.on_saved(c.local_rank, saved.id(), saved.finalize(), saved.ok(), saved.error());
     }
+  } else if (type.starts_with("snapshot_")) {
+    return HandleSnapshot(c, type, line);
+  } else {
+    return "unknown message type '" + type + "'";
+  }
+  return "";
+}
+
+namespace {
+
+// Reads a flash checkpoint request; "" or why it does not fit.
+template <typename Request>
+std::string ParseRequest(const JsonLine& line, Request* request) {
+  if (std::string err = Parse(line, request); !err.empty()) return err;
+  if (!request->has_id()) return "a snapshot request needs an 'id'";
+  return "";
+}
+
+}  // namespace
+
+std::string ControlServer::HandleSnapshot(Connection& c, const std::string& type,
+                                          const JsonLine& line) {
+  const int lr = c.local_rank;
+  auto offered = [&](const auto& handler, int64_t id) {
+    if (handler) return true;
+    Send(lr, JsonMessage("snapshot_refused")
+                 .Set("id", id)
+                 .Set("error", std::string("this ftrun agent keeps no memory snapshots"))
+                 .str());
+    return false;
+  };
+  if (type == "snapshot_begin") {
+    v1::ControlSnapshotBegin begin;
+    if (std::string err = ParseRequest(line, &begin); !err.empty()) return err;
+    if (!begin.has_step() || !begin.has_bytes()) return "'snapshot_begin' needs 'step' and 'bytes'";
+    if (begin.group().size() > 1024) return "snapshot group name over 1 KiB";
+    if (offered(events_.on_snapshot_begin, begin.id())) events_.on_snapshot_begin(lr, begin);
+  } else if (type == "snapshot_commit") {
+    v1::ControlSnapshotCommit commit;
+    if (std::string err = ParseRequest(line, &commit); !err.empty()) return err;
+    if (!commit.has_step()) return "'snapshot_commit' needs 'step'";
+    if (offered(events_.on_snapshot_commit, commit.id())) events_.on_snapshot_commit(lr, commit);
+  } else if (type == "snapshot_steps") {
+    v1::ControlSnapshotSteps steps;
+    if (std::string err = ParseRequest(line, &steps); !err.empty()) return err;
+    if (offered(events_.on_snapshot_steps, steps.id())) events_.on_snapshot_steps(lr, steps);
+  } else if (type == "snapshot_get") {
+    v1::ControlSnapshotGet get;
+    if (std::string err = ParseRequest(line, &get); !err.empty()) return err;
+    if (!get.has_step()) return "'snapshot_get' needs 'step'";
+    if (offered(events_.on_snapshot_get, get.id())) events_.on_snapshot_get(lr, get);
   } else {
     return "unknown message type '" + type + "'";
   }

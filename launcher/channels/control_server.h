@@ -22,9 +22,14 @@
 
 #include "common/json_message.h"
 #include "common/result.h"
+#include "launcher/channels/json_line.h"
 
 namespace ftrun::v1 {
 class ControlHello;
+class ControlSnapshotBegin;
+class ControlSnapshotCommit;
+class ControlSnapshotSteps;
+class ControlSnapshotGet;
 }  // namespace ftrun::v1
 
 namespace ftrun::launcher {
@@ -52,6 +57,12 @@ class ControlServer {
                        const std::string& error)>
         on_saved;
     std::function<void(int local_rank, const std::string& error)> on_peer_failed;
+    // Flash checkpoint requests (null: the agent offers no memory snapshots and answers
+    // them with "snapshot_refused"). The request is valid only during the call.
+    std::function<void(int local_rank, const v1::ControlSnapshotBegin&)> on_snapshot_begin;
+    std::function<void(int local_rank, const v1::ControlSnapshotCommit&)> on_snapshot_commit;
+    std::function<void(int local_rank, const v1::ControlSnapshotSteps&)> on_snapshot_steps;
+    std::function<void(int local_rank, const v1::ControlSnapshotGet&)> on_snapshot_get;
   };
 
   ControlServer(boost::asio::io_context& io, Events events);
@@ -72,13 +83,18 @@ class ControlServer {
   const RankControl& rank(int local_rank) const;
   int rank_count() const { return static_cast<int>(ranks_.size()); }
   // Sends one message (a JSON object without the newline); false if the rank is not connected.
-  bool Send(int local_rank, const std::string& json);
+  // With `fd` >= 0 the descriptor goes along (SCM_RIGHTS, on the message's first byte): it is
+  // duplicated at once, so the caller keeps its own.
+  bool Send(int local_rank, const std::string& json, int fd = -1);
 
  private:
   struct Connection;
   void Accept();
   void Read(std::shared_ptr<Connection> c);
   void Write(std::shared_ptr<Connection> c);
+  // Sends the front message's first bytes with its descriptor; then Write goes on.
+  void WriteWithFd(std::shared_ptr<Connection> c);
+  std::string HandleSnapshot(Connection& c, const std::string& type, const JsonLine& line);
   std::string Handle(Connection& c, const std::string& line);
   // Binds `c` to the local rank its "hello" claims, once the kernel agrees; "" or why not.
   std::string Bind(Connection& c, const v1::ControlHello& hello);

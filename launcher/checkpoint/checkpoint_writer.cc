@@ -240,6 +240,45 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
   return FsyncPath(root);
 }
 
+// Points `link` at `target` atomically (a relative symbolic link, as engine.py's _link). A
+// real file or directory already at `link` is left alone, with a warning.
+Status LinkTo(const std::string& link, const std::string& target) {
+  std::error_code ec;
+  fs::path where = fs::absolute(link, ec);
+  if (ec) return Error{"the path " + link + ": " + ec.message()};
+  auto status = fs::symlink_status(where, ec);
+  if (fs::exists(status) && !fs::is_symlink(status)) {
+    LauncherLog()->warn("{} exists and is not a link; the checkpoint is at {}", link, target);
+    return {};
+  }
+  fs::create_directories(where.parent_path(), ec);
+  if (ec) return Error{"creating " + where.parent_path().string() + ": " + ec.message()};
+  fs::path relative = fs::relative(target, where.parent_path(), ec);
+  if (ec) relative = target;
+  std::string tmp = (where.parent_path() /
+                     ("." + where.filename().string() + ".link-" + std::to_string(getpid())))
+                        .string();
+  unlink(tmp.c_str());
+  if (symlink(relative.c_str(), tmp.c_str()) != 0) return Failed("linking", tmp);
+  if (rename(tmp.c_str(), where.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return Failed("renaming to", where.string());
+  }
+  return {};
+}
+
+// What the request's link points at: the one file of a one-file checkpoint, else its
+// directory.
+std::string LinkTarget(const CheckpointRequest& request, const std::string& final_dir) {
+  if (request.parts.size() == 1 && request.parts[0].files.size() == 1) {
+    std::string file = final_dir + "/" + PartDirName(request.parts[0].group) + "/" +
+                       request.parts[0].files[0].name;
+    std::error_code ec;
+    if (fs::exists(file, ec)) return file;
+  }
+  return final_dir;
+}
+
 }  // namespace
 
 std::string PartDirName(const std::string& group) {
@@ -282,6 +321,12 @@ Result<std::string> WriteCheckpoint(const CheckpointRequest& request) {
   if (!request.tracker.empty()) {
     if (auto s = WriteTracker(request.root, request.tracker, request.step); !s) {
       return s.error().Wrap(final_dir + " is complete, but its tracker is not updated");
+    }
+  }
+  if (!request.link.empty()) {
+    if (auto s = LinkTo(request.link, LinkTarget(request, final_dir)); !s) {
+      return s.error().Wrap(final_dir + " is complete, but " + request.link +
+                            " does not point at it");
     }
   }
   return Ok(final_dir);

@@ -7,12 +7,14 @@
 //       group-<name>/PART.json               the group's files with size and sha256
 //       MANIFEST.json                        format 1, step, world size, groups, reason
 //   then renamed to <root>/ftrun-step-<S>/ and <root> fsynced; then the tracker (if asked:
-//   <root>/<tracker> holds the newest step, never lowered) by write, fsync, rename.
+//   <root>/<tracker> holds the newest step, never lowered) by write, fsync, rename; then the
+//   link (if asked) that the script's `path` becomes.
 //
 // A complete checkpoint is never overwritten: if ftrun-step-<S> exists, it is kept as it is
 // and the new copy discarded (as checkpoint.py's finalize does). On any error the temporary
 // directory is removed and nothing else changes. Each snapshot is checked against its crc32
-// while it is written: a snapshot corrupted in memory is not persisted.
+// while it is written, when its checksum is known: a snapshot corrupted in memory is not
+// persisted.
 //
 // Names: group names and file names are printable ASCII (the manifest's JSON is written
 // ASCII-only, as Python's json.dump does); a file name is a plain name (no '/', not '.' or
@@ -53,6 +55,9 @@ struct CheckpointRequest {
   std::string reason = "flash";  // recorded in the manifest ("periodic", "fault", ...)
   std::vector<CheckpointPart> parts;
   std::string tracker;  // file name under root recording the newest step; "" for none
+  // Made a symbolic link to the stored copy (its one file, or the checkpoint's directory when
+  // it has more); "" for none. A real file or directory there is left alone, with a warning.
+  std::string link;
 };
 
 // Writes the checkpoint; returns its final directory (<root>/ftrun-step-<S>).

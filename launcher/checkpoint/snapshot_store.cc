@@ -72,14 +72,16 @@ std::span<const std::byte> SnapshotView::data() const { return {buffer->data(), 
 int SnapshotView::fd() const { return buffer->fd(); }
 
 Status Verify(const SnapshotView& view) {
+  if (!view.meta.checksum) return {};
   return ChecksumMatches(view, SnapshotChecksum(view.data()));
 }
 
 Status ChecksumMatches(const SnapshotView& view, uint32_t actual) {
-  if (actual != view.meta.checksum) {
+  if (view.meta.checksum && actual != *view.meta.checksum) {
     return Error{"the snapshot of local rank " + std::to_string(view.local_rank) + " at step " +
                  std::to_string(view.step) + " has checksum " + std::to_string(actual) +
-                 ", not the " + std::to_string(view.meta.checksum) + " its worker recorded"};
+                 ", not the " + std::to_string(*view.meta.checksum) +
+                 " recorded when it was saved"};
   }
   return {};
 }
@@ -133,6 +135,7 @@ Result<SnapshotLease> SnapshotStore::Begin(int local_rank, uint64_t step, size_t
     reserved_ = after;
   }
   rank->begun = step;
+  slot.complete = false;  // the older snapshot it held is being overwritten
   slot.step = step;
   slot.bytes = bytes;
   slot.meta = {};
@@ -147,11 +150,19 @@ Status SnapshotStore::Commit(int local_rank, uint64_t step, SnapshotMeta meta) {
   }
   int index = WriteSlot(*rank);
   rank->slots[index].meta = std::move(meta);
+  rank->slots[index].complete = true;
   rank->newest = index;
   rank->begun.reset();
   LauncherLog()->debug("memory snapshot of local rank {} at step {} complete ({} bytes)",
                        local_rank, step, rank->slots[index].bytes);
   return {};
+}
+
+bool SnapshotStore::Busy(int local_rank) const {
+  const Rank* rank = RankAt(local_rank);
+  if (rank == nullptr) return false;
+  const Slot& slot = rank->slots[WriteSlot(*rank)];
+  return slot.buffer && slot.buffer.use_count() > 1;
 }
 
 void SnapshotStore::Abort(int local_rank) {
@@ -162,15 +173,28 @@ void SnapshotStore::Abort(int local_rank) {
   }
 }
 
-std::optional<SnapshotView> SnapshotStore::Newest(int local_rank) const {
-  const Rank* rank = RankAt(local_rank);
-  if (rank == nullptr || rank->newest < 0) return std::nullopt;
-  const Slot& slot = rank->slots[rank->newest];
+SnapshotView SnapshotStore::ViewOf(int local_rank, const Slot& slot) {
   return SnapshotView{.local_rank = local_rank,
                       .step = slot.step,
                       .bytes = slot.bytes,
                       .meta = slot.meta,
                       .buffer = slot.buffer};
+}
+
+std::optional<SnapshotView> SnapshotStore::Newest(int local_rank) const {
+  const Rank* rank = RankAt(local_rank);
+  if (rank == nullptr || rank->newest < 0) return std::nullopt;
+  return ViewOf(local_rank, rank->slots[rank->newest]);
+}
+
+std::vector<SnapshotView> SnapshotStore::Complete(int local_rank) const {
+  std::vector<SnapshotView> views;
+  const Rank* rank = RankAt(local_rank);
+  if (rank == nullptr || rank->newest < 0) return views;
+  views.push_back(ViewOf(local_rank, rank->slots[rank->newest]));
+  const Slot& older = rank->slots[1 - rank->newest];
+  if (older.complete) views.push_back(ViewOf(local_rank, older));
+  return views;
 }
 
 }  // namespace ftrun::launcher

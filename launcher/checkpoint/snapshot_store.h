@@ -47,12 +47,23 @@ namespace ftrun::launcher {
 // `data`; 0 for none), so a large buffer can be checked in pieces.
 uint32_t SnapshotChecksum(std::span<const std::byte> data, uint32_t crc = 0);
 
+// Where a snapshot goes when it is persisted (root empty: nowhere).
+struct SnapshotTarget {
+  std::string root;     // the checkpoint directory
+  std::string path;     // made a link to the stored copy ("" : none)
+  std::string name;     // the copy's file name inside its group's directory
+  std::string tracker;  // file under root recording the newest step ("" : none)
+  int world_size = 1;   // ranks of the job that saved it
+};
+
 // What the worker says about a snapshot it has written.
 struct SnapshotMeta {
-  // Opaque to the agent: the worker's layout (e.g. JSON of tensor names, dtypes, shapes,
-  // offsets and the offset of the pickled non-tensor part). Kept and persisted as is.
+  // Opaque to the agent: the worker's layout, if it is not inside the snapshot's bytes.
   std::string layout;
-  uint32_t checksum = 0;  // SnapshotChecksum of the snapshot's `bytes`
+  // SnapshotChecksum of the snapshot's `bytes`, when known (not computed on the save path).
+  std::optional<uint32_t> checksum;
+  std::string group;  // which copy: "" the one copy of a DDP job, "rank-<r>" a shard
+  SnapshotTarget target;
 };
 
 // One memfd buffer: its descriptor and a read-only shared mapping of its whole size.
@@ -79,9 +90,10 @@ struct SnapshotView {
 };
 
 // Recomputes the checksum of `view`'s bytes; an error names the rank, step and both values.
+// A snapshot without a recorded checksum passes.
 Status Verify(const SnapshotView& view);
-// Whether `actual` (the checksum of view's bytes as read) is the one its worker recorded;
-// the same error as Verify.
+// Whether `actual` (the checksum of view's bytes as read) is the one recorded (if any); the
+// same error as Verify.
 Status ChecksumMatches(const SnapshotView& view, uint32_t actual);
 
 class SnapshotStore {
@@ -100,10 +112,17 @@ class SnapshotStore {
   // Makes the begun save of `step` the rank's newest snapshot. Errors: no save of that step
   // begun by that rank. The bytes are not checked here (Verify does, off the loop).
   Status Commit(int local_rank, uint64_t step, SnapshotMeta meta);
+  // Whether the rank's next Begin would fail because its buffer is being read (pinned).
+  bool Busy(int local_rank) const;
   // Abandons the rank's begun save, if any (e.g. its worker died).
   void Abort(int local_rank);
 
   std::optional<SnapshotView> Newest(int local_rank) const;
+  // The rank's complete snapshots, newest first: the newest and, until the next Begin hands
+  // its buffer out, the one before it (so a job whose ranks' newest steps differ after a
+  // crash mid-save can still restore one step on all of them).
+  std::vector<SnapshotView> Complete(int local_rank) const;
+  int local_ranks() const { return static_cast<int>(ranks_.size()); }
   // Bytes of memory held by all buffers (what the budget counts).
   uint64_t reserved_bytes() const { return reserved_; }
   uint64_t budget_bytes() const { return budget_; }
@@ -113,6 +132,7 @@ class SnapshotStore {
     std::shared_ptr<SnapshotBuffer> buffer;  // null until first used
     uint64_t step = 0;
     size_t bytes = 0;
+    bool complete = false;  // holds a committed snapshot
     SnapshotMeta meta;
   };
   struct Rank {
@@ -123,6 +143,7 @@ class SnapshotStore {
   Rank* RankAt(int local_rank);
   const Rank* RankAt(int local_rank) const;
   static int WriteSlot(const Rank& rank) { return rank.newest == 0 ? 1 : 0; }
+  static SnapshotView ViewOf(int local_rank, const Slot& slot);
 
   std::vector<Rank> ranks_;
   uint64_t budget_;

@@ -1,5 +1,7 @@
 #include "launcher/config/launch_config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -352,6 +354,14 @@ Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap
     return std::optional<std::chrono::duration<double>>(std::chrono::seconds(*n));
   }
   return std::optional<std::chrono::duration<double>>();
+}
+
+uint64_t FlashMemoryBudget(const LaunchConfig& config) {
+  if (config.flash_memory_budget > 0) return config.flash_memory_budget;
+  const long pages = sysconf(_SC_PHYS_PAGES);
+  const long page = sysconf(_SC_PAGESIZE);
+  if (pages <= 0 || page <= 0) return uint64_t{1} << 30;
+  return static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) / 2;
 }
 
 }  // namespace ftrun::launcher

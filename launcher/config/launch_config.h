@@ -45,6 +45,9 @@ struct LaunchConfig {
   bool fault_save = true;
   std::chrono::duration<double> save_timeout{180};
   std::chrono::duration<double> hang_timeout{0};  // 0: off
+  // Flash checkpoint: memory for the ranks' snapshots on this node (--flash-memory-budget,
+  // FTRUN_FLASH_MEMORY_BUDGET); 0: half of the host's physical memory.
+  uint64_t flash_memory_budget = 0;
   // After a failure the surviving workers run on this long, to save (MindIO TTP) and exit by
   // themselves, before they are stopped; 0: stop them at once. Set by the msrun personality.
   std::chrono::duration<double> survivor_grace{0};
@@ -143,5 +146,9 @@ std::vector<std::string> SplitCommaList(const std::string& text);
 
 // A fresh random UUID (version 4) as torch's --standalone uses for the run id.
 std::string RandomUuid4();
+
+// The flash checkpoint memory budget in bytes: the configured one, or half of the host's
+// physical memory.
+uint64_t FlashMemoryBudget(const LaunchConfig& config);
 
 }  // namespace ftrun::launcher

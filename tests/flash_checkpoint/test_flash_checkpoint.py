@@ -149,7 +149,7 @@ class MemoryFallbackTest(TestCase):
     def test_under_an_agent_without_memory_snapshots_too(self):
         os.environ["FTRUN_CONTROL_SOCKET"] = "/nonexistent/control.sock"
         err = self.save_in_memory_twice(ShardedCheckpointer(self.root))
-        self.assertIn("does not offer memory snapshots yet", err)
+        self.assertIn("this ftrun agent does not keep memory snapshots", err)
 
 
 class ShardedTest(TestCase):

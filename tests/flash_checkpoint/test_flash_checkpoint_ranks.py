@@ -2,8 +2,8 @@
 DDP copy written by rank 0 and restored by both, a shard per rank, a failed shard fails the
 save on every rank, and a restore never mixes steps across ranks.
 
-Under a real ftrun (FTRUN_BINARY, default build/launcher/ftrun), a MEMORY save says once
-that this agent does not offer memory snapshots yet and saves to disk.
+Under a real ftrun (FTRUN_BINARY, default build/launcher/ftrun), MEMORY saves go to the
+agent's memory and the restore takes them from there.
 
 Run as `python3 test_flash_checkpoint_ranks.py worker <act> <root>` it is one rank (RANK,
 WORLD_SIZE, MASTER_ADDR, MASTER_PORT from the environment) and writes its results as JSON to
@@ -134,7 +134,7 @@ class TwoRanksTest(unittest.TestCase):
 
 
     @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
-    def test_under_ftrun_memory_saves_go_to_disk_and_say_why_once(self):
+    def test_under_ftrun_memory_saves_stay_in_the_agents_memory(self):
         root = tempfile.mkdtemp()
         env = dict(os.environ, PYTHON_EXEC=sys.executable)
         for name in ("RANK", "WORLD_SIZE", "FTRUN_CONTROL_SOCKET"):
@@ -146,9 +146,11 @@ class TwoRanksTest(unittest.TestCase):
         self.assertEqual(done.returncode, 0, done.stdout)
         for rank in range(RANKS):
             out = result(root, "memory", rank)
-            self.assertEqual(out["ddp_step"], 2)
-            self.assertEqual(out["stderr"].count("falls back to a synchronous DISK save"), 1)
-            self.assertIn("this ftrun agent does not offer memory snapshots yet", out["stderr"])
+            self.assertEqual((out["ddp_step"], out["ddp_w"]), (2, [2.0] * 4))
+            self.assertNotIn("falls back", out["stderr"])
+        self.assertIn("ftrun: restored step 2 from memory", done.stdout)
+        # A job that succeeded leaves nothing behind: MEMORY saves are not written to disk.
+        self.assertFalse(os.path.exists(os.path.join(root, "ddp")), os.listdir(root))
 
 
 if __name__ == "__main__":

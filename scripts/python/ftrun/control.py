@@ -5,8 +5,10 @@ One JSON object per line over the Unix socket in FTRUN_CONTROL_SOCKET. A backgro
 reads the agent's orders and runs the save handler; the training thread only sends small
 progress lines.
 """
+import collections
 import contextlib
 import faulthandler
+import itertools
 import json
 import os
 import socket
@@ -67,13 +69,20 @@ class Controller:
         self._saves_done = threading.Condition()
         self._saves_finished = 0
         self._closed = False
+        self._fds = collections.deque()  # descriptors received, not yet claimed by a line
+        self._ids = itertools.count(1)
+        self._answers = {}  # request id -> [threading.Event, answer, fd]
+        self._answers_lock = threading.Lock()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(path)
         self._send({"type": "hello", "version": PROTOCOL_VERSION, "rank": self.rank,
                     "pid": os.getpid()})
         sig = os.environ.get("FTRUN_STACK_SIGNAL")
         if sig:  # the agent asks a hung rank for its stacks with this signal
-            faulthandler.register(int(sig), file=sys.stderr, all_threads=True)
+            try:
+                faulthandler.register(int(sig), file=sys.stderr, all_threads=True)
+            except (OSError, ValueError, AttributeError):  # stderr is not a file (redirected)
+                faulthandler.register(int(sig), file=sys.__stderr__, all_threads=True)
         self._reader = threading.Thread(target=self._read, name="ftrun-control", daemon=True)
         self._reader.start()
 
@@ -132,6 +141,26 @@ class Controller:
         with contextlib.suppress(OSError):
             self._sock.close()
 
+    def request(self, msg: dict, timeout: float = 60.0):
+        """Sends a request (an "id" is added) and waits for the agent's answer: (answer, fd),
+        fd -1 when the answer carries none (the caller owns it otherwise). Raises OSError
+        when the agent is gone or does not answer in time."""
+        rid = next(self._ids)
+        slot = [threading.Event(), None, -1]
+        with self._answers_lock:
+            self._answers[rid] = slot
+        try:
+            if self._closed:
+                raise OSError("the agent's control channel is closed")
+            self._send(dict(msg, id=rid))
+            if not slot[0].wait(timeout) or slot[1] is None:
+                raise OSError(f"no answer from the agent to '{msg.get('type')}'"
+                              + (" (the channel closed)" if self._closed else f" in {timeout:g}s"))
+            return slot[1], slot[2]
+        finally:
+            with self._answers_lock:
+                self._answers.pop(rid, None)
+
     # ---- the channel ----
 
     def _send(self, msg: dict):
@@ -148,11 +177,15 @@ class Controller:
         buf = b""
         while True:
             try:
-                chunk = self._sock.recv(65536)
+                chunk, fds, _, _ = socket.recv_fds(self._sock, 65536, 4)
             except OSError:
-                chunk = b""
+                chunk, fds = b"", []
+            self._fds.extend(fds)  # in order: each belongs to the next line saying "fd"
             if not chunk:
                 self._closed = True
+                with self._answers_lock:
+                    for slot in self._answers.values():
+                        slot[0].set()
                 return
             buf += chunk
             while b"\n" in buf:
@@ -164,6 +197,15 @@ class Controller:
 
     def _handle(self, msg: dict):
         kind = msg.get("type")
+        fd = self._fds.popleft() if msg.get("fd") is True and self._fds else -1
+        with self._answers_lock:
+            slot = self._answers.get(msg.get("id")) if kind.startswith("snapshot") else None
+            if slot is not None:
+                slot[1], slot[2] = msg, fd
+                slot[0].set()
+                return
+        if fd >= 0:
+            os.close(fd)  # nobody waits for it any more
         if kind == "save":
             self._save(int(msg["id"]), int(msg["step"]), msg.get("group", ""),
                        bool(msg.get("finalize")), msg.get("tag", str(msg["id"])))
@@ -232,13 +274,26 @@ class NullController:
         pass
 
 
+_shared = (None, None, None)  # (pid, socket path, controller): one connection per process
+_shared_lock = threading.Lock()
+
+
 def connect():
-    """The controller of this worker: connected to its ftrun agent when there is one."""
+    """The controller of this worker: connected to its ftrun agent when there is one. Every
+    call in a process returns the same one while it is open (the agent keeps one connection
+    per rank; the flash checkpointers share it with the script)."""
+    global _shared
     path = os.environ.get("FTRUN_CONTROL_SOCKET")
     if not path:
         return NullController()
-    try:
-        return Controller(path)
-    except OSError as e:
-        _log(f"cannot reach the agent at {path} ({e}); running without it")
-        return NullController()
+    with _shared_lock:
+        pid, shared_path, controller = _shared
+        if (pid, shared_path) == (os.getpid(), path) and not controller._closed:
+            return controller
+        try:
+            controller = Controller(path)
+        except OSError as e:
+            _log(f"cannot reach the agent at {path} ({e}); running without it")
+            return NullController()
+        _shared = (os.getpid(), path, controller)
+        return controller

@@ -32,17 +32,34 @@ class DdpCheckpointer:
         self._rank = self._comm.rank
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
-        """Saves state_dict as the checkpoint of `step`. Every rank calls it; it returns when
-        the checkpoint is complete. `path` (default <checkpoint_dir>/<step>/rank_0.pt) names
-        the file: it becomes a link to the stored copy."""
-        if storage_type == StorageType.MEMORY:
-            engine.disk_instead_of_memory()
-        elif storage_type != StorageType.DISK:
+        """Saves state_dict as the checkpoint of `step`. Every rank calls it. `path` (default
+        <checkpoint_dir>/<step>/rank_0.pt) names the file: it becomes a link to the stored
+        copy.
+
+        Under an ftrun agent that keeps memory snapshots, local rank 0 of each node copies the
+        state into the agent's memory and the call returns (other ranks return at once);
+        with DISK, rank 0's agent then writes it to storage in the background. Elsewhere
+        both kinds are synchronous disk saves by rank 0 that every rank waits for. Returns
+        False when the memory save was not taken (the message says why)."""
+        if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
         if not path:
             path = os.path.join(self.checkpoint_dir, str(step), "rank_0.pt")
-        engine.save_one_copy(self._comm, self.checkpoint_dir, int(step),
-                             os.path.basename(path), state_dict, path)
+        step = int(step)
+        mem, why = engine.memory_store()
+        if mem is None:
+            if storage_type == StorageType.MEMORY:
+                engine.disk_instead_of_memory(why)
+            engine.save_one_copy(self._comm, self.checkpoint_dir, step, os.path.basename(path),
+                                 state_dict, path)
+            return True
+        if engine.local_rank() != 0:
+            return True  # one copy per node: local rank 0's
+        target = {"root": os.path.abspath(self.checkpoint_dir), "path": os.path.abspath(path),
+                  "name": os.path.basename(path), "tracker": engine.TRACKER_FILE_NAME}
+        persist = storage_type == StorageType.DISK and self._rank == 0
+        return engine.save_to_memory(mem, step, state_dict, "", self._comm.world_size, target,
+                                     persist)
 
     def load_checkpoint(self, resume_path=""):
         """The newest complete state dict under checkpoint_dir (the same step on every rank),
@@ -50,6 +67,9 @@ class DdpCheckpointer:
         directory to load instead."""
         if resume_path:
             return _load_path(resume_path)
+        step, state = engine.restore_from_memory(self._comm, self.checkpoint_dir, "")
+        if step is not None:
+            return state
         path, manifest = engine.choose(self._comm, self.checkpoint_dir, _verify_copy)
         if path is None:
             return {}

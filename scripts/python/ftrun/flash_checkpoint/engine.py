@@ -17,6 +17,8 @@ import torch.distributed as dist
 
 from .. import checkpoint, control
 from ..checkpoint import CheckpointError
+from . import snapshot
+from .memory import AgentMemory, MemoryRefused
 
 TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
 
@@ -39,22 +41,90 @@ def warn_once(key: str, message: str):
     print(f"ftrun: {message}", file=sys.stderr, flush=True)
 
 
+_memory = None
+
+
 def memory_store():
-    """THE SEAM for StorageType.MEMORY. Returns (store, None) when the agent offers memory
-    snapshots, else (None, why not). The agent-owned snapshot store (a memfd handed over the
-    control channel, issue 15) is not built yet, so this always answers why not, and callers
-    save to disk instead. When it exists, `store.save(step, state_dict, path, group)` is
-    where the agent-backed path plugs in."""
+    """(AgentMemory, None) when this worker's ftrun agent keeps memory snapshots, else
+    (None, why not)."""
+    global _memory
     if not os.environ.get("FTRUN_CONTROL_SOCKET"):
         return None, "not started by ftrun (no FTRUN_CONTROL_SOCKET)"
-    return None, "this ftrun agent does not offer memory snapshots yet"
+    if not os.environ.get("FTRUN_FLASH_MEMORY_BUDGET"):
+        return None, "this ftrun agent does not keep memory snapshots"
+    controller = control.connect()
+    if not isinstance(controller, control.Controller):
+        return None, "the ftrun agent cannot be reached"
+    if _memory is None or _memory.controller is not controller:
+        _memory = AgentMemory(controller)
+    return _memory, None
 
 
-def disk_instead_of_memory():
-    """Called for every MEMORY save: says once why it goes to disk synchronously."""
-    store, why = memory_store()
-    if store is None:
-        warn_once("memory", f"StorageType.MEMORY falls back to a synchronous DISK save: {why}")
+def disk_instead_of_memory(why: str):
+    """Says once why MEMORY saves go to disk synchronously."""
+    warn_once("memory", f"StorageType.MEMORY falls back to a synchronous DISK save: {why}")
+
+
+def local_rank() -> int:
+    return int(os.environ.get("LOCAL_RANK") or os.environ.get("DEVICE_ID") or 0)
+
+
+def node_holds_every_rank(comm) -> bool:
+    """All of the job's ranks run on this node (so its agent can store a sharded checkpoint
+    alone)."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or comm.world_size)
+    return local == comm.world_size
+
+
+def save_to_memory(mem, step: int, state_dict, group: str, world_size: int, target: dict,
+                   persist: bool) -> bool:
+    """One save into the agent's memory; False (and a message) when it was not taken."""
+    wait = float(os.environ.get("FTRUN_SAVE_TIMEOUT", "180")) if persist else 0.0
+    try:
+        mem.save(step, state_dict, group, world_size, target, persist, wait)
+        return True
+    except MemoryRefused as e:
+        if e.busy:
+            print(f"ftrun: step {step} not saved to memory: the previous snapshot is still "
+                  "being written to storage", file=sys.stderr, flush=True)
+        else:
+            print(f"ftrun: step {step} NOT saved to memory: {e}", file=sys.stderr, flush=True)
+    except (CheckpointError, OSError) as e:
+        print(f"ftrun: step {step} NOT saved to memory: {e}", file=sys.stderr, flush=True)
+    return False
+
+
+def restore_from_memory(comm, root: str, group: str):
+    """The newest state every rank can restore from its agent's memory, if that is at least
+    as new as the newest checkpoint on disk: (step, state) or (None, None). Collective: the
+    step is agreed on by all ranks, and a rank that cannot load it sends them all to disk."""
+    mem, _ = memory_store()
+    steps = []
+    comm.all_ok(True)  # every rank's save of this job has returned (its snapshot committed)
+    if mem is not None:
+        try:
+            steps = mem.steps(group)
+        except OSError:
+            steps = []
+    everyone = comm.gather(steps)
+    common = set(everyone[0]).intersection(*everyone[1:]) if everyone else set()
+    on_disk = comm.from_rank0(_steps(root)[:1])
+    if not common or (on_disk and on_disk[0] > max(common)):
+        return None, None
+    step = max(common)
+    state, error = None, None
+    try:
+        state = mem.load(step, group, comm.world_size)
+    except (CheckpointError, OSError) as e:
+        error = e
+    if comm.all_ok(error is None):
+        if comm.rank == 0:
+            print(f"ftrun: restored step {step} from memory", file=sys.stderr, flush=True)
+        return step, state
+    print(f"ftrun: not restoring step {step} from memory: "
+          f"{error or 'another rank cannot (see its log)'}; trying disk", file=sys.stderr,
+          flush=True)
+    return None, None
 
 
 class Comm:
@@ -83,6 +153,14 @@ class Comm:
         flag = torch.tensor([1 if ok else 0], dtype=torch.int32)
         dist.all_reduce(flag, op=dist.ReduceOp.MIN, group=self._group)
         return bool(flag.item())
+
+    def gather(self, value) -> list:
+        """Every rank's value, in rank order, on every rank. Collective."""
+        if not self.active:
+            return [value]
+        out = [None] * self.world_size
+        dist.all_gather_object(out, value, group=self._group)
+        return out
 
     def from_rank0(self, value):
         """Rank 0's value on every rank. Collective."""
@@ -216,6 +294,15 @@ def choose(comm: Comm, root: str, check):
 
 
 def load_file(path: str):
+    """A state file: saved by torch.save, or a memory snapshot the agent persisted."""
+    with open(path, "rb") as f:
+        if f.read(len(snapshot.MAGIC)) == snapshot.MAGIC:
+            import mmap
+            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+                try:
+                    return snapshot.read(m)
+                except snapshot.SnapshotError as e:
+                    raise CheckpointError(f"{path}: {e}") from None
     return torch.load(path, map_location="cpu")
 
 

@@ -24,17 +24,37 @@ class ShardedCheckpointer:
         self._group = engine.shard_group(self._rank)
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
-        """Saves this rank's shard as part of the checkpoint of `step`. Every rank calls it;
-        it returns when every shard is complete. `path` (default <checkpoint_dir>/<step>)
-        names the step's directory: it becomes a link to the stored checkpoint."""
-        if storage_type == StorageType.MEMORY:
-            engine.disk_instead_of_memory()
-        elif storage_type != StorageType.DISK:
+        """Saves this rank's shard as part of the checkpoint of `step`. Every rank calls it.
+        `path` (default <checkpoint_dir>/<step>) names the step's directory: it becomes a link
+        to the stored checkpoint.
+
+        Under an ftrun agent that keeps memory snapshots, each rank copies its shard into its
+        agent's memory and returns; with DISK, when every rank runs on one node, the agent
+        writes the step's checkpoint in the background once all shards are in, and with
+        ranks on several nodes the ranks also write it synchronously (every rank returns when
+        every shard is complete). Elsewhere both kinds are synchronous disk saves. Returns
+        False when the memory save was not taken (the message says why)."""
+        if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
         if not path:
             path = os.path.join(self.checkpoint_dir, str(step))
-        engine.save_shards(self._comm, self.checkpoint_dir, int(step), f"rank_{self._rank}.pt",
-                           state_dict, path)
+        step, name = int(step), f"rank_{self._rank}.pt"
+        mem, why = engine.memory_store()
+        disk = storage_type == StorageType.DISK
+        if mem is None and not disk:
+            engine.disk_instead_of_memory(why)
+        one_node = engine.node_holds_every_rank(self._comm)
+        taken = True
+        if mem is not None:
+            target = {"root": os.path.abspath(self.checkpoint_dir),
+                      "path": os.path.abspath(path), "name": name,
+                      "tracker": engine.TRACKER_FILE_NAME}
+            taken = engine.save_to_memory(mem, step, state_dict, self._group,
+                                          self._comm.world_size, target, disk and one_node)
+            if not disk or one_node:
+                return taken
+        engine.save_shards(self._comm, self.checkpoint_dir, step, name, state_dict, path)
+        return taken
 
     def load_checkpoint(self, resume_path=""):
         """This rank's shard of the newest checkpoint every rank can restore, or {} when there
@@ -43,6 +63,10 @@ class ShardedCheckpointer:
             path = os.path.realpath(resume_path)
             manifest = self._verify(path)
         else:
+            step, state = engine.restore_from_memory(self._comm, self.checkpoint_dir,
+                                                     self._group)
+            if step is not None:
+                return state
             path, manifest = engine.choose(self._comm, self.checkpoint_dir, self._verify)
             if path is None:
                 return {}

@@ -33,8 +33,10 @@ inline int Save(SnapshotStore& store, int rank, uint64_t step, const std::string
   EXPECT_TRUE(lease) << (lease ? "" : lease.error().message);
   if (!lease) return -1;
   WriteThrough(lease->fd, 0, content);
-  auto committed =
-      store.Commit(rank, step, {.layout = layout, .checksum = SnapshotChecksum(AsBytes(content))});
+  SnapshotMeta meta;
+  meta.layout = layout;
+  meta.checksum = SnapshotChecksum(AsBytes(content));
+  auto committed = store.Commit(rank, step, std::move(meta));
   EXPECT_TRUE(committed) << (committed ? "" : committed.error().message);
   return lease->fd;
 }

@@ -1,0 +1,213 @@
+#include "launcher/checkpoint/flash_service.h"
+
+#include <boost/asio/post.hpp>
+#include <limits>
+#include <set>
+#include <utility>
+
+#include "common/json_message.h"
+#include "common/log.h"
+#include "ftrun/v1/control.pb.h"
+
+namespace ftrun::launcher {
+namespace {
+
+constexpr const char* kShardPrefix = "rank-";
+
+bool IsShard(const std::string& group) { return group.starts_with(kShardPrefix); }
+
+// The checkpoint a copy belongs to: the one copy "" alone, every shard together.
+std::string CheckpointKey(const std::string& group) { return IsShard(group) ? "sharded" : group; }
+
+}  // namespace
+
+FlashService::FlashService(boost::asio::io_context& io, int local_ranks, uint64_t budget_bytes,
+                           Send send)
+    : io_(io), send_(std::move(send)), store_(local_ranks, budget_bytes), persister_(io) {}
+
+FlashService::~FlashService() = default;
+
+void FlashService::Refuse(int local_rank, int64_t id, int64_t step, const std::string& error,
+                          bool busy) {
+  LauncherLog()->log(busy ? spdlog::level::debug : spdlog::level::warn,
+                     "flash checkpoint: local_rank={} step={}: {}", local_rank, step, error);
+  send_(local_rank,
+        JsonMessage("snapshot_refused")
+            .Set("id", id)
+            .Set("step", step)
+            .Set("error", error)
+            .Set("busy", busy)
+            .str(),
+        -1);
+}
+
+void FlashService::Begin(int local_rank, const v1::ControlSnapshotBegin& r) {
+  if (r.step() < 0 || r.bytes() <= 0) {
+    return Refuse(local_rank, r.id(), r.step(),
+                  "a snapshot needs a step >= 0 and at least one byte, got step " +
+                      std::to_string(r.step()) + " and " + std::to_string(r.bytes()) + " bytes",
+                  false);
+  }
+  if (static_cast<uint64_t>(r.bytes()) > std::numeric_limits<size_t>::max()) {
+    return Refuse(local_rank, r.id(), r.step(), "snapshot too large", false);
+  }
+  if (store_.Busy(local_rank)) {
+    return Refuse(local_rank, r.id(), r.step(),
+                  "the buffer this save needs is being written to storage", true);
+  }
+  auto lease =
+      store_.Begin(local_rank, static_cast<uint64_t>(r.step()), static_cast<size_t>(r.bytes()));
+  if (!lease) return Refuse(local_rank, r.id(), r.step(), lease.error().message, false);
+  begun_group_[local_rank] = r.group();
+  bool sent = send_(local_rank,
+                    JsonMessage("snapshot_lease")
+                        .Set("id", r.id())
+                        .Set("step", r.step())
+                        .Set("bytes", r.bytes())
+                        .Set("fd", true)
+                        .str(),
+                    lease->fd);
+  if (!sent) store_.Abort(local_rank);
+}
+
+void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
+  SnapshotMeta meta;
+  meta.group = begun_group_[local_rank];
+  meta.target =
+      SnapshotTarget{.root = r.root(),
+                     .path = r.path(),
+                     .name = r.name().empty() ? "state.bin" : r.name(),
+                     .tracker = r.tracker(),
+                     .world_size = static_cast<int>(std::max<int64_t>(r.world_size(), 1))};
+  Status committed = r.step() < 0
+                         ? Status{Error{"a negative step"}}
+                         : store_.Commit(local_rank, static_cast<uint64_t>(r.step()), meta);
+  send_(local_rank,
+        JsonMessage("snapshot_committed")
+            .Set("id", r.id())
+            .Set("step", r.step())
+            .Set("ok", static_cast<bool>(committed))
+            .Set("error", committed ? std::string() : committed.error().message)
+            .str(),
+        -1);
+  if (!committed) {
+    LauncherLog()->warn("flash checkpoint: {}", committed.error().message);
+    return;
+  }
+  LauncherLog()->debug("flash checkpoint: local_rank={} group='{}' step={} in memory", local_rank,
+                       meta.group, r.step());
+  if (r.persist() && !r.root().empty()) MaybePersist(*store_.Newest(local_rank), "flash");
+}
+
+void FlashService::Steps(int local_rank, const v1::ControlSnapshotSteps& r) {
+  std::set<uint64_t, std::greater<>> steps;
+  for (int lr = 0; lr < store_.local_ranks(); ++lr) {
+    for (const auto& view : store_.Complete(lr)) {
+      if (view.meta.group == r.group()) steps.insert(view.step);
+    }
+  }
+  send_(local_rank,
+        JsonMessage("snapshot_steps")
+            .Set("id", r.id())
+            .Set("steps", std::vector<int64_t>(steps.begin(), steps.end()))
+            .str(),
+        -1);
+}
+
+std::optional<SnapshotView> FlashService::Find(const std::string& group, uint64_t step) const {
+  for (int lr = 0; lr < store_.local_ranks(); ++lr) {
+    for (auto& view : store_.Complete(lr)) {
+      if (view.meta.group == group && view.step == step) return view;
+    }
+  }
+  return std::nullopt;
+}
+
+void FlashService::Get(int local_rank, const v1::ControlSnapshotGet& r) {
+  auto view = r.step() < 0 ? std::nullopt : Find(r.group(), static_cast<uint64_t>(r.step()));
+  if (!view) {
+    return Refuse(local_rank, r.id(), r.step(),
+                  "no complete snapshot of step " + std::to_string(r.step()) + " of copy '" +
+                      r.group() + "' on this node",
+                  false);
+  }
+  send_(local_rank,
+        JsonMessage("snapshot")
+            .Set("id", r.id())
+            .Set("step", view->step)
+            .Set("bytes", static_cast<uint64_t>(view->bytes))
+            .Set("fd", true)
+            .str(),
+        view->fd());
+}
+
+void FlashService::WorkerExited(int local_rank) { store_.Abort(local_rank); }
+
+void FlashService::MaybePersist(const SnapshotView& view, const std::string& reason) {
+  const SnapshotTarget& target = view.meta.target;
+  if (target.root.empty()) return;
+  const std::string key = target.root + "\n" + CheckpointKey(view.meta.group);
+  if (auto it = stored_.find(key); it != stored_.end() && it->second >= view.step) return;
+  CheckpointRequest request{.root = target.root,
+                            .step = view.step,
+                            .world_size = target.world_size,
+                            .reason = reason,
+                            .parts = {},
+                            .tracker = target.tracker,
+                            .link = target.path};
+  if (!IsShard(view.meta.group)) {
+    request.parts.push_back({view.meta.group, {{target.name, "", view}}});
+  } else {
+    for (int rank = 0; rank < target.world_size; ++rank) {
+      std::string group = kShardPrefix + std::to_string(rank);
+      auto shard = Find(group, view.step);
+      if (!shard) {
+        LauncherLog()->debug(
+            "flash checkpoint: step {} not persisted here: shard {} is not on "
+            "this node",
+            view.step, group);
+        return;
+      }
+      request.parts.push_back({group, {{shard->meta.target.name, "", *shard}}});
+    }
+  }
+  stored_[key] = view.step;
+  if (in_flight_++ == 0) busy_.emplace(io_.get_executor());
+  LauncherLog()->info("flash checkpoint: persisting step={} to {} ({})", view.step, target.root,
+                      reason);
+  persister_.Persist(std::move(request),
+                     [this, key, step = view.step](Result<std::string> outcome) {
+                       Persisted(key, step, std::move(outcome));
+                     });
+}
+
+void FlashService::Persisted(const std::string& key, uint64_t step, Result<std::string> outcome) {
+  if (outcome) {
+    LauncherLog()->info("flash checkpoint: step={} stored at {}", step, *outcome);
+  } else {
+    LauncherLog()->error("flash checkpoint: persisting step {} failed: {}", step,
+                         outcome.error().message);
+    if (auto it = stored_.find(key); it != stored_.end() && it->second == step) stored_.erase(it);
+  }
+  if (--in_flight_ > 0) return;
+  busy_.reset();
+  auto idle = std::move(on_idle_);
+  on_idle_.clear();
+  for (auto& done : idle) done();
+}
+
+void FlashService::PersistForExit(std::function<void()> done) {
+  for (int lr = 0; lr < store_.local_ranks(); ++lr) {
+    if (auto view = store_.Newest(lr)) MaybePersist(*view, "failure");
+  }
+  if (in_flight_ == 0) {
+    boost::asio::post(io_, std::move(done));
+    return;
+  }
+  LauncherLog()->info(
+      "flash checkpoint: the job failed; writing the newest memory snapshots "
+      "before exiting");
+  on_idle_.push_back(std::move(done));
+}
+
+}  // namespace ftrun::launcher

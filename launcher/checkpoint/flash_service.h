@@ -1,0 +1,96 @@
+// FlashService: the agent's end of flash checkpoint (ftrun-flash-checkpoint(7)). It answers
+// the workers' snapshot requests on the control channel out of the SnapshotStore (memory the
+// agent owns, so a snapshot outlives the worker that wrote it) and hands snapshots to the
+// SnapshotPersister (storage, off the loop).
+//
+// The steps of a save: "snapshot_begin" -> Begin leases a buffer (its memfd goes to the
+// worker with the answer) -> the worker copies its state in -> "snapshot_commit" -> the
+// snapshot is the newest of its copy; with `persist` it is also queued for storage now,
+// otherwise only if the job ends in failure (PersistForExit). A restore: "snapshot_steps"
+// (which steps of a copy are complete here) -> the job agrees on a step (the workers'
+// collective) -> "snapshot_get" hands the buffer over for reading.
+//
+// A copy is named by its group: "" is the one copy of a data-parallel job (saved by local
+// rank 0), "rank-<r>" rank r's shard. Requests look the group up in every local rank's
+// snapshots, so a shard is found wherever its rank ran on this node before.
+//
+// Persisting: one snapshot per checkpoint for a copy ""; a shard is persisted once the
+// shards of every rank (its world size) of that step are here, all in one checkpoint. A step
+// already written is not written again. While a snapshot is being persisted its buffer is
+// pinned: a save that would need it is refused with busy=true (a MEMORY save is skipped, a
+// DISK save retries).
+//
+// Thread: loop only. Ownership: owns the store and the persister; `send` (the control
+// channel's Send) must outlive it. Errors: every request is answered; failures are answers
+// that name the culprit, and failed persists are logged. None escape.
+#pragma once
+
+#include <boost/asio/executor_work_guard.hpp>
+#include <boost/asio/io_context.hpp>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "launcher/checkpoint/snapshot_persister.h"
+#include "launcher/checkpoint/snapshot_store.h"
+
+namespace ftrun::v1 {
+class ControlSnapshotBegin;
+class ControlSnapshotCommit;
+class ControlSnapshotSteps;
+class ControlSnapshotGet;
+}  // namespace ftrun::v1
+
+namespace ftrun::launcher {
+
+class FlashService {
+ public:
+  // Sends a JSON message to a local rank, with a descriptor when fd >= 0 (duplicated by the
+  // sender); false when the rank is not connected.
+  using Send = std::function<bool(int local_rank, const std::string& json, int fd)>;
+
+  FlashService(boost::asio::io_context& io, int local_ranks, uint64_t budget_bytes, Send send);
+  ~FlashService();
+  FlashService(const FlashService&) = delete;
+  FlashService& operator=(const FlashService&) = delete;
+
+  void Begin(int local_rank, const v1::ControlSnapshotBegin& request);
+  void Commit(int local_rank, const v1::ControlSnapshotCommit& request);
+  void Steps(int local_rank, const v1::ControlSnapshotSteps& request);
+  void Get(int local_rank, const v1::ControlSnapshotGet& request);
+
+  // The rank's worker is gone: its unfinished save is abandoned (the newest snapshot stays).
+  void WorkerExited(int local_rank);
+
+  // The job ends in failure: the newest complete snapshot of every copy that has a target is
+  // persisted, unless that step is already stored. `done` runs on the loop once everything
+  // queued is written (or failed); the loop is kept running until then.
+  void PersistForExit(std::function<void()> done);
+
+  // Persists queued or being written (for tests and metrics).
+  int persists_in_flight() const { return in_flight_; }
+  const SnapshotStore& store() const { return store_; }
+
+ private:
+  void Refuse(int local_rank, int64_t id, int64_t step, const std::string& error, bool busy);
+  // Queues the checkpoint of `view`'s copy at its step, if it is complete and not stored yet.
+  void MaybePersist(const SnapshotView& view, const std::string& reason);
+  void Persisted(const std::string& key, uint64_t step, Result<std::string> outcome);
+  std::optional<SnapshotView> Find(const std::string& group, uint64_t step) const;
+
+  boost::asio::io_context& io_;
+  Send send_;
+  SnapshotStore store_;
+  // Newest step stored (or being stored) per checkpoint key (the copy "" or "sharded").
+  std::map<std::string, uint64_t> stored_;
+  std::map<int, std::string> begun_group_;  // the group of each rank's save in progress
+  int in_flight_ = 0;
+  std::vector<std::function<void()>> on_idle_;
+  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> busy_;
+  SnapshotPersister persister_;  // last: its thread stops first
+};
+
+}  // namespace ftrun::launcher

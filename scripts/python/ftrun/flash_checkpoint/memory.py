@@ -1,0 +1,130 @@
+"""Memory snapshots kept by the ftrun agent (ftrun-flash-checkpoint(7)).
+
+The agent owns the memory (a memfd per buffer, two buffers per rank): a save asks it for a
+buffer ("snapshot_begin"), receives the buffer's descriptor, maps it once and keeps the
+mapping (buffers are reused from save to save, so their pages are already there), copies the
+state in and commits it ("snapshot_commit"). Until the commit the agent's newest snapshot is
+the previous one, so a process killed in the middle of a save loses nothing that was complete.
+A restore asks which steps the agent holds ("snapshot_steps") and maps the chosen one
+("snapshot_get").
+"""
+import mmap
+import os
+import sys
+import time
+
+from ..checkpoint import CheckpointError
+from . import snapshot
+
+
+class MemoryRefused(CheckpointError):
+    """The agent did not take the snapshot (busy, or it does not fit its budget)."""
+
+    def __init__(self, message: str, busy: bool):
+        super().__init__(message)
+        self.busy = busy
+
+
+class AgentMemory:
+    """This worker's access to its agent's snapshot memory. Thread-safe enough for one
+    checkpointer per process (the requests are answered in order)."""
+
+    def __init__(self, controller):
+        self.controller = controller
+        self._c = controller
+        self._maps = {}  # (st_dev, st_ino) -> mmap of that buffer, kept from save to save
+        self._said = set()
+
+    # ---- saving ----
+
+    def save(self, step: int, state, group: str, world_size: int, target: dict = None,
+             persist: bool = False, wait_seconds: float = 0.0):
+        """Stores `state` as the snapshot of `step` of the copy `group`. target: where the
+        agent persists it (root, path, name, tracker), now if `persist`, else only when the
+        job fails for good. A busy buffer (being written to storage) is waited for up to
+        wait_seconds, then MemoryRefused(busy=True); a state over the budget raises
+        MemoryRefused naming it."""
+        plan = snapshot.Plan(state, step, world_size)
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            answer, fd = self._c.request({"type": "snapshot_begin", "step": step,
+                                          "bytes": plan.bytes, "group": group})
+            if answer.get("type") == "snapshot_lease" and fd >= 0:
+                break
+            if fd >= 0:
+                os.close(fd)
+            busy = bool(answer.get("busy"))
+            if not busy or time.monotonic() >= deadline:
+                raise MemoryRefused(answer.get("error") or f"unexpected answer {answer}", busy)
+            time.sleep(0.02)
+        try:
+            buffer = self._mapping(fd, plan.bytes)
+        finally:
+            os.close(fd)
+        plan.write(buffer)
+        commit = {"type": "snapshot_commit", "step": step, "persist": persist,
+                  "world_size": world_size}
+        commit.update(target or {})
+        answer, fd = self._c.request(commit)
+        if fd >= 0:
+            os.close(fd)
+        if not answer.get("ok"):
+            raise CheckpointError(f"the agent did not keep the snapshot of step {step}: "
+                                  f"{answer.get('error')}")
+
+    def _mapping(self, fd: int, size: int):
+        st = os.fstat(fd)
+        key = (st.st_dev, st.st_ino)
+        m = self._maps.get(key)
+        if m is not None and len(m) >= size:
+            return m
+        if m is not None:
+            self._maps.pop(key).close()
+        m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        self._maps[key] = m
+        return m
+
+    # ---- restoring ----
+
+    def steps(self, group: str):
+        """The steps of copy `group` complete in the agent's memory, newest first."""
+        answer, fd = self._c.request({"type": "snapshot_steps", "group": group})
+        if fd >= 0:
+            os.close(fd)
+        return [int(s) for s in answer.get("steps", [])]
+
+    def load(self, step: int, group: str, world_size: int):
+        """The state of `step` of copy `group`. Raises CheckpointError when the agent does not
+        hold it or it does not fit this job (world size)."""
+        answer, fd = self._c.request({"type": "snapshot_get", "step": step, "group": group})
+        if answer.get("type") != "snapshot" or fd < 0:
+            if fd >= 0:
+                os.close(fd)
+            raise CheckpointError(answer.get("error") or f"unexpected answer {answer}")
+        try:
+            size = int(answer.get("bytes", 0))
+            m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        finally:
+            os.close(fd)
+        try:
+            header = snapshot.read_header(m)
+            if header.get("step") != step:
+                raise CheckpointError(f"the snapshot handed over is of step {header.get('step')},"
+                                      f" not {step}")
+            saved_by = header.get("world_size")
+            if group.startswith("rank-") and saved_by != world_size:
+                raise CheckpointError(f"the memory snapshot of step {step} was saved by "
+                                      f"{saved_by} ranks and this job has {world_size}: a "
+                                      "sharded snapshot restores only at the world size that "
+                                      "saved it")
+            return snapshot.read(m, header)
+        except snapshot.SnapshotError as e:
+            raise CheckpointError(f"the memory snapshot of step {step}: {e}") from None
+        finally:
+            m.close()
+
+    def say(self, key: str, message: str):
+        """Prints a message about the memory path once per key."""
+        if key not in self._said:
+            self._said.add(key)
+            print(f"ftrun: {message}", file=sys.stderr, flush=True)

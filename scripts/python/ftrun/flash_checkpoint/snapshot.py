@@ -1,0 +1,171 @@
+"""The byte layout of a memory snapshot (ftrun-flash-checkpoint(7)), the same in the agent's
+memory and in a file the agent persisted from it:
+
+    b"FTRUNSN1"  u64 little-endian header length  header (JSON)
+    then, each at a 64-byte boundary: the pickled state with its tensors taken out, and the
+    raw bytes of every tensor (contiguous, native byte order).
+
+The header: {"format": 1, "step": S, "world_size": W, "bytes": total,
+"pickle": [offset, length], "tensors": [[offset, dtype, shape], ...]}. A state is any
+picklable object; its torch.Tensor values (at any depth) are stored as raw bytes and come back
+as contiguous CPU tensors. Tensors on a GPU are copied to pinned host memory on a side stream
+first (untested: no GPU where ftrun is tested).
+"""
+import io
+import json
+import pickle
+import struct
+import warnings
+
+import torch
+
+MAGIC = b"FTRUNSN1"
+_ALIGN = 64
+_PREFIX = len(MAGIC) + 8
+
+
+class SnapshotError(ValueError):
+    """Bytes that are not a complete snapshot."""
+
+
+def _align(n: int) -> int:
+    return (n + _ALIGN - 1) // _ALIGN * _ALIGN
+
+
+class _Pickler(pickle.Pickler):
+    def __init__(self, file, tensors):
+        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        self._tensors = tensors
+
+    def persistent_id(self, obj):
+        if isinstance(obj, torch.Tensor):
+            self._tensors.append(obj)
+            return len(self._tensors) - 1
+        return None
+
+
+class _Unpickler(pickle.Unpickler):
+    def __init__(self, file, tensors):
+        super().__init__(file)
+        self._tensors = tensors
+
+    def persistent_load(self, pid):
+        return self._tensors[pid]
+
+
+def _host(t: torch.Tensor, side_stream) -> torch.Tensor:
+    t = t.detach()
+    if t.is_cuda:  # through pinned host memory on a side stream (untested here: no GPU)
+        host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
+        with torch.cuda.stream(side_stream):
+            host.copy_(t, non_blocking=True)
+        return host
+    return t if t.is_contiguous() else t.contiguous()
+
+
+class Plan:
+    """What a state needs: its header, its pickle and its tensors, and the total size."""
+
+    def __init__(self, state, step: int, world_size: int):
+        self.tensors = []
+        buf = io.BytesIO()
+        _Pickler(buf, self.tensors).dump(state)
+        self.pickled = buf.getvalue()
+        side = None
+        if any(t.is_cuda for t in self.tensors):
+            side = torch.cuda.Stream()
+        self.tensors = [_host(t, side) for t in self.tensors]
+        if side is not None:
+            side.synchronize()
+        entries, offsets = [], []
+        # The header's size depends on the offsets, which depend on the header's size: place
+        # the data after a generous estimate and fix the header's length.
+        estimate = _align(_PREFIX + 256 + 96 * len(self.tensors))
+        offset = estimate
+        pickle_at = offset
+        offset = _align(offset + len(self.pickled))
+        for t in self.tensors:
+            offsets.append(offset)
+            entries.append([offset, str(t.dtype).replace("torch.", ""), list(t.shape)])
+            offset = _align(offset + t.numel() * t.element_size())
+        self.bytes = max(offset, estimate)
+        header = json.dumps({"format": 1, "step": step, "world_size": world_size,
+                             "bytes": self.bytes, "pickle": [pickle_at, len(self.pickled)],
+                             "tensors": entries}, separators=(",", ":")).encode()
+        if _PREFIX + len(header) > estimate:  # long shapes: move everything further out
+            shift = _align(_PREFIX + len(header) + 1024) - estimate
+            for e in entries:
+                e[0] += shift
+            self.bytes += shift
+            pickle_at += shift
+            header = json.dumps({"format": 1, "step": step, "world_size": world_size,
+                                 "bytes": self.bytes, "pickle": [pickle_at, len(self.pickled)],
+                                 "tensors": entries}, separators=(",", ":")).encode()
+        self.header = header
+        self.pickle_at = pickle_at
+        self.offsets = [e[0] for e in entries]
+
+    def write(self, buffer):
+        """Copies the snapshot into `buffer` (a writable mapping of at least self.bytes)."""
+        view = memoryview(buffer)
+        view[:_PREFIX + len(self.header)] = MAGIC + struct.pack("<Q", len(self.header)) + \
+            self.header
+        view[self.pickle_at:self.pickle_at + len(self.pickled)] = self.pickled
+        for t, offset in zip(self.tensors, self.offsets):
+            n = t.numel() * t.element_size()
+            if n == 0:
+                continue
+            dst = torch.frombuffer(buffer, dtype=torch.uint8, count=n, offset=offset)
+            dst.copy_(t.reshape(-1).view(torch.uint8))
+            del dst
+        view.release()
+
+
+def read_header(buffer) -> dict:
+    view = memoryview(buffer)
+    try:
+        if len(view) < _PREFIX or bytes(view[:len(MAGIC)]) != MAGIC:
+            raise SnapshotError("not an ftrun memory snapshot")
+        (length,) = struct.unpack("<Q", view[len(MAGIC):_PREFIX])
+        if _PREFIX + length > len(view):
+            raise SnapshotError("the snapshot's header is cut short")
+        header = json.loads(bytes(view[_PREFIX:_PREFIX + length]))
+    except (ValueError, struct.error) as e:
+        raise SnapshotError(f"a damaged snapshot header: {e}") from None
+    finally:
+        view.release()
+    if header.get("format") != 1 or header.get("bytes", 0) > len(buffer):
+        raise SnapshotError(f"a snapshot of format {header.get('format')} and "
+                            f"{header.get('bytes')} bytes in {len(buffer)} bytes")
+    return header
+
+
+def read(buffer, header=None):
+    """The state stored in `buffer`, its tensors copied out (the buffer may go afterwards)."""
+    header = header or read_header(buffer)
+    tensors = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a read-only mapping: we only read from it
+        for offset, dtype, shape in header["tensors"]:
+            dt = getattr(torch, dtype, None)
+            if not isinstance(dt, torch.dtype):
+                raise SnapshotError(f"unknown tensor type {dtype}")
+            count = 1
+            for d in shape:
+                count *= d
+            n = count * torch.empty((), dtype=dt).element_size()
+            if offset < 0 or offset + n > header["bytes"]:
+                raise SnapshotError("a tensor outside the snapshot")
+            if n == 0:
+                tensors.append(torch.empty(shape, dtype=dt))
+                continue
+            src = torch.frombuffer(buffer, dtype=torch.uint8, count=n, offset=offset)
+            tensors.append(src.clone().view(dt).reshape(shape))
+            del src
+    at, length = header["pickle"]
+    view = memoryview(buffer)
+    try:
+        pickled = bytes(view[at:at + length])
+    finally:
+        view.release()
+    return _Unpickler(io.BytesIO(pickled), tensors).load()
