@@ -72,6 +72,7 @@ class MsrunParser {
     Ext(shared::kSaveTimeout, a.save_timeout,
         " (also MindIO TTP's) [default: TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT or 180]");
     Ext(shared::kHangTimeout, a.hang_timeout);
+    Ext(shared::kFlashMemoryBudget, a.flash_memory_budget);
     Ext("rdzv-port", a.rdzv_port, "Port of ftrun's rendezvous [default: --master_port + 1]",
         "PORT");
     Ext(shared::kRdzvConf, a.rdzv_conf, " (see ftrun(1))");

@@ -33,6 +33,11 @@ inline constexpr Option kHangTimeout{
     "hang-timeout",
     "Treat a rank that reported progress and then nothing for this long as failed (0: off)",
     "SECONDS"};
+inline constexpr Option kFlashMemoryBudget{
+    "flash-memory-budget",
+    "Memory this node's agent keeps for flash-checkpoint snapshots, e.g. 8G (env "
+    "FTRUN_FLASH_MEMORY_BUDGET) [default: half of the host's memory]",
+    "BYTES"};
 
 // Rendezvous.
 inline constexpr Option kRdzvConf{"rdzv-conf", "Rendezvous settings key1=value1,key2=value2,...",

@@ -328,6 +328,15 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (!(a.hang_timeout >= 0)) return Error{"--hang-timeout: must be >= 0 seconds"};
   if (auto e = rendezvous::CheckMaxSeconds("--hang-timeout", a.hang_timeout)) return *e;
   c.hang_timeout = std::chrono::duration<double>(a.hang_timeout);
+  if (!a.flash_memory_budget.empty()) {
+    auto bytes = ParseByteSize("--flash-memory-budget", a.flash_memory_budget);
+    if (!bytes) return bytes.error();
+    c.flash_memory_budget = *bytes;
+  } else if (auto e = Lookup(env, "FTRUN_FLASH_MEMORY_BUDGET"); e && !e->empty()) {
+    auto bytes = ParseByteSize("FTRUN_FLASH_MEMORY_BUDGET", *e);
+    if (!bytes) return bytes.error();
+    c.flash_memory_budget = *bytes;
+  }
 
   if (auto s = ParseRendezvous(a, c); !s) return s.error();
   if (auto s = ParseEntryPoint(a, env, c); !s) return s.error();
@@ -354,6 +363,28 @@ Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap
     return std::optional<std::chrono::duration<double>>(std::chrono::seconds(*n));
   }
   return std::optional<std::chrono::duration<double>>();
+}
+
+Result<uint64_t> ParseByteSize(const std::string& name, const std::string& text) {
+  const Error bad{name + ": '" + text + "' is not a size such as 64MiB, 1G or 1048576"};
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  auto [rest, ec] = std::from_chars(text.data(), end, value);
+  if (ec != std::errc() || rest == text.data()) return bad;
+  int shift = 0;
+  if (rest != end) {
+    std::string unit(rest, end);
+    if (unit.size() == 2 && (unit[1] == 'B' || unit[1] == 'b')) unit.pop_back();
+    if (unit.size() == 3 && unit.substr(1) == "iB") unit.resize(1);
+    if (unit.size() != 1) return bad;
+    const char u = static_cast<char>(std::toupper(static_cast<unsigned char>(unit[0])));
+    shift = u == 'K' ? 10 : u == 'M' ? 20 : u == 'G' ? 30 : u == 'T' ? 40 : -1;
+    if (shift < 0) return bad;
+  }
+  if (value == 0) return Error{name + ": '" + text + "' must be at least 1 byte"};
+  if (shift > 0 && value > (~uint64_t{0} >> shift))
+    return Error{name + ": '" + text + "' is too large"};
+  return value << shift;
 }
 
 uint64_t FlashMemoryBudget(const LaunchConfig& config) {

@@ -147,6 +147,10 @@ std::vector<std::string> SplitCommaList(const std::string& text);
 // A fresh random UUID (version 4) as torch's --standalone uses for the run id.
 std::string RandomUuid4();
 
+// A size in bytes: a number, optionally with K, M, G or T (binary: 1K = 1024; KB/KiB too).
+// Errors name `name` (the option or variable) and the text.
+Result<uint64_t> ParseByteSize(const std::string& name, const std::string& text);
+
 // The flash checkpoint memory budget in bytes: the configured one, or half of the host's
 // physical memory.
 uint64_t FlashMemoryBudget(const LaunchConfig& config);

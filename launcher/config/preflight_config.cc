@@ -5,26 +5,14 @@
 #include <cctype>
 #include <filesystem>
 
+#include "launcher/config/launch_config.h"
 #include "rendezvous/rendezvous_conf.h"
 
 namespace ftrun::launcher {
 
-Result<uint64_t> ParseByteSize(const std::string& option, const std::string& text) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) {
-    ++digits;
-  }
-  std::string unit = text.substr(digits);
-  uint64_t scale = 0;
-  if (unit.empty() || unit == "B") scale = 1;
-  if (unit == "K" || unit == "KiB") scale = uint64_t{1} << 10;
-  if (unit == "M" || unit == "MiB") scale = uint64_t{1} << 20;
-  if (unit == "G" || unit == "GiB") scale = uint64_t{1} << 30;
-  if (digits == 0 || digits > 12 || scale == 0) {
-    return Error{option + ": '" + text + "' is not a size such as 64MiB, 1G or 1048576"};
-  }
-  const uint64_t value = std::stoull(text.substr(0, digits)) * scale;
-  if (value == 0 || value > (uint64_t{1} << 30)) {
+Result<uint64_t> ParseProbeSize(const std::string& option, const std::string& text) {
+  auto value = ParseByteSize(option, text);
+  if (value && *value > (uint64_t{1} << 30)) {
     return Error{option + ": '" + text + "' must be between 1 byte and 1GiB"};
   }
   return value;
@@ -45,7 +33,7 @@ std::string ChecksDir(const EnvMap& env) {
 Status BuildPreflightConfig(const TorchrunArgs& a, const EnvMap& env, const std::string& python,
                             PreflightConfig& p) {
   p.network_check = a.network_check || a.comm_perf_test || !a.network_check_cmd.empty();
-  auto bytes = ParseByteSize("--network-check-bytes", a.network_check_bytes);
+  auto bytes = ParseProbeSize("--network-check-bytes", a.network_check_bytes);
   if (!bytes) return bytes.error();
   p.bytes = *bytes;
   if (!(a.network_check_timeout > 0)) {

@@ -34,8 +34,8 @@ struct PreflightConfig {
   std::chrono::duration<double> switchbox_timeout{60};
 };
 
-// "67108864", "64M", "64MiB", "1G", "512K" (K, M, G are 1024-based, as KiB, MiB, GiB).
-Result<uint64_t> ParseByteSize(const std::string& option, const std::string& text);
+// A probe size: ParseByteSize (launch_config.h), at most 1GiB.
+Result<uint64_t> ParseProbeSize(const std::string& option, const std::string& text);
 
 // Validates and fills `out`. `python` runs the bundled scripts (PYTHON_EXEC or python3).
 Status BuildPreflightConfig(const TorchrunArgs& args, const EnvMap& env, const std::string& python,

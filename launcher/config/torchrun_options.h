@@ -20,6 +20,9 @@ struct SupervisionOptions {
   std::string fault_save = "on";
   std::optional<double> save_timeout;  // seconds; else TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT, 180
   double hang_timeout = 0;             // seconds; 0: off
+  // Flash checkpoint: bytes, or with K/M/G/T (binary); empty: FTRUN_FLASH_MEMORY_BUDGET, else
+  // half of the host's memory.
+  std::string flash_memory_budget;
   // Rendezvous: key1=value1,... and this node's address for the others.
   std::string rdzv_conf;
   std::string local_addr;

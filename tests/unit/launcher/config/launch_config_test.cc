@@ -248,5 +248,27 @@ TEST(LaunchConfig, CommaList) {
   EXPECT_EQ(SplitCommaList(""), (std::vector<std::string>{""}));
 }
 
+TEST(LaunchConfig, FlashMemoryBudgetFromTheOptionOrTheEnvironment) {
+  EXPECT_EQ(Build({"--flash-memory-budget", "3G"}, {})->flash_memory_budget, uint64_t{3} << 30);
+  EXPECT_EQ(Build({"--flash-memory-budget", "512MiB"}, {{"FTRUN_FLASH_MEMORY_BUDGET", "1K"}})
+                ->flash_memory_budget,
+            uint64_t{512} << 20);  // the option wins
+  auto from_env = Build({}, {{"FTRUN_FLASH_MEMORY_BUDGET", "1048576"}});
+  EXPECT_EQ(from_env->flash_memory_budget, uint64_t{1} << 20);
+  EXPECT_EQ(FlashMemoryBudget(*from_env), uint64_t{1} << 20);
+  auto by_default = Build({}, {});
+  EXPECT_EQ(by_default->flash_memory_budget, 0u);
+  EXPECT_GT(FlashMemoryBudget(*by_default), 0u);  // half of the host's memory
+  EXPECT_NE(ErrorOf({"--flash-memory-budget", "12Q"})
+                .find("--flash-memory-budget: '12Q' is not a size such as 64MiB, 1G"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--flash-memory-budget", "99999999999T"}).find("is too large"),
+            std::string::npos);
+  auto env_error = Build({}, {{"FTRUN_FLASH_MEMORY_BUDGET", "0"}});
+  ASSERT_FALSE(env_error);
+  EXPECT_NE(env_error.error().message.find("FTRUN_FLASH_MEMORY_BUDGET: '0' must be at least"),
+            std::string::npos);
+}
+
 }  // namespace
 }  // namespace ftrun::launcher

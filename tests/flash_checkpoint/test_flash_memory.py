@@ -1,0 +1,263 @@
+"""Flash checkpoint in the agent's memory, end to end: a real ftrun, real torch ranks (gloo on
+loopback) that save with ftrun.flash_checkpoint every step, and real faults.
+
+* A rank SIGKILLed (no last words possible): the job resumes from memory, zero steps lost,
+  final weights equal to a fault-free run; likewise for shards (each rank gets its own).
+* A rank killed in the middle of a save: the previous snapshot is whole and restored.
+* A job that fails for good: the agent writes the newest snapshot to disk before exiting, and
+  a new job resumes from it; a SIGTERM (a scheduler's) does the same within its grace.
+* A state over the memory budget: a clear message naming the budget, no partial snapshot.
+* Nothing is left behind: no file in /dev/shm, and the snapshot memory (Shmem) is given back
+  when the agent is SIGKILLed.
+
+Run as `python3 test_flash_memory.py train <root> <config json>` it is one rank of the
+training job (see train()).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "python"))
+FTRUN = os.environ.get("FTRUN_BINARY") or os.path.join(HERE, "..", "..", "build", "launcher",
+                                                        "ftrun")
+STEPS = 24
+
+
+def train(root, config):
+    """One rank: a small model trained for config["steps"] steps with a MEMORY (or DISK) save
+    after every step; progress-<rank>.txt records where each attempt started and what was
+    saved; final-<rank>.json the final weights."""
+    import torch
+    import torch.distributed as dist
+    from ftrun.flash_checkpoint import snapshot
+    from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+    from ftrun.flash_checkpoint.sharded import ShardedCheckpointer
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    sharded = config.get("kind") == "sharded"
+    torch.manual_seed(rank if sharded else 0)
+    model = torch.nn.Linear(16, 4)
+    net = model if sharded else torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    ckpt_dir = os.path.join(root, "ckpt")
+    cp = (ShardedCheckpointer if sharded else DdpCheckpointer)(ckpt_dir)
+    storage = StorageType.DISK if config.get("storage") == "disk" else StorageType.MEMORY
+    ballast = torch.zeros(config.get("ballast_mb", 0) * (1 << 18))  # float32: 4 bytes each
+    progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
+
+    state = cp.load_checkpoint()
+    start = 0
+    if state:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"] + 1
+        if sharded and state["rank"] != rank:
+            raise RuntimeError(f"rank {rank} got the shard of rank {state['rank']}")
+    progress.write(f"start {start} attempt {attempt}\n")
+    for step in range(start, config["steps"]):
+        g = torch.Generator().manual_seed(step * 100 + rank)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        loss = torch.nn.functional.mse_loss(net(x), y)
+        opt.zero_grad()
+        loss.backward()
+        if sharded:  # shards train in lockstep, as a real sharded job's collectives make them
+            dist.all_reduce(loss.detach())
+        opt.step()
+        doomed = attempt == 0 and step == config.get("kill_at") and rank == config["kill_rank"]
+        if doomed and config.get("kill_how") == "mid_save":
+            real_write = snapshot.Plan.write
+
+            def half_then_die(self, buffer):
+                real_write(self, buffer)
+                memoryview(buffer)[self.pickle_at:self.bytes] = b"\xff" * (
+                    self.bytes - self.pickle_at)
+                os.kill(os.getpid(), signal.SIGKILL)  # between the copy and the commit
+            snapshot.Plan.write = half_then_die
+        elif doomed:
+            os.kill(os.getpid(), signal.SIGKILL)
+        saved = cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
+                                          "step": step, "rank": rank, "ballast": ballast},
+                                   storage_type=storage)
+        progress.write(f"saved {step} {saved}\n")
+        time.sleep(config.get("pause", 0))
+    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
+        json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+
+
+def run_job(root, config, ranks=2, restarts=1, extra=(), env=None, wait=True):
+    """ftrun with `ranks` training ranks; the CompletedProcess (or the Popen if not wait)."""
+    os.makedirs(root, exist_ok=True)
+    cmd = [FTRUN, "--standalone", "--nproc-per-node", str(ranks), "--max-restarts",
+           str(restarts), "--monitor-interval", "0.05", "--log-dir", os.path.join(root, "logs"),
+           *extra, "--no-python", "/usr/bin/python3", __file__, "train", root,
+           json.dumps(dict({"steps": STEPS, "kill_rank": 1}, **config))]
+    full_env = dict(os.environ, **(env or {}))
+    full_env.pop("FTRUN_CONTROL_SOCKET", None)
+    if not wait:
+        return subprocess.Popen(cmd, env=full_env, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    return subprocess.run(cmd, env=full_env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=150)
+
+
+def progress(root, rank):
+    try:
+        with open(os.path.join(root, f"progress-{rank}.txt")) as f:
+            return f.read().split("\n")
+    except FileNotFoundError:
+        return []
+
+
+def final(root, ranks=2):
+    out = []
+    for rank in range(ranks):
+        with open(os.path.join(root, f"final-{rank}.json")) as f:
+            out.append(json.load(f))
+    return out
+
+
+def wait_for(predicate, what, timeout=60):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def shmem_kib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("Shmem:"):
+                return int(line.split()[1])
+    return 0
+
+
+@unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
+class FlashMemoryTest(unittest.TestCase):
+    baseline = {}
+
+    @classmethod
+    def fault_free(cls, kind):
+        """The final weights of a run without faults (computed once per kind)."""
+        if kind not in cls.baseline:
+            root = tempfile.mkdtemp(prefix="ftrun-flash-clean-")
+            done = run_job(root, {"kind": kind})
+            assert done.returncode == 0, done.stdout
+            cls.baseline[kind] = final(root)
+        return cls.baseline[kind]
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="ftrun-flash-")
+        self.shm_before = set(os.listdir("/dev/shm"))
+
+    def tearDown(self):
+        left = {n for n in set(os.listdir("/dev/shm")) - self.shm_before
+                if "ftrun" in n or "snapshot" in n or "checkpoint" in n}
+        self.assertEqual(left, set(), "files left in /dev/shm")
+
+    def assert_resumed_without_loss(self, root, log, kind="ddp"):
+        """Attempt 1 started right after the newest step saved before the fault, and the
+        final weights are those of a fault-free run."""
+        saved = [int(l.split()[1]) for l in progress(root, 0)
+                 if l.startswith("saved") and l.endswith("True")]
+        starts = [l for l in progress(root, 0) if l.startswith("start")]
+        self.assertEqual(len(starts), 2, (starts, log))
+        resumed = int(starts[1].split()[1])
+        before_fault = [s for s in saved if s < resumed]
+        self.assertEqual(resumed, max(before_fault) + 1, (saved, starts, log))
+        self.assertEqual(final(root), self.fault_free(kind))
+        return resumed
+
+    def test_a_sigkilled_rank_resumes_from_memory_with_zero_steps_lost(self):
+        done = run_job(self.root, {"kill_at": 11})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        resumed = self.assert_resumed_without_loss(self.root, done.stdout)
+        self.assertIn(f"ftrun: restored step {resumed - 1} from memory", done.stdout)
+        self.assertGreaterEqual(resumed, 11)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")),
+                         "a job that succeeded writes no MEMORY save to disk")
+
+    def test_each_rank_gets_back_its_own_shard(self):
+        done = run_job(self.root, {"kind": "sharded", "kill_at": 9})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        self.assert_resumed_without_loss(self.root, done.stdout, "sharded")
+        self.assertIn("from memory", done.stdout)
+
+    def test_a_rank_killed_in_the_middle_of_a_save_leaves_the_previous_snapshot(self):
+        done = run_job(self.root, {"kill_at": 7, "kill_rank": 0, "kill_how": "mid_save"})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        resumed = self.assert_resumed_without_loss(self.root, done.stdout)
+        self.assertEqual(resumed, 7, "step 7 was never committed: step 6 is restored")
+        self.assertIn("ftrun: restored step 6 from memory", done.stdout)
+
+    def test_a_job_that_fails_for_good_is_persisted_and_a_new_job_resumes(self):
+        failed = run_job(self.root, {"kill_at": 10}, restarts=0)
+        self.assertEqual(failed.returncode, 1, failed.stdout)
+        self.assertRegex(failed.stdout, r"flash checkpoint: step=1[01] stored at ")
+        with open(os.path.join(self.root, "ckpt", "dlrover_latest.txt")) as f:
+            stored = int(f.read())
+        link = os.path.join(self.root, "ckpt", str(stored), "rank_0.pt")
+        self.assertTrue(os.path.islink(link) and os.path.isfile(link), link)
+        again = run_job(self.root, {})
+        self.assertEqual(again.returncode, 0, again.stdout)
+        starts = [l for l in progress(self.root, 0) if l.startswith("start")]
+        self.assertEqual(starts[-1], f"start {stored + 1} attempt 0")
+        self.assertEqual(final(self.root), self.fault_free("ddp"))
+
+    def test_sigterm_writes_the_newest_snapshot_before_ftrun_exits(self):
+        job = run_job(self.root, {"pause": 0.1, "steps": 1000}, wait=False)
+        try:
+            wait_for(lambda: sum(l.startswith("saved") for l in progress(self.root, 0)) >= 5,
+                     "five saves")
+            os.kill(job.pid, signal.SIGTERM)
+            out, _ = job.communicate(timeout=60)
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+                job.wait()
+        saved = [int(l.split()[1]) for l in progress(self.root, 0) if l.startswith("saved")]
+        with open(os.path.join(self.root, "ckpt", "dlrover_latest.txt")) as f:
+            stored = int(f.read())
+        self.assertIn(stored, saved, out)
+        self.assertGreaterEqual(stored, max(saved) - 1, "the newest (or the one being saved)")
+        self.assertIn("flash checkpoint: the job failed; writing", out)
+
+    def test_a_state_over_the_budget_is_refused_and_names_the_budget(self):
+        done = run_job(self.root, {"ballast_mb": 2, "steps": 3}, extra=("--flash-memory-budget",
+                                                                       "1M"))
+        self.assertEqual(done.returncode, 0, done.stdout)
+        self.assertIn("NOT saved to memory", done.stdout)
+        self.assertIn("--flash-memory-budget (FTRUN_FLASH_MEMORY_BUDGET)", done.stdout)
+        self.assertEqual([l for l in progress(self.root, 0) if l.startswith("saved")],
+                         ["saved 0 False", "saved 1 False", "saved 2 False"])
+
+    def test_the_agents_memory_goes_with_the_agent_even_when_it_is_sigkilled(self):
+        before = shmem_kib()
+        job = run_job(self.root, {"ballast_mb": 64, "pause": 0.2, "steps": 1000}, wait=False)
+        try:
+            wait_for(lambda: sum(l.startswith("saved") for l in progress(self.root, 0)) >= 3,
+                     "three saves")
+            held = shmem_kib() - before
+            self.assertGreater(held, 100 * 1024, "two 64 MiB buffers in the agent's memory")
+            os.killpg(job.pid, signal.SIGKILL)  # the agent and its workers
+            job.wait(timeout=30)
+        finally:
+            if job.poll() is None:
+                os.killpg(job.pid, signal.SIGKILL)
+        wait_for(lambda: shmem_kib() - before < 32 * 1024, "the snapshot memory to be freed")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "train":
+        train(sys.argv[2], json.loads(sys.argv[3]))
+    else:
+        unittest.main()
