@@ -1,0 +1,131 @@
+// FlashService storing snapshots: at commit, for a failed job, sharded, pinned while written.
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/unit/launcher/checkpoint/flash_service_fixture.h"
+
+namespace ftrun::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using ftrun::testing::ReadFile;
+using FlashPersistTest = testing::FlashServiceTest;
+using testing::GateSink;
+using testing::Target;
+
+TEST_F(FlashPersistTest, APersistWritesTheCheckpointAndPinsItsBuffer) {
+  GateSink& gate = Gate();
+  Target to = TargetIn("ckpt");
+  to.persist = true;
+  Save(0, 6, "six", "", to);
+  EXPECT_EQ(service().persists_in_flight(), 1);
+  ASSERT_TRUE(gate.WaitReached());  // written; the persister still holds step 6
+  Save(0, 7, "seven");              // the other buffer
+  const Sent& busy = Begin(0, 8, 5);
+  EXPECT_EQ(busy.type(), "snapshot_refused");
+  EXPECT_TRUE(busy.flag("busy"));
+  EXPECT_EQ(Steps(0), (std::vector<int64_t>{7, 6})) << "a refused save hands nothing out";
+  gate.Open();
+  ASSERT_TRUE(Persisted());
+  EXPECT_EQ(Begin(0, 8, 5).type(), "snapshot_lease") << "unpinned once the persist is done";
+
+  const std::string file = to.root + "/ftrun-step-6/group-all/state.bin";
+  EXPECT_EQ(ReadFile(file), "six");
+  EXPECT_TRUE(fs::exists(to.root + "/ftrun-step-6/MANIFEST.json"));
+  EXPECT_EQ(ReadFile(to.root + "/latest.txt"), "6\n");
+  ASSERT_TRUE(fs::is_symlink(to.path));
+  EXPECT_EQ(fs::canonical(to.path), fs::canonical(file));
+}
+
+TEST_F(FlashPersistTest, ShardsArePersistedTogetherOnceAllAreHere) {
+  Target to = TargetIn("sharded");
+  to.world_size = 2;
+  to.persist = true;
+  Save(0, 5, "shard zero", "rank-0", to);
+  EXPECT_EQ(service().persists_in_flight(), 0) << "rank-1's shard is missing";
+  Save(1, 5, "shard one", "rank-1", to);
+  ASSERT_TRUE(Persisted());
+  const std::string step = to.root + "/ftrun-step-5/";
+  EXPECT_EQ(ReadFile(step + PartDirName("rank-0") + "/state.bin"), "shard zero");
+  EXPECT_EQ(ReadFile(step + PartDirName("rank-1") + "/state.bin"), "shard one");
+  EXPECT_EQ(fs::canonical(to.path), fs::canonical(to.root + "/ftrun-step-5"))
+      << "two files: the link is the step";
+  // Step 6 of rank 0 alone is written nowhere.
+  Save(0, 6, "shard zero again", "rank-0", to);
+  EXPECT_EQ(service().persists_in_flight(), 0);
+  EXPECT_FALSE(fs::exists(to.root + "/ftrun-step-6"));
+}
+
+TEST_F(FlashPersistTest, AFailedJobWritesItsNewestSnapshotsOnce) {
+  Target to = TargetIn("exit");
+  Save(0, 2, "old");
+  Save(0, 3, "newest", "", to);
+  Save(1, 3, "no target");
+  int done = 0;
+  service().PersistForExit([&] { ++done; });
+  EXPECT_EQ(service().persists_in_flight(), 1);
+  ASSERT_TRUE(RunUntil([&] { return done == 1; }));
+  EXPECT_EQ(service().persists_in_flight(), 0);
+  EXPECT_EQ(ReadFile(to.root + "/ftrun-step-3/group-all/state.bin"), "newest");
+  // Already stored: not written again, and `done` still runs (once).
+  service().PersistForExit([&] { ++done; });
+  EXPECT_EQ(service().persists_in_flight(), 0);
+  ASSERT_TRUE(RunUntil([&] { return done == 2; }));
+  io_.poll();
+  EXPECT_EQ(done, 2);
+}
+
+TEST_F(FlashPersistTest, AStepPersistedAtCommitIsNotWrittenAgainAtExit) {
+  Target to = TargetIn("twice");
+  to.persist = true;
+  Save(0, 4, "four", "", to);
+  ASSERT_TRUE(Persisted());
+  bool done = false;
+  service().PersistForExit([&] { done = true; });
+  EXPECT_EQ(service().persists_in_flight(), 0);
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+}
+
+TEST_F(FlashPersistTest, NothingToPersistAtExitStillFinishes) {
+  int done = 0;
+  service().PersistForExit([&] { ++done; });
+  EXPECT_EQ(done, 0) << "runs on the loop, not inside the call";
+  ASSERT_TRUE(RunUntil([&] { return done == 1; }));
+  io_.poll();
+  EXPECT_EQ(done, 1);
+}
+
+TEST_F(FlashPersistTest, AFailedJobWritesTheNewestStepEveryShardHolds) {
+  Target to = TargetIn("behind");
+  to.world_size = 2;
+  Save(0, 5, "zero at 5", "rank-0", to);
+  Save(1, 5, "one at 5", "rank-1", to);
+  Save(0, 6, "zero at 6", "rank-0", to);  // rank 1 died before its save of step 6
+  bool done = false;
+  service().PersistForExit([&] { done = true; });
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+  const std::string step = to.root + "/ftrun-step-5/";
+  EXPECT_EQ(ReadFile(step + PartDirName("rank-0") + "/state.bin"), "zero at 5");
+  EXPECT_EQ(ReadFile(step + PartDirName("rank-1") + "/state.bin"), "one at 5");
+  EXPECT_FALSE(fs::exists(to.root + "/ftrun-step-6"));
+}
+
+TEST_F(FlashPersistTest, AFailedPersistIsTriedAgainAtExit) {
+  Target to = TargetIn("file");
+  std::ofstream(to.root) << "a file where the checkpoint directory should be";
+  to.root += "/ckpt";
+  to.persist = true;
+  Save(0, 2, "two", "", to);
+  ASSERT_EQ(service().persists_in_flight(), 1);
+  ASSERT_TRUE(Persisted());
+  bool done = false;
+  service().PersistForExit([&] { done = true; });
+  EXPECT_EQ(service().persists_in_flight(), 1) << "a step that was not stored is not stored";
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+  EXPECT_FALSE(fs::exists(to.root));
+}
+
+}  // namespace
+}  // namespace ftrun::launcher
