@@ -1,13 +1,23 @@
 #!/usr/bin/env bash
 # README command 1: installs the dependencies, builds ftrun, and runs a real 4-rank
-# torch.distributed (gloo) training job through it. Rank 2 is killed (SIGKILL) at the start of
-# step 25 of the first attempt; ftrun sees it at once, a surviving rank saves step 24 (the
-# last one completed; the periodic checkpoint was at step 19), the group restarts and resumes
-# at step 25: no step is lost. The final weights are then compared with a fault-free run.
+# torch.distributed (gloo) training job through it, twice, each time with a fault:
+#  act 1: rank 2 is killed (SIGKILL) at the start of step 25 of the first attempt; ftrun sees
+#         it at once, a surviving rank saves step 24 (the last one completed; the periodic
+#         checkpoint was at step 19), the group restarts and resumes at step 25.
+#  act 2: flash checkpoint. The ranks save their state to the agent's memory after every step
+#         (DLRover's API, StorageType.MEMORY) and nobody saves last words (--fault-save off);
+#         rank 1 is SIGKILLed at the start of step 40 and the job resumes at step 40 from the
+#         agent's memory.
+# No step is lost in either; the final weights are compared with a fault-free run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+echo "== installing the Debian packages ftrun needs (if any are missing)"
 scripts/install-deps.sh
-scripts/build.sh >/dev/null
+echo "== building ftrun (a few minutes the first time; progress every 10%)"
+scripts/build.sh | awk '
+  /^\[[0-9]+\/[0-9]+\]/ { split(substr($1, 2), n, "/"); p = int(100 * n[1] / n[2] / 10) * 10
+                           if (p != last) { printf "   %d%%\n", p; fflush(); last = p }; next }
+  { print }'
 ftrun=${FTRUN_BUILD_DIR:-build}/launcher/ftrun
 out=$(mktemp -d /tmp/ftrun-demo.XXXXXX)
 export PYTHON_EXEC=/usr/bin/python3   # Debian's python, which has torch
@@ -23,17 +33,30 @@ echo "== the same job without a fault, for comparison"
 "$ftrun" --nproc-per-node 4 --log-level warning --log-dir "$out/logs" \
   scripts/demo/train.py --steps 60 --out "$out/clean" 2>/dev/null | tail -n 1
 
-/usr/bin/python3 - "$out" "$start" "$end" <<'PY'
+echo
+echo "== act 2: flash checkpoint: every step saved to the agent's memory, no last words"
+echo "== ftrun --fault-save off ... train.py --flash (rank 1 is SIGKILLed in step 40)"
+start2=$(date +%s.%N)
+"$ftrun" --nproc-per-node 4 --max-restarts 3 --fault-save off --log-dir "$out/logs" \
+  scripts/demo/train.py --steps 60 --flash --out "$out/flash" --crash-rank 1 --crash-step 40
+end2=$(date +%s.%N)
+
+/usr/bin/python3 - "$out" "$start" "$end" "$start2" "$end2" <<'PY'
 import json, sys
-out, start, end = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
-a = json.load(open(f"{out}/faulty/result.0.json"))
-b = json.load(open(f"{out}/clean/result.0.json"))
-diff = max(abs(x - y) for x, y in zip(a["weights"], b["weights"]))
+out = sys.argv[1]
+times = [float(t) for t in sys.argv[2:]]
+clean = json.load(open(f"{out}/clean/result.0.json"))
+ok = True
 print()
-print(f"faulty run: {a['steps']} steps in {end - start:.1f} s, finished in attempt {a['attempt']}, "
-      f"which resumed at step {a['resumed_at']} (rank 2 died in step 25; completed steps lost: "
-      f"{25 - a['resumed_at']})")
-print(f"final weights {a['checksum']} (fault-free run: {b['checksum']}, max difference {diff:.1e})")
-sys.exit(0 if diff < 1e-9 and a["attempt"] == 1 and a["resumed_at"] == 25 else 1)
+for name, died, (start, end) in (("faulty", 25, times[:2]), ("flash", 40, times[2:])):
+    a = json.load(open(f"{out}/{name}/result.0.json"))
+    diff = max(abs(x - y) for x, y in zip(a["weights"], clean["weights"]))
+    print(f"{name} run: {a['steps']} steps in {end - start:.1f} s, finished in attempt "
+          f"{a['attempt']}, which resumed at step {a['resumed_at']} (a rank died in step {died}; "
+          f"completed steps lost: {died - a['resumed_at']})")
+    print(f"  final weights {a['checksum']} (fault-free run: {clean['checksum']}, "
+          f"max difference {diff:.1e})")
+    ok = ok and diff < 1e-9 and a["attempt"] == 1 and a["resumed_at"] == died
+sys.exit(0 if ok else 1)
 PY
 echo "logs: $out/logs"

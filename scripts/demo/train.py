@@ -8,6 +8,9 @@ Python helper (scripts/python/ftrun):
   * every rank registers a save handler, so when a peer dies a surviving replica saves the
     last step it completed (ftrun's fault-time save) before the job restarts;
   * at start every rank resumes from the newest complete checkpoint.
+--flash instead saves the whole state after every step with the flash-checkpoint API
+(ftrun.flash_checkpoint.ddp.DdpCheckpointer, StorageType.MEMORY: into the ftrun agent's memory)
+and resumes with its load_checkpoint(); no save handler, no periodic checkpoint.
 --crash-rank R --crash-step K SIGKILLs rank R at the start of step K on the first attempt.
 --global-batch G makes a step's data independent of the world size (the chaos run changes it):
 the step's G samples are split evenly among the ranks, so any world size dividing G computes
@@ -38,6 +41,8 @@ def parse_args():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--lr", type=float, default=0.05)
     p.add_argument("--ckpt-every", type=int, default=10, help="periodic checkpoints; 0: none")
+    p.add_argument("--flash", action="store_true",
+                   help="save every step to memory with the flash-checkpoint API instead")
     p.add_argument("--out", required=True, help="directory for checkpoints and results")
     p.add_argument("--crash-rank", type=int, default=-1)
     p.add_argument("--crash-step", type=int, default=-1)
@@ -98,6 +103,7 @@ def main():
     # float64: reduction-order differences stay near 1e-16 instead of amplifying.
     torch.set_default_dtype(torch.float64)
     root = os.path.join(args.out, "checkpoints")
+    os.makedirs(args.out, exist_ok=True)
 
     model = DDP(model_fn())
     opt = torch.optim.SGD(model.parameters(), lr=args.lr)
@@ -124,9 +130,19 @@ def main():
         write_state(step, directory)
 
     ft = ftrun.connect()
-    ft.register_save_handler(fault_time_save, root)  # every rank is a replica in plain DDP
     start = 0
-    ckpt = ftrun.latest_checkpoint(root)
+    flash = None
+    if args.flash:
+        from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+        flash = DdpCheckpointer(os.path.join(args.out, "flash"))
+        state = flash.load_checkpoint()
+        if state:
+            model.module.load_state_dict(state["model"])
+            opt.load_state_dict(state["opt"])
+            start = state["step"] + 1
+    else:
+        ft.register_save_handler(fault_time_save, root)  # every rank is a replica in DDP
+    ckpt = None if args.flash else ftrun.latest_checkpoint(root)
     if ckpt is not None:
         state = torch.load(os.path.join(ckpt.part(), "state.pt"))
         model.module.load_state_dict(state["model"])
@@ -169,7 +185,11 @@ def main():
                     f.write(f"{os.getpid()} {step}\n")
             if rank == 0 and ((step + 1) % 10 == 0 or step + 1 == args.steps):
                 print(f"step {step + 1}/{args.steps} loss {loss.item():.4f}", flush=True)
-            if rank == 0 and args.ckpt_every > 0 and (step + 1) % args.ckpt_every == 0:
+            if flash is not None:
+                flash.save_checkpoint(step, {"model": model.module.state_dict(),
+                                             "opt": opt.state_dict(), "step": step},
+                                      storage_type=StorageType.MEMORY)
+            elif rank == 0 and args.ckpt_every > 0 and (step + 1) % args.ckpt_every == 0:
                 ftrun.save_checkpoint(root, step, write_state)
 
     weights = flat_weights(model.module)
