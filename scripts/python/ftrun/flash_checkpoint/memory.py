@@ -80,7 +80,8 @@ class AgentMemory:
             return m
         if m is not None:
             self._maps.pop(key).close()
-        m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED, mmap.PROT_READ | mmap.PROT_WRITE)
+        m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                      mmap.PROT_READ | mmap.PROT_WRITE)
         self._maps[key] = m
         return m
 
@@ -103,7 +104,9 @@ class AgentMemory:
             raise CheckpointError(answer.get("error") or f"unexpected answer {answer}")
         try:
             size = int(answer.get("bytes", 0))
-            m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+            # MAP_POPULATE: the page tables in one call, not one fault per page.
+            m = mmap.mmap(fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
+                          mmap.PROT_READ)
         finally:
             os.close(fd)
         try:

@@ -1,0 +1,72 @@
+"""One rank of the flash-checkpoint benchmark (scripts/bench_flash.py), under ftrun: times a
+MEMORY save of a state of --mib MiB (blocking time, buffers reused after the first), the
+restore of it from the agent's memory, and torch.save + fsync of the same state to --dir.
+Prints one JSON line."""
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts", "python"))
+from ftrun.flash_checkpoint import engine  # noqa: E402
+from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType  # noqa: E402
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--mib", type=int, default=256)
+    p.add_argument("--saves", type=int, default=5)
+    p.add_argument("--dir", required=True)
+    a = p.parse_args()
+    torch.set_num_threads(1)
+    os.makedirs(a.dir, exist_ok=True)
+    tensors = 8
+    state = {f"layer{i}": torch.randn(a.mib * (1 << 20) // 4 // tensors) for i in range(tensors)}
+    state["step"] = 0
+    gib = a.mib / 1024
+    cp = DdpCheckpointer(os.path.join(a.dir, "flash"))
+    mem, why = engine.memory_store()
+    if mem is None:
+        raise SystemExit(f"no agent memory: {why}")
+    save_times = []
+    for step in range(a.saves):
+        state["step"] = step
+        t = time.perf_counter()
+        if not cp.save_checkpoint(step, state, storage_type=StorageType.MEMORY):
+            raise SystemExit("the memory save was refused")
+        save_times.append(time.perf_counter() - t)
+    restore_times = []
+    for _ in range(3):
+        t = time.perf_counter()
+        restored = mem.load(a.saves - 1, "", 1)
+        restore_times.append(time.perf_counter() - t)
+        assert torch.equal(restored["layer0"], state["layer0"])
+        del restored
+    disk_times = []
+    for i in range(3):
+        path = os.path.join(a.dir, f"torch-{i}.pt")
+        t = time.perf_counter()
+        with open(path, "wb") as f:
+            torch.save(state, f)
+            f.flush()
+            os.fsync(f.fileno())
+        disk_times.append(time.perf_counter() - t)
+        os.unlink(path)
+    print(json.dumps({
+        "mib": a.mib,
+        "first_save_s": save_times[0],
+        "save_s": statistics.median(save_times[1:]),
+        "save_s_per_gib": statistics.median(save_times[1:]) / gib,
+        "restore_s_per_gib": statistics.median(restore_times) / gib,
+        "torch_save_fsync_s": statistics.median(disk_times),
+        "torch_save_fsync_s_per_gib": statistics.median(disk_times) / gib,
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()
