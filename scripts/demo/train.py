@@ -161,6 +161,7 @@ def main():
         return 2
 
     loss = torch.tensor(0.0)
+    loop_started = time.monotonic()
     with ft.guard():
         for step in range(start, args.steps):
             if attempt == 0 and rank == args.crash_rank and step == args.crash_step:
@@ -192,8 +193,9 @@ def main():
             elif rank == 0 and args.ckpt_every > 0 and (step + 1) % args.ckpt_every == 0:
                 ftrun.save_checkpoint(root, step, write_state)
 
+    loop_seconds = time.monotonic() - loop_started
     weights = flat_weights(model.module)
-    result = {"rank": rank, "world_size": world, "attempt": attempt, "steps": args.steps,
+    result = {"loop_seconds": loop_seconds, "rank": rank, "world_size": world, "attempt": attempt, "steps": args.steps,
               "resumed_at": start, "loss": loss.item(), "checksum": checksum(weights),
               "weights": weights.tolist()}
     with open(os.path.join(args.out, f"result.{rank}.json"), "w") as f:

@@ -141,6 +141,15 @@ class Controller:
         with contextlib.suppress(OSError):
             self._sock.close()
 
+    def post(self, msg: dict):
+        """Sends a request whose answer nobody waits for (it is dropped when it comes).
+        Raises OSError when the agent's channel is closed."""
+        if self._closed:
+            raise OSError("the agent's control channel is closed")
+        self._send(dict(msg, id=next(self._ids)))
+        if self._closed:
+            raise OSError("the agent's control channel is closed")
+
     def request(self, msg: dict, timeout: float = 60.0):
         """Sends a request (an "id" is added) and waits for the agent's answer: (answer, fd),
         fd -1 when the answer carries none (the caller owns it otherwise). Raises OSError

@@ -65,12 +65,10 @@ class AgentMemory:
         commit = {"type": "snapshot_commit", "step": step, "persist": persist,
                   "world_size": world_size}
         commit.update(target or {})
-        answer, fd = self._c.request(commit)
-        if fd >= 0:
-            os.close(fd)
-        if not answer.get("ok"):
-            raise CheckpointError(f"the agent did not keep the snapshot of step {step}: "
-                                  f"{answer.get('error')}")
+        # Not waited for: once sent, the agent reads it even if this process dies the next
+        # moment (the socket keeps it), and it handles it before any later request of ours.
+        # A refusal (which only a broken protocol causes) is logged by the agent.
+        self._c.post(commit)
 
     def _mapping(self, fd: int, size: int):
         st = os.fstat(fd)

@@ -33,10 +33,13 @@ _libc = None
 
 
 def _copies(jobs):
-    """Runs the copy jobs (callables) on a few threads: torch's copy_ releases the GIL, and one
-    core does not saturate memory bandwidth."""
+    """Runs the copy jobs ((bytes, callable) pairs): the large ones on a few threads (torch's
+    copy_ releases the GIL, and one core does not saturate memory bandwidth)."""
     global _pool
-    jobs = list(jobs)
+    small = [job for size, job in jobs if size < _BIG]
+    jobs = [job for size, job in jobs if size >= _BIG]
+    for job in small:  # not worth a thread's wake-up
+        job()
     if len(jobs) < 2:
         for job in jobs:
             job()
@@ -160,7 +163,8 @@ class Plan:
                 dst = torch.frombuffer(buffer, dtype=torch.uint8, count=n, offset=offset)
                 dst.copy_(t.reshape(-1).view(torch.uint8))
                 del dst
-        _copies(lambda t=t, o=o: copy(t, o) for t, o in zip(self.tensors, self.offsets))
+        _copies((t.numel() * t.element_size(), lambda t=t, o=o: copy(t, o))
+                for t, o in zip(self.tensors, self.offsets))
 
 
 def read_header(buffer) -> dict:
@@ -207,7 +211,7 @@ def read(buffer, header=None):
             dst = _fresh(count, dt)
             tensors.append(dst.reshape(shape))
             if n:
-                jobs.append(lambda dst=dst, offset=offset, n=n: copy(dst, offset, n))
+                jobs.append((n, lambda dst=dst, offset=offset, n=n: copy(dst, offset, n)))
         _copies(jobs)
     at, length = header["pickle"]
     view = memoryview(buffer)
