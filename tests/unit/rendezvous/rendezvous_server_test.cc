@@ -65,6 +65,8 @@ class ServerTest : public ::testing::Test {
     h.set_run_id("job");
     h.set_node_id(node);
     h.set_token(token);
+    // Each test node's own credential (bound by its first Join).
+    h.set_node_secret(node + ":secret-0123456789");
     return h;
   }
   static v1::JoinRequest JoinReq(const std::string& node, int nproc = 2) {
@@ -154,7 +156,8 @@ TEST_F(ServerTest, RefusalsNameTheProblemAndTheServerCarriesOn) {
   req.mutable_header()->set_protocol_version(99);
   status = Join(*stub, req);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(status.error_message(), "protocol version 99 differs from the server's 1");
+  EXPECT_EQ(status.error_message(),
+            "protocol version 99 differs from the server's " + std::to_string(kProtocolVersion));
   req.mutable_header()->set_protocol_version(kProtocolVersion);
   req.mutable_header()->set_run_id("other");
   status = Join(*stub, req);
