@@ -38,10 +38,11 @@ void RendezvousServer::Reject(Call& call, int grpc_code, const std::string& mess
             ? fmt::format(" ({} more rejected since the last line)", rejects_unlogged_)
             : "";
     rejects_unlogged_ = 0;
-    // Before authentication nothing the peer wrote is logged; after it, only checked text.
+    // The node id only once the call is authenticated; the message (it may quote a joiner's
+    // host, checked printable at most 1 KiB) escaped and bounded.
     RendezvousLog()->warn("rejected {} from {}peer={}: {}{}", CallName(call.request),
                           authenticated ? "node=" + call.header().node_id() + " " : "",
-                          Printable(call.peer), message, more);
+                          Printable(call.peer), Printable(message, 300), more);
   } else {
     ++rejects_unlogged_;
   }

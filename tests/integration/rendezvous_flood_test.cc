@@ -12,6 +12,7 @@
 #include "ftrun/v1/rendezvous.grpc.pb.h"
 #include "launcher/config/host.h"
 #include "rendezvous/wire.h"
+#include "tests/integration/rendezvous_job.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
@@ -74,12 +75,7 @@ TEST(RendezvousFlood, PendingWatchesAndMemoryStayBounded) {
   auto stub = v1::Rendezvous::NewStub(
       grpc::CreateChannel("127.0.0.1:" + port, grpc::InsecureChannelCredentials()));
   auto header = [](const std::string& node, const std::string& secret) {
-    v1::RequestHeader h;
-    h.set_protocol_version(rendezvous::kProtocolVersion);
-    h.set_run_id("job");
-    h.set_node_id(node);
-    h.set_node_secret(secret);
-    return h;
+    return OutsiderHeader(node, secret);
   };
   auto join = [&](const std::string& node) {
     v1::JoinRequest r;

@@ -10,6 +10,7 @@
 #include "ftrun/v1/rendezvous.grpc.pb.h"
 #include "launcher/config/host.h"
 #include "rendezvous/wire.h"
+#include "tests/integration/rendezvous_job.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
@@ -50,23 +51,9 @@ class RendezvousTls : public ::testing::Test {
            (mutual ? ",tls_client_auth=1" : "");
   }
   std::vector<std::string> Agent(bool mutual) {
-    return {"--log-dir",        dir_ / "logs",
-            "--nproc-per-node", "1",
-            "--nnodes",         "2",
-            "--rdzv-backend",   "c10d",
-            "--rdzv-endpoint",  "localhost:" + port_,
-            "--rdzv-id",        "job",
-            "--rdzv-conf",      Conf(mutual),
-            "--no-python",      FakeWorkerBinary(),
-            "record",           dir_ / "records",
-            "wait-file",        dir_ / "done"};
+    return TwoNodeAgent(dir_, "localhost:" + port_, Conf(mutual));
   }
-  int Count(const std::string& needle) {
-    int n = 0;
-    for (const auto& l : Lines(ReadFile(dir_ / "records")))
-      n += l.find(needle) != std::string::npos;
-    return n;
-  }
+  int Count(const std::string& needle) { return CountRecords(dir_, needle); }
   grpc::Status StatusWith(std::shared_ptr<grpc::ChannelCredentials> creds) {
     auto stub = v1::Rendezvous::NewStub(grpc::CreateChannel("localhost:" + port_, creds));
     v1::StatusRequest r;

@@ -13,6 +13,7 @@
 #include "ftrun/v1/rendezvous.grpc.pb.h"
 #include "launcher/config/host.h"
 #include "rendezvous/wire.h"
+#include "tests/integration/rendezvous_job.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
@@ -26,36 +27,16 @@ class RendezvousTrust : public ::testing::Test {
   void SetUp() override { port_ = std::to_string(launcher::PickFreePort().value()); }
 
   std::vector<std::string> Agent(const std::string& endpoint_host, const std::string& conf) {
-    return {"--log-dir",        dir_ / "logs",
-            "--nproc-per-node", "1",
-            "--nnodes",         "2",
-            "--rdzv-backend",   "c10d",
-            "--rdzv-endpoint",  endpoint_host + ":" + port_,
-            "--rdzv-id",        "job",
-            "--rdzv-conf",      std::string(kFastConf) + conf,
-            "--no-python",      FakeWorkerBinary(),
-            "record",           dir_ / "records",
-            "wait-file",        dir_ / "done"};
+    return TwoNodeAgent(dir_, endpoint_host + ":" + port_, std::string(kFastConf) + conf);
   }
-  int Count(const std::string& needle) {
-    int n = 0;
-    for (const auto& l : Lines(ReadFile(dir_ / "records")))
-      n += l.find(needle) != std::string::npos;
-    return n;
-  }
+  int Count(const std::string& needle) { return CountRecords(dir_, needle); }
   std::unique_ptr<v1::Rendezvous::Stub> Stub(const std::string& host = "127.0.0.1") {
     return v1::Rendezvous::NewStub(
         grpc::CreateChannel(host + ":" + port_, grpc::InsecureChannelCredentials()));
   }
   static v1::RequestHeader Header(const std::string& node, const std::string& secret,
                                   const std::string& token) {
-    v1::RequestHeader h;
-    h.set_protocol_version(rendezvous::kProtocolVersion);
-    h.set_run_id("job");
-    h.set_node_id(node);
-    h.set_node_secret(secret);
-    h.set_token(token);
-    return h;
+    return OutsiderHeader(node, secret, token);
   }
   static std::unique_ptr<grpc::ClientContext> Ctx() {
     auto ctx = std::make_unique<grpc::ClientContext>();
