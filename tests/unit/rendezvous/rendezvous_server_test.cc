@@ -366,5 +366,19 @@ TEST_F(ServerTest, OneWatchPerNodeAndAPerPeerCap) {
   EXPECT_EQ(w3.get().error_code(), grpc::StatusCode::OK);
 }
 
+TEST_F(ServerTest, AnOversizedRequestIsRefusedAsResourceExhausted) {
+  Start(Spec(2, 2));
+  auto stub = Stub();
+  ASSERT_TRUE(Join(*stub, JoinReq("a")).ok());
+  grpc::ClientContext ctx;
+  v1::ReportRequest rep;
+  *rep.mutable_header() = Header("a");
+  rep.set_kind(v1::ReportRequest::KIND_SUCCEEDED);
+  rep.set_error(std::string(kMaxRequestBytes + 1, 'x'));
+  v1::ReportResponse resp;
+  EXPECT_EQ(stub->Report(&ctx, rep, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(Join(*stub, JoinReq("a")).ok()) << "still serving";
+}
+
 }  // namespace
 }  // namespace ftrun::rendezvous
