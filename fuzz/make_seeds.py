@@ -185,7 +185,8 @@ PROBE = {
 
 # --- protobuf messages (fuzz_rdzv_wire: first byte picks the message) ----------------------
 
-HEADER = 'header { protocol_version: 1 run_id: "job42" token: "s3cret" node_id: "host-a:123:0a" }'
+HEADER = ('header { protocol_version: 2 run_id: "job42" token: "s3cret" node_id: "host-a:123:0a" '
+          'node_secret: "0123456789abcdef0123456789abcdef" }')
 WIRE = {
     "join": (0, "JoinRequest", HEADER + ' node { addr: "10.0.0.1" host: "host-a" node_rank: -1'
              ' nproc_per_node: 8 free_port: 29500 min_nodes: 2 max_nodes: 4 probe_port: 29401 }'),

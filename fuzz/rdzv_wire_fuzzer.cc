@@ -11,6 +11,7 @@
 
 #include "ftrun/v1/rendezvous.pb.h"
 #include "fuzz/fuzz_support.h"
+#include "rendezvous/credentials.h"
 #include "rendezvous/wire.h"
 
 namespace {
@@ -50,6 +51,18 @@ void CheckNode(const v1::NodeInfo& n, const std::string& node_id) {
                        back.nproc_per_node() == n.nproc_per_node() &&
                        back.free_port() == n.free_port() && back.probe_port() == n.probe_port(),
                    "a node changed through the wire");
+}
+
+// The header every request carries: what CheckHeader accepts is safe to log and bounded.
+void CheckRequestHeader(const v1::RequestHeader& h) {
+  if (!rdzv::CheckHeader(h)) return;
+  FTRUN_FUZZ_CHECK(!h.node_id().empty() && h.node_id().size() <= rdzv::kMaxNodeId, "node id");
+  FTRUN_FUZZ_CHECK(rdzv::IsPrintable(h.node_id()), "a node id with control characters");
+  FTRUN_FUZZ_CHECK(rdzv::Printable(h.node_id(), rdzv::kMaxNodeId) == h.node_id() ||
+                       h.node_id().find('\\') != std::string::npos,
+                   "a checked node id changed when made printable");
+  FTRUN_FUZZ_CHECK(h.node_secret().size() <= rdzv::kMaxSecretBytes, "node secret");
+  FTRUN_FUZZ_CHECK(h.token().size() <= rdzv::kMaxToken, "token");
 }
 
 void CheckReport(const v1::ReportRequest& r) {
@@ -92,18 +105,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     case 0: {
       v1::JoinRequest m;
       if (!m.ParseFromArray(bytes, n)) return 0;
+      CheckRequestHeader(m.header());
       CheckNode(m.node(), m.header().node_id());
       break;
     }
     case 1: {
       v1::WatchRequest m;
       if (!m.ParseFromArray(bytes, n)) return 0;
+      CheckRequestHeader(m.header());
       (void)std::min<double>(m.wait_ms() / 1000.0, 10.0);
       break;
     }
     case 2: {
       v1::ReportRequest m;
       if (!m.ParseFromArray(bytes, n)) return 0;
+      CheckRequestHeader(m.header());
       CheckReport(m);
       break;
     }

@@ -55,7 +55,11 @@ RendezvousClient::RendezvousClient(boost::asio::io_context& io, ClientOptions op
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  channel_ = grpc::CreateCustomChannel(opts_.target, grpc::InsecureChannelCredentials(), args);
+  if (!opts_.tls_target_name.empty()) {
+    args.SetSslTargetNameOverride(opts_.tls_target_name);
+  }
+  if (opts_.node_secret.empty()) opts_.node_secret = NewSecret();
+  channel_ = grpc::CreateCustomChannel(opts_.target, MakeChannelCredentials(opts_.tls), args);
   calls_->stub = v1::Rendezvous::NewStub(channel_);
 }
 
@@ -72,6 +76,7 @@ void FillHeader(const ClientOptions& o, v1::RequestHeader* h) {
   h->set_run_id(o.run_id);
   h->set_token(o.token);
   h->set_node_id(o.node_id);
+  if (!o.node_id.empty()) h->set_node_secret(o.node_secret);
 }
 
 // Starts `invoke` for `call`, keeping the loop busy until `done` has run on it.
@@ -135,7 +140,15 @@ void RendezvousClient::Join(const NodeInfo& node, Done done) {
       [](auto* stub, auto c, auto cb) {
         stub->async()->Join(&c->ctx, &c->req, &c->resp, std::move(cb));
       },
-      [](C& c, RpcOutcome& out) { out.view = FromWire(c.resp.view()); }, std::move(done));
+      [](C& c, RpcOutcome& out) {
+        out.view = FromWire(c.resp.view());
+        out.node_secret = c.resp.node_secret();
+      },
+      [this, done = std::move(done)](const RpcOutcome& out) {
+        // A server that issued its own secret (one that did not take ours): carry that one.
+        if (out.ok() && !out.node_secret.empty()) opts_.node_secret = out.node_secret;
+        done(out);
+      });
 }
 
 void RendezvousClient::Watch(uint64_t known_version, Duration wait, Done done) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "rendezvous/credentials.h"
 #include "rendezvous/job_state.h"
 
 namespace grpc {
@@ -26,7 +27,12 @@ struct ClientOptions {
   std::string run_id;
   std::string token;
   std::string node_id;
-  int min_nodes = 0;  // sent with Join so that the server can refuse a mismatch
+  // This node's credential ("" : a new one, 128 random bits); the server binds it to node_id
+  // at the first Join and the client carries it in every call (credentials.h).
+  std::string node_secret;
+  TlsConfig tls;                // off: plain HTTP/2
+  std::string tls_target_name;  // the name the server's certificate must hold ("" : target's)
+  int min_nodes = 0;            // sent with Join so that the server can refuse a mismatch
   int max_nodes = 0;
   Duration call_timeout{10};
 };
@@ -35,7 +41,8 @@ struct ClientOptions {
 struct RpcOutcome {
   int code = 0;  // grpc::StatusCode; 0 is OK
   std::string message;
-  NodeView view;  // valid when ok()
+  NodeView view;            // valid when ok()
+  std::string node_secret;  // Join: the credential the server bound to the node
   bool ok() const { return code == 0; }
   // The server is unreachable or slow: worth retrying.
   bool transient() const;

@@ -109,6 +109,10 @@ Result<RendezvousConf> ParseRendezvousConf(std::string_view text) {
       auto n = ParseInt(key, value, 1);
       if (!n) return n.error();
       conf.keep_alive_max_attempt = *n;
+    } else if (key == "max_watches_per_peer") {
+      auto n = ParseInt(key, value, 1);
+      if (!n) return n.error();
+      conf.max_watches_per_peer = *n;
     } else if (key == "rank") {
       auto n = ParseInt(key, value, 0);
       if (!n) return n.error();
@@ -128,6 +132,21 @@ Result<RendezvousConf> ParseRendezvousConf(std::string_view text) {
       conf.local_addr = value;
     } else if (key == "token") {
       conf.token = value;
+    } else if (key == "token_file") {
+      conf.token_file = value;
+    } else if (key == "tls_cert") {
+      conf.tls_cert = value;
+    } else if (key == "tls_key") {
+      conf.tls_key = value;
+    } else if (key == "tls_ca") {
+      conf.tls_ca = value;
+    } else if (key == "tls_client_auth") {
+      auto b = ParseBool(value);
+      if (!b) {
+        return Error{"--rdzv-conf: key 'tls_client_auth' needs a boolean (1/0, true/false), got '" +
+                     value + "'"};
+      }
+      conf.tls_client_auth = *b;
     } else {
       conf.warnings.push_back("--rdzv-conf: ignoring unknown key '" + key + "'");
     }

@@ -34,7 +34,13 @@ struct RendezvousConf {
   std::optional<bool> is_host;  // unset: decided from the endpoint
   std::optional<int> rank;      // static: set from --node-rank
   std::string local_addr;
-  std::string token;                  // ftrun: shared secret every call must carry
+  std::string token;       // ftrun: shared secret every call must carry
+  std::string token_file;  // ftrun: a file holding the token
+  std::string tls_cert;    // ftrun: PEM files for TLS (credentials.h)
+  std::string tls_key;
+  std::string tls_ca;
+  bool tls_client_auth = false;       // ftrun: the server requires client certificates (mTLS)
+  int max_watches_per_peer = 512;     // ftrun: pending watch calls the server holds per address
   std::vector<std::string> warnings;  // e.g. unknown keys, ignored but worth a log line
 };
 

@@ -113,21 +113,29 @@ Result<int> RendezvousServer::Start() {
       return Error{"cannot listen on port " + std::to_string(opts_.port) + ": " + ec.message()};
     }
   }
+  auto creds = MakeServerCredentials(opts_.tls);
+  if (!creds) return creds.error();
   for (const auto& host : addrs) {
     grpc::ServerBuilder builder;
     int port = 0;
-    builder.AddListeningPort(host + ":" + std::to_string(opts_.port),
-                             grpc::InsecureServerCredentials(), &port);
+    builder.AddListeningPort(host + ":" + std::to_string(opts_.port), *creds, &port);
     // Without this two agents could share the port and split the job between them.
     builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
-    builder.SetMaxReceiveMessageSize(8 * 1024 * 1024);
+    builder.SetMaxReceiveMessageSize(kMaxRequestBytes);
+    // Calls in flight on one connection (each costs memory until the loop answers it).
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 64);
     builder.RegisterService(service_.get());
     server_ = builder.BuildAndStart();
     if (server_ && port > 0) {
       work_.emplace(io_.get_executor());
       RendezvousLog()->info(
-          "rendezvous server listening addr={}:{} run_id={} nnodes={}:{} max_restarts={}", host,
-          port, opts_.job.run_id, opts_.job.min_nodes, opts_.job.max_nodes, opts_.job.max_restarts);
+          "rendezvous server listening addr={}:{} run_id={} nnodes={}:{} max_restarts={} "
+          "token={} tls={}",
+          host, port, opts_.job.run_id, opts_.job.min_nodes, opts_.job.max_nodes,
+          opts_.job.max_restarts, opts_.token.empty() ? "off" : "on",
+          !opts_.tls.enabled()    ? "off"
+          : opts_.tls.client_auth ? "mutual"
+                                  : "on");
       ArmTimer();
       return port;
     }
@@ -147,10 +155,9 @@ void RendezvousServer::Shutdown(std::function<void()> done) {
   linger_timer_.cancel();
   while (!watches_.empty()) {
     auto call = watches_.begin()->second->call;
-    watches_.erase(watches_.begin());
+    DropWatch(watches_.begin());
     Answer(*call);
   }
-  watch_deadlines_.clear();
   // grpc::Server::Shutdown waits for calls that need the loop: never on the loop.
   shutdown_thread_ = std::thread([this, done = std::move(done)]() mutable {
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
@@ -175,8 +182,7 @@ void RendezvousServer::OnWatchCancelled(uint64_t watch_id) {
   auto it = watches_.find(watch_id);
   if (it == watches_.end()) return;  // already answered
   auto call = it->second->call;
-  watch_deadlines_.erase(it->second->deadline);
-  watches_.erase(it);
+  DropWatch(it);
   const std::string& node = call->header().node_id();
   RendezvousLog()->debug("watch cancelled by the transport node={} peer={}", node, call->peer);
   state_.Disconnected(node, Clock::now());
@@ -225,6 +231,7 @@ void RendezvousServer::FinishAndShutdown(const std::string& abort_reason, Durati
 
 void RendezvousServer::AfterEvent() {
   LogTransitions();
+  ForgetCredentials();
   if (state_.finished() && on_finished_) {
     auto f = std::move(on_finished_);
     on_finished_ = nullptr;
@@ -245,9 +252,8 @@ void RendezvousServer::NotifyWatchers() {
   for (auto it = watches_.begin(); it != watches_.end();) {
     Call& call = *it->second->call;
     if (call.watch().request.known_version() < state_.version() || state_.finished()) {
-      watch_deadlines_.erase(it->second->deadline);
       auto keep = it->second->call;
-      it = watches_.erase(it);
+      DropWatch(it++);
       Answer(*keep);
     } else {
       ++it;
@@ -280,7 +286,8 @@ void RendezvousServer::OnTimer() {
     auto it = watches_.find(id);
     if (it == watches_.end()) continue;
     auto call = it->second->call;
-    watches_.erase(it);
+    it->second->deadline = watch_deadlines_.end();  // already erased
+    DropWatch(it);
     Answer(*call);
   }
   AfterEvent();

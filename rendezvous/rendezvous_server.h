@@ -6,6 +6,11 @@
 // polls) are answered when the node's view changes, or after their wait. A Watch cancelled
 // by the transport (the agent died) makes the node "disconnected" (lost after a grace).
 //
+// Who may call (ftrun(1), SECURITY): with a token, only callers that carry it; a node that
+// joined speaks only with the secret it joined with (per-node credentials, also without a
+// token). Rejections are logged at most once a second, without the peer's text before it is
+// authenticated. Pending watches are capped per node (one), per peer address and in all.
+//
 // Lifetime: Start() binds; Shutdown() answers what is pending and stops gRPC on a helper
 // thread while the loop keeps running; the loop's run() returns only once that is done.
 // The object must outlive the loop's run(). Errors: Start() names the address; bad requests
@@ -25,6 +30,7 @@
 
 #include "common/event_log.h"
 #include "common/result.h"
+#include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_state.h"
 
 namespace grpc {
@@ -37,10 +43,17 @@ struct ServerOptions {
   std::string listen_host;  // "" : every address ([::] and 0.0.0.0)
   int port = 0;             // 0 : any free port
   JobSpec job;
-  std::string token;  // "" : no token required
+  std::string token;  // "" : no token required (compared in constant time)
+  TlsConfig tls;      // off: plain HTTP/2
   Duration max_watch_wait{10};
   std::shared_ptr<EventLog> event_log;  // optional
+  // Bounds on what peers may hold; a call past one gets RESOURCE_EXHAUSTED.
+  size_t max_nodes_joined = 0;        // nodes (0: 4 x job.max_nodes + 64)
+  size_t max_watches_per_peer = 512;  // pending Watch calls from one address (one per node)
 };
+
+// Requests bigger than this are refused by gRPC (RESOURCE_EXHAUSTED).
+inline constexpr int kMaxRequestBytes = 8 * 1024 * 1024;
 
 class RendezvousServer {
  public:
@@ -79,6 +92,12 @@ class RendezvousServer {
   struct PendingWatch;
 
   void Process(const std::shared_ptr<Call>& call);
+  // rendezvous_server_requests.cc: refusals, the caps and the nodes' credentials.
+  void Reject(Call& call, int grpc_code, const std::string& message, bool authenticated);
+  std::optional<std::string> AdmitWatch(Call& call);  // why a new watch is refused
+  void DropWatch(std::map<uint64_t, std::unique_ptr<PendingWatch>>::iterator it);
+  size_t MaxNodes() const;
+  void ForgetCredentials();  // of nodes the job no longer knows
   void Answer(Call& call);
   void AfterEvent();
   void NotifyWatchers();
@@ -104,6 +123,12 @@ class RendezvousServer {
   std::map<uint64_t, std::unique_ptr<PendingWatch>> watches_;
   std::multimap<TimePoint, uint64_t> watch_deadlines_;
   uint64_t notified_version_ = 0;
+  std::map<std::string, size_t> watches_per_peer_;   // peer address -> pending watches
+  std::map<std::string, uint64_t> watch_of_node_;    // node -> its pending watch
+  std::map<std::string, std::string> node_secrets_;  // node -> the secret it joined with
+  uint64_t rejected_total_ = 0;
+  uint64_t rejects_unlogged_ = 0;
+  TimePoint last_reject_log_{};
   std::set<std::string> informed_;  // nodes that were sent the job's final view
   std::function<void()> on_all_informed_;
   std::function<void(const NodeView&)> on_finished_;

@@ -55,6 +55,10 @@ struct RendezvousServer::Call {
 struct RendezvousServer::PendingWatch {
   std::shared_ptr<Call> call;
   std::multimap<TimePoint, uint64_t>::iterator deadline;
+  std::string peer_host;  // the peer's address, for the per-peer cap
 };
+
+// "ipv4:10.0.0.1:5000" -> "ipv4:10.0.0.1" (rendezvous_server_requests.cc).
+std::string PeerHost(const std::string& peer);
 
 }  // namespace ftrun::rendezvous

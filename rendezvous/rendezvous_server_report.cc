@@ -5,6 +5,7 @@
 
 #include "common/log.h"
 #include "common/metrics_server.h"
+#include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_server.h"
 #include "rendezvous/rendezvous_server_call.h"
 
@@ -33,6 +34,11 @@ std::string RendezvousServer::RenderMetrics() const {
                     "Joined nodes outside the round (spares).", v.nodes_waiting);
   out += PromMetric("ftrun_rendezvous_restarts", "gauge", "Job-wide restarts so far.",
                     v.restart_count);
+  out += PromMetric("ftrun_rendezvous_rejected_calls_total", "counter",
+                    "Calls refused (token, credentials, limits, mismatches).",
+                    static_cast<double>(rejected_total_));
+  out += PromMetric("ftrun_rendezvous_pending_watches", "gauge", "Watch calls held open.",
+                    static_cast<double>(watches_.size()));
   out +=
       "# HELP ftrun_rendezvous_phase The job's phase (1 for the current one).\n"
       "# TYPE ftrun_rendezvous_phase gauge\n";
@@ -65,14 +71,18 @@ void RendezvousServer::LogTransitions() {
         write(EventLog::Event("network_check_started").Set("members", e.members), round);
       },
       [&](const NetworkCheckFinished& e) {
-        RendezvousLog()->info("network check finished round={}: {}", round, e.summary);
-        for (const auto& line : RenderTable(e.report)) RendezvousLog()->info("  {}", line);
+        RendezvousLog()->info("network check finished round={}: {}", round,
+                              Printable(e.summary, 1024));
+        for (const auto& line : RenderTable(e.report)) {
+          RendezvousLog()->info("  {}", Printable(line, 4096));
+        }
         write(ToJson(e.report), round);
       },
       [&](const NodeEvent& e) {
         const char* name = NodeEventName(e.kind);
-        RendezvousLog()->info("{} node={} host={} nodes={}{}", name, e.node, e.host,
-                              state_.node_count(), e.why.empty() ? "" : " why=" + e.why);
+        RendezvousLog()->info("{} node={} host={} nodes={}{}", name, Printable(e.node, 256),
+                              Printable(e.host, 256), state_.node_count(),
+                              e.why.empty() ? "" : " why=" + Printable(e.why, 1024));
         auto m = EventLog::Event(name).Set("member", e.node).Set("host", e.host);
         if (!e.why.empty()) m.Set("why", e.why);
         write(std::move(m));
@@ -116,16 +126,19 @@ void RendezvousServer::LogTransitions() {
     case Phase::kChecking:
       break;  // logged from the round_formed and network_check events
     case Phase::kStopping:
-      RendezvousLog()->info("round stopping round={} reason=\"{}\"", round, v.reason);
+      RendezvousLog()->info("round stopping round={} reason=\"{}\"", round,
+                            Printable(v.reason, 1024));
       write(EventLog::Event("round_stopping").Set("reason", v.reason), round);
       break;
     case Phase::kSaving:
-      RendezvousLog()->info("round saving before it stops round={} reason=\"{}\"", round, v.reason);
+      RendezvousLog()->info("round saving before it stops round={} reason=\"{}\"", round,
+                            Printable(v.reason, 1024));
       write(EventLog::Event("round_saving").Set("reason", v.reason), round);
       break;
     case Phase::kSucceeded:
     case Phase::kFailed:
-      RendezvousLog()->info("job finished outcome={} reason=\"{}\"", PhaseName(phase), v.reason);
+      RendezvousLog()->info("job finished outcome={} reason=\"{}\"", PhaseName(phase),
+                            Printable(v.reason, 1024));
       write(EventLog::Event("job_finished")
                 .Set("outcome", std::string(PhaseName(phase)))
                 .Set("reason", v.reason),

@@ -7,6 +7,8 @@ namespace {
 
 // How often liveness is checked; small against every timeout it serves.
 constexpr Duration kSweepInterval{0.2};
+// The highest round a joining node may carry on from (NodeInfo::next_round).
+constexpr uint64_t kMaxClaimedRound = 1'000'000;
 
 TimePoint After(TimePoint t, Duration d) {
   return t + std::chrono::duration_cast<Clock::duration>(d);
@@ -92,11 +94,13 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
   }
   nodes_[info.node_id] = Node{info, now, std::nullopt, next_join_seq_++};
   events_.emplace_back(NodeEvent{NodeEventKind::kJoined, info.node_id, info.host, ""});
-  if (phase_ == Phase::kForming &&
+  if (phase_ == Phase::kForming && !formed_any_ &&
       (info.next_round > round_ || info.restart_count > restart_count_)) {
-    // A node of this job's earlier server (restarted): go on from where it was.
-    round_ = std::max(round_, info.next_round);
-    restart_count_ = std::max(restart_count_, info.restart_count);
+    // A node of this job's earlier server (restarted): go on from where it was. Only before
+    // this server formed a round, and bounded: a joiner's claim cannot end the job (at most
+    // --max-restarts spent) nor overflow the round numbers.
+    round_ = std::max(round_, std::min(info.next_round, kMaxClaimedRound));
+    restart_count_ = std::max(restart_count_, std::min(info.restart_count, spec_.max_restarts));
     Changed();
   }
   switch (phase_) {
@@ -313,6 +317,7 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
 }
 
 void RendezvousState::CompleteRound(TimePoint now) {
+  formed_any_ = true;
   members_ = FormingCandidates();
   alive_members_ = static_cast<int>(members_.size());
   rank_of_.clear();

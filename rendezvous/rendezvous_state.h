@@ -216,6 +216,7 @@ class RendezvousState {
   std::optional<NetworkCheckReport> last_check_;
 
   // Forming.
+  bool formed_any_ = false;  // this server formed a round: joiners' claims are no longer taken
   bool reformation_ = false;
   TimePoint forming_since_;
   std::optional<TimePoint> last_call_deadline_;

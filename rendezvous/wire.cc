@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <utility>
 
+#include "rendezvous/credentials.h"
+
 namespace ftrun::rendezvous {
 namespace {
 
@@ -228,9 +230,30 @@ Status CheckLimits(const v1::ReportRequest& req) {
   return CheckResultLimits(req);
 }
 
+bool IsPrintable(std::string_view text) {
+  for (char c : text) {
+    if (c < 0x20 || c > 0x7e) return false;
+  }
+  return true;
+}
+
+Status CheckHeader(const v1::RequestHeader& h) {
+  if (h.node_id().empty() || h.node_id().size() > kMaxNodeId) {
+    return Error{"node id missing or too long"};
+  }
+  if (!IsPrintable(h.node_id())) return Error{"node id holds bytes that are not printable ASCII"};
+  if (h.node_secret().size() > kMaxSecretBytes) return Error{"node secret too long"};
+  if (h.token().size() > kMaxToken) return Error{"token too long"};
+  return {};
+}
+
 Status CheckLimits(const v1::NodeInfo& node) {
   if (node.addr().size() > 1024 || node.host().size() > 1024) {
     return Error{"node address or host name over 1 KiB"};
+  }
+  // Both are logged and put in other nodes' environments: no control characters.
+  if (!IsPrintable(node.addr()) || !IsPrintable(node.host())) {
+    return Error{"node address or host name holds bytes that are not printable ASCII"};
   }
   if (node.nproc_per_node() <= 0 || node.nproc_per_node() > 65536) {
     return Error{"nproc_per_node " + std::to_string(node.nproc_per_node()) + " out of range"};

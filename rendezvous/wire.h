@@ -9,7 +9,10 @@
 
 namespace ftrun::rendezvous {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+// 2: RequestHeader.node_secret and JoinResponse.node_secret (per-node credentials).
+inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr size_t kMaxNodeId = 256;
+inline constexpr size_t kMaxToken = 4096;
 inline constexpr size_t kMaxFailures = 64;
 inline constexpr size_t kMaxText = 64 * 1024;
 inline constexpr size_t kMaxProgress = 65536;
@@ -47,5 +50,10 @@ Status CheckResultLimits(const v1::ReportRequest& req);
 // Checks the size limits of a request's repeated and text fields.
 Status CheckLimits(const v1::ReportRequest& req);
 Status CheckLimits(const v1::NodeInfo& node);
+// A request header's node id (1..kMaxNodeId printable ASCII bytes), node secret and token
+// sizes. Messages never quote the peer's text.
+Status CheckHeader(const v1::RequestHeader& header);
+// Whether every byte of `text` is printable ASCII (0x20..0x7e).
+bool IsPrintable(std::string_view text);
 
 }  // namespace ftrun::rendezvous

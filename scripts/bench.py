@@ -367,7 +367,9 @@ def rendezvous_scale(bench: Bench, loadgen: str, sizes: list) -> list:
     for n in sizes:
         port = free_port()
         master = subprocess.Popen([bench.ftrun, "master", "--port", str(port), "--nnodes", str(n),
-                                   "--rdzv-id", "bench", "--log-level", "warning"],
+                                   "--rdzv-id", "bench", "--log-level", "warning",
+                                   # every simulated agent calls from 127.0.0.1
+                                   "--rdzv-conf", f"max_watches_per_peer={n}"],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.3)  # let it bind; the load generator also waits for the connection
         out = subprocess.run([loadgen, "--target", f"127.0.0.1:{port}", "--nodes", str(n),

@@ -12,6 +12,8 @@ packages=(
   zlib1g-dev libssl-dev
   # tests, demo and benchmarks: Debian's torch (gloo) runs under /usr/bin/python3
   python3 python3-torch python3-yaml shellcheck iproute2 procps
+  # tests: the rendezvous TLS tests make their certificates with the openssl CLI
+  openssl
   # formatting check (scripts/check-format.sh, run by scripts/test.sh)
   clang-format
   # packaging (cpack -G DEB): dpkg-shlibdeps

@@ -14,6 +14,7 @@
 #include "launcher/config/host.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/coordinator/job_setup.h"
+#include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_conf.h"
 #include "rendezvous/rendezvous_server.h"
 
@@ -48,7 +49,11 @@ int RunMaster(const std::vector<std::string>& argv) {
   rendezvous::ServerOptions so;
   so.listen_host = a.host;
   so.port = a.port;
-  so.token = conf->token.empty() ? Lookup(env, "FTRUN_RDZV_TOKEN").value_or("") : conf->token;
+  auto security = rendezvous::ResolveSecurity(*conf, env);
+  if (!security) return UsageError(kProgram, security.error().message);
+  so.token = security->token;
+  so.tls = security->tls;
+  so.max_watches_per_peer = static_cast<size_t>(conf->max_watches_per_peer);
   // The job as agents with these options would describe it, so that JobSpecFrom derives the
   // rendezvous' settings as an agent hosting the server does.
   LaunchConfig job;

@@ -10,9 +10,13 @@
 namespace ftrun::launcher {
 
 struct StatusArgs {
-  std::string endpoint;  // host:port of the rendezvous server
-  std::string rdzv_id;   // "" : whichever job it serves
-  std::string token;     // "" : FTRUN_RDZV_TOKEN
+  std::string endpoint;    // host:port of the rendezvous server
+  std::string rdzv_id;     // "" : whichever job it serves
+  std::string token;       // "" : FTRUN_RDZV_TOKEN
+  std::string token_file;  // "" : FTRUN_RDZV_TOKEN_FILE
+  std::string tls_ca;      // TLS: "" : FTRUN_RDZV_TLS_CA (credentials.h)
+  std::string tls_cert;    // mutual TLS: this client's certificate and key
+  std::string tls_key;
   bool json = false;
   double timeout = 5;
 };

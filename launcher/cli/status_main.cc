@@ -83,8 +83,16 @@ int RunStatus(const std::vector<std::string>& argv) {
   rendezvous::ClientOptions o;
   o.target = ep->ToString();
   o.run_id = a.rdzv_id;
-  o.token =
-      a.token.empty() ? Lookup(CurrentEnvironment(), "FTRUN_RDZV_TOKEN").value_or("") : a.token;
+  rendezvous::RendezvousConf conf;
+  conf.token = a.token;
+  conf.token_file = a.token_file;
+  conf.tls_ca = a.tls_ca;
+  conf.tls_cert = a.tls_cert;
+  conf.tls_key = a.tls_key;
+  auto security = rendezvous::ResolveSecurity(conf, CurrentEnvironment());
+  if (!security) return UsageError("ftrun status", security.error().message);
+  o.token = security->token;
+  o.tls = security->tls;
   o.call_timeout = rendezvous::Duration(a.timeout);
   boost::asio::io_context io;
   rendezvous::RendezvousClient client(io, o);

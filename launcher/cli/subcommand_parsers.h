@@ -48,7 +48,8 @@ class MasterParser : public OptionsParser<MasterArgs> {
     add("nnodes", a.nnodes, "N or MIN:MAX: number of nodes of the job", "MIN:MAX");
     add("rdzv-id", a.rdzv_id, "Job id the agents must use (--rdzv-id)", "ID");
     add("rdzv-conf", a.rdzv_conf,
-        "join_timeout, last_call_timeout, keep_alive_interval, keep_alive_max_attempt, token",
+        "join_timeout, last_call_timeout, keep_alive_interval, keep_alive_max_attempt, token, "
+        "token_file, tls_cert, tls_key, tls_ca, tls_client_auth",
         "K=V,...");
     add("max-restarts", a.max_restarts, "Job-wide restarts before the job fails", "N");
     add("nproc-per-node", a.nproc_per_node,
@@ -94,6 +95,18 @@ class StatusParser : public OptionsParser<StatusArgs> {
         ->type_name("ID");
     app_.add_option(Names("token"), a.token, "The job token [default: FTRUN_RDZV_TOKEN]")
         ->type_name("TOKEN");
+    app_.add_option(Names("token-file"), a.token_file,
+                    "A file holding the job token [default: FTRUN_RDZV_TOKEN_FILE]")
+        ->type_name("FILE");
+    app_.add_option(Names("tls-ca"), a.tls_ca,
+                    "TLS: the CA that signed the server's certificate [default: FTRUN_RDZV_TLS_CA]")
+        ->type_name("FILE");
+    app_.add_option(Names("tls-cert"), a.tls_cert,
+                    "Mutual TLS: this client's certificate [default: FTRUN_RDZV_TLS_CERT]")
+        ->type_name("FILE");
+    app_.add_option(Names("tls-key"), a.tls_key,
+                    "Mutual TLS: this client's key [default: FTRUN_RDZV_TLS_KEY]")
+        ->type_name("FILE");
     app_.add_flag(Names("json"), a.json, "Print the state as one JSON object");
     app_.add_option(Names("timeout"), a.timeout, "Seconds to wait for an answer")
         ->type_name("SECONDS")

@@ -65,10 +65,9 @@ std::string Numeric(const sockaddr* sa) {
 
 }  // namespace
 
-bool IsThisHost(const std::string& host, const std::string& fqdn) {
-  if (host == "localhost" || host == fqdn) return true;
-  char name[256] = {};
-  if (::gethostname(name, sizeof name - 1) == 0 && host == name) return true;
+namespace {
+
+std::set<std::string> LocalAddresses() {
   std::set<std::string> local;
   ifaddrs* ifs = nullptr;
   if (::getifaddrs(&ifs) == 0) {
@@ -80,18 +79,58 @@ bool IsThisHost(const std::string& host, const std::string& fqdn) {
     }
     ::freeifaddrs(ifs);
   }
+  return local;
+}
+
+std::vector<std::string> Resolve(const std::string& host) {
+  std::vector<std::string> out;
   addrinfo hints{};
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
   addrinfo* res = nullptr;
-  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return false;
-  bool ours = false;
-  for (addrinfo* r = res; r != nullptr && !ours; r = r->ai_next) {
-    std::string a = Numeric(r->ai_addr);
-    ours = local.count(a) != 0 || a.rfind("127.", 0) == 0 || a == "::1";
-  }
+  if (::getaddrinfo(host.c_str(), nullptr, &hints, &res) != 0) return out;
+  for (addrinfo* r = res; r != nullptr; r = r->ai_next) out.push_back(Numeric(r->ai_addr));
   ::freeaddrinfo(res);
-  return ours;
+  return out;
+}
+
+bool IsLoopback(const std::string& a) { return a.rfind("127.", 0) == 0 || a == "::1"; }
+
+}  // namespace
+
+bool IsThisHost(const std::string& host, const std::string& fqdn) {
+  if (host == "localhost" || host == fqdn) return true;
+  char name[256] = {};
+  if (::gethostname(name, sizeof name - 1) == 0 && host == name) return true;
+  const std::set<std::string> local = LocalAddresses();
+  for (const auto& a : Resolve(host)) {
+    if (local.count(a) != 0 || IsLoopback(a)) return true;
+  }
+  return false;
+}
+
+ListenAddress ListenAddressFor(const std::string& host) {
+  if (host == "localhost") return {"127.0.0.1", ""};
+  boost::system::error_code ec;
+  auto literal = boost::asio::ip::make_address(host, ec);
+  if (!ec) {
+    if (literal.is_unspecified()) return {"", "the endpoint is the any-address " + host};
+    return {literal.to_string(), ""};
+  }
+  const std::set<std::string> local = LocalAddresses();
+  std::string loopback;
+  for (const auto& a : Resolve(host)) {
+    if (IsLoopback(a)) {
+      if (loopback.empty()) loopback = a;
+    } else if (local.count(a) != 0) {
+      return {a, ""};
+    }
+  }
+  // The name is this host's but resolves here to a loopback address only (Debian's 127.0.1.1
+  // line in /etc/hosts) or to no local address (a service name): the other nodes reach this
+  // host by another address, which only every address covers.
+  return {"", host + " resolves to " + (loopback.empty() ? "no local address" : loopback) +
+                  " on this host"};
 }
 
 Result<std::string> ResolveIPv4(const std::string& host) {

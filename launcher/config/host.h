@@ -17,6 +17,18 @@ std::string FullyQualifiedHostname();
 // Blocking (DNS): start-up only.
 bool IsThisHost(const std::string& host, const std::string& fqdn);
 
+// Where the rendezvous server for endpoint `host` listens: the endpoint's own address, so that
+// nothing else on the host's other interfaces reaches it. `localhost` and loopback literals
+// give loopback only; a name gives the first of its addresses that is a non-loopback address
+// of this host. When there is none (the name resolves here to 127.0.1.1 only, or to an
+// address of another machine such as a Kubernetes Service), `addr` is "" (every address)
+// and `why` says why. Blocking (DNS): start-up only.
+struct ListenAddress {
+  std::string addr;  // numeric; "" : every address
+  std::string why;   // why every address ("" otherwise)
+};
+ListenAddress ListenAddressFor(const std::string& host);
+
 // `host` as an IPv4 address: itself when it is one, else its first IPv4 address from DNS
 // (msrun's gethostbyname). Blocking (DNS): start-up only. The error names the host.
 Result<std::string> ResolveIPv4(const std::string& host);

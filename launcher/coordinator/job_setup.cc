@@ -9,6 +9,7 @@
 #include "launcher/config/host.h"
 #include "launcher/coordinator/local_coordinator.h"
 #include "launcher/coordinator/remote_coordinator.h"
+#include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_server.h"
 
 namespace ftrun::launcher {
@@ -90,7 +91,10 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
   rendezvous::ClientOptions& client = opts.client;
   client.target = Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
   client.run_id = c.run_id;
-  client.token = c.rdzv.token.empty() ? Lookup(env, "FTRUN_RDZV_TOKEN").value_or("") : c.rdzv.token;
+  auto security = rendezvous::ResolveSecurity(c.rdzv, env);
+  if (!security) return security.error();
+  client.token = security->token;
+  client.tls = security->tls;
   client.node_id = opts.node.node_id;
   client.min_nodes = c.min_nodes;
   client.max_nodes = c.max_nodes;
@@ -110,15 +114,29 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
       by_address ? c.rdzv.is_host.value_or(IsThisHost(c.endpoint_host, fqdn)) : c.node_rank == 0;
   if (host) {
     rendezvous::ServerOptions so;
+    // Only the endpoint's address: a localhost endpoint is not reachable from elsewhere.
+    const ListenAddress listen = ListenAddressFor(c.endpoint_host);
+    if (!listen.why.empty()) {
+      log->warn("the rendezvous server listens on every address: {}", listen.why);
+    }
+    so.listen_host = listen.addr;
     so.port = c.endpoint_port;
     so.job = JobSpecFrom(c);
     so.token = client.token;
+    so.tls = client.tls;
+    so.max_watches_per_peer = static_cast<size_t>(c.rdzv.max_watches_per_peer);
     so.max_watch_wait = Duration(10);
     so.event_log = event_log;
     auto server = std::make_unique<rendezvous::RendezvousServer>(io, so);
     auto port = server->Start();
     if (port) {
-      client.target = "127.0.0.1:" + std::to_string(*port);
+      const bool v6 = listen.addr.find(':') != std::string::npos;
+      client.target = (listen.addr.empty() ? "127.0.0.1"
+                       : v6                ? "[" + listen.addr + "]"
+                                           : listen.addr) +
+                      ":" + std::to_string(*port);
+      // The certificate names the endpoint, not the address this agent reaches it by.
+      if (client.tls.enabled()) client.tls_target_name = c.endpoint_host;
       opts.server = std::move(server);
     } else if (!by_address || explicit_host) {
       return Error{port.error().message + (!by_address ? " (--master-port, node rank 0)"

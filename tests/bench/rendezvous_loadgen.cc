@@ -70,6 +70,7 @@ class Agent {
     h->set_protocol_version(ftrun::rendezvous::kProtocolVersion);
     h->set_run_id(run_id_);
     h->set_node_id(node_);
+    h->set_node_secret(node_ + ":loadgen-secret");  // its credential, bound by its Join
   }
   void OnView(const v1::NodeView& v) {
     if (v.phase() == v1::PHASE_RUNNING || v.phase() == v1::PHASE_SUCCEEDED) {

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "ftrun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/wire.h"
 
@@ -24,11 +25,12 @@ using namespace std::chrono_literals;
 
 class ServerTest : public ::testing::Test {
  protected:
-  void Start(JobSpec job, std::string token = "") {
+  void Start(JobSpec job, std::string token = "", size_t max_watches_per_peer = 512) {
     ServerOptions so;
     so.listen_host = "127.0.0.1";
     so.job = std::move(job);
     so.token = std::move(token);
+    so.max_watches_per_peer = max_watches_per_peer;
     server_ = std::make_unique<RendezvousServer>(io_, so);
     auto port = server_->Start();
     ASSERT_TRUE(port) << port.error().message;
@@ -65,6 +67,8 @@ class ServerTest : public ::testing::Test {
     h.set_run_id("job");
     h.set_node_id(node);
     h.set_token(token);
+    // Each test node's own credential (bound by its first Join).
+    h.set_node_secret(node + ":secret-0123456789");
     return h;
   }
   static v1::JoinRequest JoinReq(const std::string& node, int nproc = 2) {
@@ -96,6 +100,17 @@ class ServerTest : public ::testing::Test {
     grpc::Status s = stub.Watch(&ctx, req, &resp);
     if (status) *status = s;
     return resp;
+  }
+  // The addresses of the job's nodes, as Status reports them.
+  std::vector<std::string> Addrs(v1::Rendezvous::Stub& stub) {
+    grpc::ClientContext ctx;
+    v1::StatusRequest req;
+    *req.mutable_header() = Header("");
+    v1::JobStatus s;
+    EXPECT_TRUE(stub.Status(&ctx, req, &s).ok());
+    std::vector<std::string> out;
+    for (const auto& n : s.nodes()) out.push_back(n.addr());
+    return out;
   }
   // Waits (up to 10 s) until `n` Watch calls are pending on the server; asks its loop.
   bool WaitForPendingWatches(size_t n) {
@@ -154,7 +169,8 @@ TEST_F(ServerTest, RefusalsNameTheProblemAndTheServerCarriesOn) {
   req.mutable_header()->set_protocol_version(99);
   status = Join(*stub, req);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(status.error_message(), "protocol version 99 differs from the server's 1");
+  EXPECT_EQ(status.error_message(),
+            "protocol version 99 differs from the server's " + std::to_string(kProtocolVersion));
   req.mutable_header()->set_protocol_version(kProtocolVersion);
   req.mutable_header()->set_run_id("other");
   status = Join(*stub, req);
@@ -288,6 +304,80 @@ TEST_F(ServerTest, ShutdownAnswersWatchersInFlight) {
   ASSERT_EQ(stopped.get_future().wait_for(10s), std::future_status::ready);
   EXPECT_EQ(watch.wait_for(10s), std::future_status::ready);
   server_.reset();
+}
+
+// Per-node credentials (issue 17): a forged Join for a member's id changes nothing.
+TEST_F(ServerTest, AForgedJoinDoesNotOverwriteAMember) {
+  Start(Spec(2, 2));
+  auto stub = Stub();
+  auto req = JoinReq("a");
+  req.mutable_header()->clear_node_secret();
+  v1::JoinResponse resp;
+  ASSERT_TRUE(Join(*stub, req, &resp).ok());
+  const std::string issued = resp.node_secret();
+  EXPECT_GE(issued.size(), kMinSecretBytes) << "a Join without a secret gets one issued";
+  auto forged = req;
+  forged.mutable_node()->set_addr("10.6.6.6");
+  for (const std::string& guess :
+       {std::string(), std::string("wrong-wrong-wrong-wrong"), issued + "x"}) {
+    forged.mutable_header()->set_node_secret(guess);
+    EXPECT_EQ(Join(*stub, forged).error_code(), grpc::StatusCode::PERMISSION_DENIED) << guess;
+  }
+  EXPECT_EQ(Addrs(*stub), std::vector<std::string>{"a.addr"});
+  // The member itself may join again (a retry, a fresh port) with its secret.
+  req.mutable_header()->set_node_secret(issued);
+  req.mutable_node()->set_addr("a.addr2");
+  ASSERT_TRUE(Join(*stub, req, &resp).ok());
+  EXPECT_EQ(resp.node_secret(), issued);
+  EXPECT_EQ(Addrs(*stub), std::vector<std::string>{"a.addr2"});
+}
+
+TEST_F(ServerTest, TheAgentsOwnSecretMakesItsJoinRetriesIdempotent) {
+  Start(Spec(2, 2));
+  auto stub = Stub();
+  v1::JoinResponse first, retry;
+  ASSERT_TRUE(Join(*stub, JoinReq("a"), &first).ok());
+  EXPECT_EQ(first.node_secret(), JoinReq("a").header().node_secret());
+  ASSERT_TRUE(Join(*stub, JoinReq("a"), &retry).ok()) << "as if the first answer was lost";
+}
+
+TEST_F(ServerTest, OneWatchPerNodeAndAPerPeerCap) {
+  Start(Spec(2, 2), "", /*max_watches_per_peer=*/2);
+  auto stub = Stub();
+  for (const char* n : {"p", "q", "r"}) ASSERT_TRUE(Join(*stub, JoinReq(n)).ok());
+  auto watch = [&](const std::string& node) {
+    return std::async(std::launch::async, [&, node] {
+      grpc::Status s;
+      Watch(*stub, node, 1u << 30, &s);
+      return s;
+    });
+  };
+  auto w1 = watch("p");
+  ASSERT_TRUE(WaitForPendingWatches(1));
+  auto w2 = watch("p");  // the same node again: the older one is answered at once
+  EXPECT_EQ(w1.get().error_code(), grpc::StatusCode::OK);
+  ASSERT_TRUE(WaitForPendingWatches(1));
+  auto w3 = watch("q");
+  ASSERT_TRUE(WaitForPendingWatches(2));
+  auto refused = watch("r").get();
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.error_message().find("limit per address"), std::string::npos);
+  EXPECT_EQ(w2.get().error_code(), grpc::StatusCode::OK);
+  EXPECT_EQ(w3.get().error_code(), grpc::StatusCode::OK);
+}
+
+TEST_F(ServerTest, AnOversizedRequestIsRefusedAsResourceExhausted) {
+  Start(Spec(2, 2));
+  auto stub = Stub();
+  ASSERT_TRUE(Join(*stub, JoinReq("a")).ok());
+  grpc::ClientContext ctx;
+  v1::ReportRequest rep;
+  *rep.mutable_header() = Header("a");
+  rep.set_kind(v1::ReportRequest::KIND_SUCCEEDED);
+  rep.set_error(std::string(kMaxRequestBytes + 1, 'x'));
+  v1::ReportResponse resp;
+  EXPECT_EQ(stub->Report(&ctx, rep, &resp).error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_TRUE(Join(*stub, JoinReq("a")).ok()) << "still serving";
 }
 
 }  // namespace
