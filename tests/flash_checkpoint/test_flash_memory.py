@@ -9,6 +9,8 @@ loopback) that save with ftrun.flash_checkpoint every step, and real faults.
 * A state over the memory budget: a clear message naming the budget, no partial snapshot.
 * Nothing is left behind: no file in /dev/shm, and the snapshot memory (Shmem) is given back
   when the agent is SIGKILLed.
+* A whole node (agent and rank) SIGKILLed and replaced, 2 nodes on loopback: its replacement
+  gets the newest step from the surviving node's copy, zero steps lost.
 
 Run as `python3 test_flash_memory.py train <root> <config json>` it is one rank of the
 training job (see train()).
@@ -16,6 +18,7 @@ training job (see train()).
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -146,14 +149,14 @@ class FlashMemoryTest(unittest.TestCase):
     baseline = {}
 
     @classmethod
-    def fault_free(cls, kind):
-        """The final weights of a run without faults (computed once per kind)."""
-        if kind not in cls.baseline:
+    def fault_free(cls, kind, steps=STEPS):
+        """The final weights of a run without faults (computed once per kind and length)."""
+        if (kind, steps) not in cls.baseline:
             root = tempfile.mkdtemp(prefix="ftrun-flash-clean-")
-            done = run_job(root, {"kind": kind})
+            done = run_job(root, {"kind": kind, "steps": steps})
             assert done.returncode == 0, done.stdout
-            cls.baseline[kind] = final(root)
-        return cls.baseline[kind]
+            cls.baseline[kind, steps] = final(root)
+        return cls.baseline[kind, steps]
 
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="ftrun-flash-")
@@ -254,6 +257,75 @@ class FlashMemoryTest(unittest.TestCase):
             if job.poll() is None:
                 os.killpg(job.pid, signal.SIGKILL)
         wait_for(lambda: shmem_kib() - before < 32 * 1024, "the snapshot memory to be freed")
+
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
+class NodeLossTest(unittest.TestCase):
+    def test_a_replaced_node_gets_the_newest_step_from_the_surviving_nodes_memory(self):
+        root = tempfile.mkdtemp(prefix="ftrun-flash-nodes-")
+        port = free_port()
+        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+        env = dict(os.environ)
+        env.pop("FTRUN_CONTROL_SOCKET", None)
+        procs = []
+
+        def start(args, name):
+            log = open(os.path.join(root, name), "w")
+            p = subprocess.Popen([FTRUN, *args], stdout=log, stderr=subprocess.STDOUT, env=env,
+                                 start_new_session=True)
+            procs.append(p)
+            return p
+
+        def agent(name):
+            config = json.dumps({"steps": 60, "kill_rank": -1, "pause": 0.05})
+            return start(["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                          f"127.0.0.1:{port}", "--rdzv-id", "flash", "--rdzv-conf",
+                          conf + ",is_host=0", "--nproc-per-node", "1", "--max-restarts", "5",
+                          "--monitor-interval", "0.1", "--log-dir", os.path.join(root, "logs"),
+                          "--no-python", "/usr/bin/python3", __file__, "train", root, config],
+                         name)
+
+        def saved():
+            return {int(l.split()[1]) for r in (0, 1) for l in progress(root, r)
+                    if l.startswith("saved") and l.endswith("True")}
+
+        try:
+            start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id", "flash",
+                   "--max-restarts", "5", "--rdzv-conf", conf], "master.log")
+            a, b = agent("a.log"), agent("b.log")
+            wait_for(lambda: len(saved()) >= 10, "ten saves")
+            os.killpg(b.pid, signal.SIGKILL)  # the node: its agent and its rank
+            b.wait(timeout=30)
+            before = max(saved())
+            b2 = agent("b2.log")
+            self.assertEqual(a.wait(timeout=120), 0)
+            self.assertEqual(b2.wait(timeout=60), 0)
+        finally:
+            for p in procs:
+                if p.poll() is None:
+                    os.killpg(p.pid, signal.SIGKILL)
+                    p.wait()
+        logs = ""
+        for name in ("a.log", "b2.log"):
+            with open(os.path.join(root, name)) as f:
+                logs += f.read()
+        self.assertRegex(logs, r"ftrun: restored step \d+ from memory \(ranks \[\d\] from rank")
+        starts = [l for r in (0, 1) for l in progress(root, r) if l.startswith("start")]
+        resumed = {int(l.split()[1]) for l in starts if not l.startswith("start 0 ")}
+        self.assertEqual(len(resumed), 1, starts)
+        self.assertGreaterEqual(resumed.pop(), before, "at most the step in flight is redone")
+        clean = FlashMemoryTest.fault_free("ddp", 60)
+        for got, want in zip(final(root), clean):
+            for key in ("w", "b"):
+                self.assertEqual(len(got[key]), len(want[key]))
+                self.assertLess(max(abs(x - y) for x, y in zip(got[key], want[key])), 1e-6)
 
 
 if __name__ == "__main__":

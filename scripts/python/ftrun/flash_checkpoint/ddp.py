@@ -67,7 +67,8 @@ class DdpCheckpointer:
         directory to load instead."""
         if resume_path:
             return _load_path(resume_path)
-        step, state = engine.restore_from_memory(self._comm, self.checkpoint_dir, "")
+        step, state = engine.restore_from_memory(self._comm, self.checkpoint_dir, "",
+                                                 shared=True)
         if step is not None:
             return state
         path, manifest = engine.choose(self._comm, self.checkpoint_dir, _verify_copy)

@@ -94,10 +94,14 @@ def save_to_memory(mem, step: int, state_dict, group: str, world_size: int, targ
     return False
 
 
-def restore_from_memory(comm, root: str, group: str):
-    """The newest state every rank can restore from its agent's memory, if that is at least
-    as new as the newest checkpoint on disk: (step, state) or (None, None). Collective: the
-    step is agreed on by all ranks, and a rank that cannot load it sends them all to disk."""
+def restore_from_memory(comm, root: str, group: str, shared: bool = False):
+    """The newest state the job can restore from its agents' memory, if that is at least as
+    new as the newest checkpoint on disk: (step, state) or (None, None). Collective: the step
+    is agreed on by all ranks, and a rank that cannot load it sends them all to disk.
+
+    Not `shared` (shards): every rank must hold the step. `shared` (the one copy of a DDP
+    job): one rank holding it is enough; ranks whose node lacks it (a replaced node) get it
+    from the lowest rank that has it, over the job's own network."""
     mem, _ = memory_store()
     steps = []
     comm.all_ok(True)  # every rank's save of this job has returned (its snapshot committed)
@@ -107,24 +111,34 @@ def restore_from_memory(comm, root: str, group: str):
         except OSError:
             steps = []
     everyone = comm.gather(steps)
-    common = set(everyone[0]).intersection(*everyone[1:]) if everyone else set()
+    if shared:
+        candidates = set().union(*everyone)
+    else:
+        candidates = set(everyone[0]).intersection(*everyone[1:]) if everyone else set()
     on_disk = comm.from_rank0(_steps(root)[:1])
-    if not common or (on_disk and on_disk[0] > max(common)):
+    if not candidates or (on_disk and on_disk[0] > max(candidates)):
         return None, None
-    step = max(common)
+    step = max(candidates)
+    holders = [r for r, held in enumerate(everyone) if step in held]
+    missing = [r for r in range(comm.world_size) if r not in holders]
     state, error = None, None
-    try:
-        state = mem.load(step, group, comm.world_size)
-    except (CheckpointError, OSError) as e:
-        error = e
-    if comm.all_ok(error is None):
-        if comm.rank == 0:
-            print(f"ftrun: restored step {step} from memory", file=sys.stderr, flush=True)
-        return step, state
-    print(f"ftrun: not restoring step {step} from memory: "
-          f"{error or 'another rank cannot (see its log)'}; trying disk", file=sys.stderr,
-          flush=True)
-    return None, None
+    if comm.rank in holders:
+        try:
+            state = mem.load(step, group, comm.world_size)
+        except (CheckpointError, OSError) as e:
+            error = e
+    if not comm.all_ok(error is None):
+        print(f"ftrun: not restoring step {step} from memory: "
+              f"{error or 'another rank cannot (see its log)'}; trying disk", file=sys.stderr,
+              flush=True)
+        return None, None
+    if missing:
+        state = comm.share(state, holders[0], missing)
+    if comm.rank == 0:
+        print(f"ftrun: restored step {step} from memory"
+              + (f" (ranks {missing} from rank {holders[0]})" if missing else ""),
+              file=sys.stderr, flush=True)
+    return step, state
 
 
 class Comm:
@@ -161,6 +175,16 @@ class Comm:
         out = [None] * self.world_size
         dist.all_gather_object(out, value, group=self._group)
         return out
+
+    def share(self, value, src: int, to: list):
+        """src's value on the ranks `to` (the others keep theirs). Collective."""
+        ranks = sorted({src, *to})
+        group = dist.new_group(ranks=ranks, backend="gloo")  # every rank must call it
+        if self.rank in ranks:
+            box = [value]
+            dist.broadcast_object_list(box, src=src, group=group)
+            value = box[0]
+        return value
 
     def from_rank0(self, value):
         """Rank 0's value on every rank. Collective."""
