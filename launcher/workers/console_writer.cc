@@ -61,6 +61,7 @@ void ConsoleWriter::Open() {
     mode_ = Mode::kBroken;
     return;
   }
+  opened_ = {st.st_dev, st.st_ino};
   if (S_ISREG(st.st_mode)) {
     mode_ = Mode::kDirect;
   } else if (S_ISSOCK(st.st_mode)) {
@@ -103,6 +104,17 @@ ssize_t ConsoleWriter::TryWrite(const char* data, size_t n) {
 }
 
 void ConsoleWriter::Write(const boost::asio::any_io_executor& executor, std::string_view text) {
+  if (mode_ != Mode::kUnopened && mode_ != Mode::kBroken) {
+    // The descriptor may have been pointed elsewhere since (msrun's background supervisor
+    // moves its stdout into its log file once the job runs): follow it.
+    struct stat st {};
+    if (::fstat(fd_, &st) == 0 && std::pair(st.st_dev, st.st_ino) != opened_) {
+      Flush();
+      if (own_fd_ >= 0) ::close(own_fd_);
+      own_fd_ = -1;
+      mode_ = Mode::kUnopened;
+    }
+  }
   if (mode_ == Mode::kUnopened) Open();
   if (buffered() > 0) Flush();
   if (buffered() == 0 && mode_ != Mode::kBroken) {

@@ -17,11 +17,14 @@
 // closed descriptor) drops what it is given, counted, and says so once.
 #pragma once
 
+#include <sys/types.h>
+
 #include <boost/asio/any_io_executor.hpp>
 #include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 
 namespace ftrun::launcher {
 
@@ -67,6 +70,7 @@ class ConsoleWriter {
 
   int fd_;
   int own_fd_ = -1;
+  std::pair<dev_t, ino_t> opened_{};  // what fd_ was when opened
   Mode mode_ = Mode::kUnopened;
   std::string buffer_;
   size_t head_ = 0;  // buffer_[head_..] still to write
