@@ -15,6 +15,16 @@ independent global batch. The faults, one after another as the training progress
               agents rejoin it and the job goes on (round and restart count carried on)
   hang-save   the next fault-time save handler hangs, then a rank is killed: the save times
               out (--save-timeout) and the job restarts from the last complete checkpoint
+  control-flood  300 connections to a rank's control socket, half of them sending a
+              30,000-deep JSON line before any hello, then that rank is SIGKILLed: its agent
+              still restarts the job in time, with bounded memory
+  stray-console  agent 2's console (its stdout, a pipe: it runs with --tee 3) stops being
+              read, and a worker of the next attempt leaves a setsid'd process behind; a rank
+              is killed, agent 2's new worker floods the console, then that worker is killed:
+              the job restarts in time, agent 2 says it drops console output, its memory stays
+              bounded, and the setsid'd process is gone with its attempt
+A stopped rank (stop-rank) must cost no grace period: it is gone within --hang-timeout plus
+15 s of its SIGSTOP (the stop grace is 30 s).
 At the end: the job finished (exit 0), the step count is exact, the final weights equal a
 fault-free run's (float64, within 1e-9), no process of the job is left, and one summary line
 says how many faults were injected and survived and how many completed steps were lost
@@ -24,6 +34,7 @@ says how many faults were injected and survived and how many completed steps wer
 Exit status 0 when every check passed. Needs Debian's python3-torch (/usr/bin/python3).
 """
 import argparse
+import fcntl
 import json
 import os
 import random
@@ -32,11 +43,30 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "scripts", "demo", "train.py")
-KINDS = ["kill-rank", "stop-rank", "kill-agent", "kill-master", "hang-save"]
+KINDS = ["kill-rank", "stop-rank", "kill-agent", "kill-master", "hang-save", "control-flood",
+         "stray-console"]
+CONSOLE_SLOT = 2  # the agent whose console (stdout) chaos.py reads, and may stop reading
+HANG_TIMEOUT = 6
+RSS_BOUND_KB = 200 * 1024
+# Workers run through this PYTHON_EXEC: a stray once ordered (stray-order, claimed by one
+# worker), and while `noise` exists CONSOLE_SLOT's workers print a burst of lines (for its
+# tee'd console) first.
+WRAPPER = """#!/bin/sh
+out="$(dirname "$0")"
+if mv "$out/stray-order" "$out/stray-order.$$" 2>/dev/null; then
+  setsid sh -c 'echo $$ > "$1.tmp" && mv "$1.tmp" "$1"; exec sleep 3600' sh "$out/stray.pid" \
+    </dev/null >/dev/null 2>&1 &
+fi
+if [ -n "$CHAOS_NOISE" ] && [ -e "$out/noise" ]; then
+  yes "chaos: noise for the console of agent $CHAOS_NOISE" | head -n 50000
+fi
+exec /usr/bin/python3 "$@"
+"""
 
 
 def log(msg):
@@ -65,6 +95,46 @@ def alive(pid):
         return False
 
 
+def rss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def ppid(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().split(")")[-1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return 0
+
+
+class Console:
+    """An agent's stdout as a small pipe that a thread copies into its log, unless paused."""
+
+    def __init__(self, logf):
+        self.read_fd, self.write_fd = os.pipe()
+        fcntl.fcntl(self.write_fd, 1031, 4096)  # F_SETPIPE_SZ: it fills at once when paused
+        self.reading = threading.Event()
+        self.reading.set()
+        self.logf = logf
+        threading.Thread(target=self.copy, daemon=True).start()
+
+    def copy(self):
+        while True:
+            self.reading.wait()
+            data = os.read(self.read_fd, 65536)
+            if not data:
+                return
+            self.logf.write(data.decode(errors="replace"))
+            self.logf.flush()
+
+
 def pids_with(marker):
     """Live processes whose command line mentions `marker` (our output directory)."""
     out = []
@@ -80,7 +150,13 @@ class Job:
         self.args = args
         self.out = out
         self.port = free_port()
-        self.env = dict(os.environ, PYTHON_EXEC="/usr/bin/python3")
+        wrapper = os.path.join(out, "python")
+        with open(wrapper, "w") as f:
+            f.write(WRAPPER)
+        os.chmod(wrapper, 0o755)
+        self.env = dict(os.environ, PYTHON_EXEC=wrapper)
+        self.console = None  # CONSOLE_SLOT's Console
+        self.logs = {}  # slot -> its agent's log file
         self.agents = {}  # slot -> Popen
         self.starts = 0
         self.master = None
@@ -108,15 +184,32 @@ class Job:
 
     def start_agent(self, slot):
         self.starts += 1
-        logf = open(os.path.join(self.out, f"agent{slot}.{self.starts}.log"), "w")
+        self.logs[slot] = os.path.join(self.out, f"agent{slot}.{self.starts}.log")
+        logf = open(self.logs[slot], "w")
+        stdout, env, tee = logf, self.env, []
+        if slot == CONSOLE_SLOT:
+            self.console = Console(open(os.path.join(self.out, f"console{slot}.{self.starts}.log"),
+                                        "w"))
+            stdout, tee = self.console.write_fd, ["--tee", "3"]
+            env = dict(self.env, CHAOS_NOISE=str(slot))
         self.agents[slot] = subprocess.Popen(
             [self.args.ftrun, *self.common, "--nproc-per-node", "1", "--max-restarts", "30",
-             "--hang-timeout", "6", "--save-timeout", "10", "--monitor-interval", "0.5",
+             "--hang-timeout", str(HANG_TIMEOUT), "--save-timeout", "10",
+             "--monitor-interval", "0.5", *tee,
              "--log-dir", os.path.join(self.out, "logs"),
              *self.train_args(self.out), "--progress", os.path.join(self.out, "progress"),
              "--attempt-log", os.path.join(self.out, "attempts.jsonl"),
              "--hang-save-once", os.path.join(self.out, "hang-save")],
-            stdout=logf, stderr=subprocess.STDOUT, env=self.env)
+            stdout=stdout, stderr=logf, env=env)
+        if slot == CONSOLE_SLOT:
+            os.close(self.console.write_fd)
+
+    def agent_log(self, slot):
+        try:
+            with open(self.logs[slot]) as f:
+                return f.read()
+        except OSError:
+            return ""
 
     def workers(self):
         """Live training processes of this job (python running train.py; the agents' own
@@ -191,23 +284,64 @@ def steps_lost(out):
     return lost
 
 
+def control_flood(path):
+    """300 connections to a control socket; every other one sends a 30,000-deep JSON line
+    (60 KB) before any hello. Returns the sockets (kept open while the fault plays out)."""
+    deep = b'{"type":"hello","x":' + b"[" * 30000 + b"]" * 30000 + b"}\n"
+    socks = []
+    for i in range(300):
+        s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        s.setblocking(False)
+        try:
+            s.connect(path)
+            if i % 2 == 0:
+                s.send(deep)
+        except OSError:  # the backlog is full for a moment, or the agent closed it
+            pass
+        socks.append(s)
+    return socks
+
+
+def control_socket(worker):
+    try:
+        with open(f"/proc/{worker}/environ", "rb") as f:
+            for var in f.read().split(b"\0"):
+                if var.startswith(b"FTRUN_CONTROL_SOCKET="):
+                    return var.split(b"=", 1)[1].decode()
+    except OSError:
+        pass
+    return None
+
+
+def watch_rss(job, slot, peak):
+    """A wait_for condition wrapper that records the agent's largest resident set."""
+    def sample():
+        p = job.agents.get(slot)
+        if p is not None and p.poll() is None:
+            peak[0] = max(peak[0], rss_kb(p.pid))
+    return sample
+
+
 def inject(job, kind, rng):
+    """Injects one fault. Returns (the slot of an agent to start again or None, a check to run
+    once the job runs again: it returns the failures it found)."""
     live = [s for s, p in job.agents.items() if p.poll() is None]
+    no_check = lambda: []  # noqa: E731
     if kind == "kill-agent":
         slot = rng.choice(live)
         log(f"SIGKILL agent {slot} (pid {job.agents[slot].pid})")
         job.agents[slot].send_signal(signal.SIGKILL)
         job.agents[slot].wait()
-        return slot
+        return slot, no_check
     if kind == "kill-master":
         log(f"SIGKILL ftrun master (pid {job.master.pid}); started again at once")
         job.master.send_signal(signal.SIGKILL)
         job.master.wait()
         job.start_master()
-        return None
+        return None, no_check
     workers = job.workers()
     if not workers:
-        return None
+        return None, no_check
     victim = rng.choice(sorted(workers))
     if kind == "hang-save":
         open(os.path.join(job.out, "hang-save"), "w").close()
@@ -218,8 +352,119 @@ def inject(job, kind, rng):
         os.kill(victim, signal.SIGKILL)
     elif kind == "stop-rank":
         log(f"SIGSTOP rank process {victim} (a hang)")
+        stopped = time.monotonic()
         os.kill(victim, signal.SIGSTOP)
-    return None
+        # Caught after --hang-timeout, then SIGTERM and SIGCONT: it must not wait for the
+        # 30 s stop grace and its SIGKILL.
+        dead = wait_for(lambda: not alive(victim), HANG_TIMEOUT + 45, "the stopped rank to go")
+        took = time.monotonic() - stopped
+        log(f"a stopped rank: gone {took:.1f}s after the SIGSTOP (--hang-timeout {HANG_TIMEOUT})")
+        if not dead or took > HANG_TIMEOUT + 15:
+            return None, lambda: [f"a stopped rank lived {took:.0f}s after its SIGSTOP "
+                                  f"(the stop grace is 30 s)"]
+    elif kind == "control-flood":
+        return control_flood_fault(job, victim)
+    elif kind == "stray-console":
+        return stray_console_fault(job, victim)
+    return None, no_check
+
+
+def control_flood_fault(job, victim):
+    path, slot = control_socket(victim), None
+    for s, p in job.agents.items():
+        if p.pid == ppid(victim):
+            slot = s
+    if path is None or slot is None:
+        log(f"control-flood: no control socket for {victim}; a plain SIGKILL")
+        os.kill(victim, signal.SIGKILL)
+        return None, lambda: []
+    socks = control_flood(path)
+    log(f"control-flood: 300 connections (150 with 30,000-deep lines) to agent {slot}'s "
+        f"control socket; SIGKILL rank process {victim}")
+    os.kill(victim, signal.SIGKILL)
+    peak = [0]
+    sample = watch_rss(job, slot, peak)
+    killed = time.monotonic()
+
+    def check():
+        sample()
+        for s in socks:
+            s.close()
+        took = time.monotonic() - killed
+        log(f"control-flood: the job ran again {took:.1f}s after the kill; agent {slot} "
+            f"VmRSS {peak[0] // 1024} MB")
+        out = []
+        if took > 30:
+            out.append(f"control-flood: the restart took {took:.0f}s")
+        if peak[0] > RSS_BOUND_KB:
+            out.append(f"control-flood: agent {slot} grew to {peak[0] // 1024} MB")
+        return out
+    return None, check
+
+
+def stray_console_fault(job, victim):
+    agent = job.agents.get(CONSOLE_SLOT)
+    if agent is None or agent.poll() is not None or job.console is None:
+        log("stray-console: agent 2 is away; a plain SIGKILL")
+        os.kill(victim, signal.SIGKILL)
+        return None, lambda: []
+    job.console.reading.clear()
+    open(os.path.join(job.out, "noise"), "w").close()
+    stray_pid = os.path.join(job.out, "stray.pid")
+    open(os.path.join(job.out, "stray-order"), "w").close()
+    log(f"stray-console: agent {CONSOLE_SLOT}'s console is no longer read, the next attempt "
+        f"leaves a setsid'd process; SIGKILL rank process {victim}")
+    os.kill(victim, signal.SIGKILL)
+    peak = [0]
+    sample = watch_rss(job, CONSOLE_SLOT, peak)
+    failures = []
+
+    def dropping():
+        sample()
+        return (os.path.exists(stray_pid) and
+                "console=stdout is not being read" in job.agent_log(CONSOLE_SLOT) and
+                any(ppid(w) == agent.pid for w in job.workers()))
+    if not wait_for(dropping, 60, "a stray and a flooded console"):
+        failures.append("stray-console: no stray, or agent 2 never said it drops console output")
+    else:
+        # The agent must still see its own worker's death with its console stuck.
+        mine = [w for w in job.workers() if ppid(w) == agent.pid]
+        log(f"stray-console: stray pid {open(stray_pid).read().strip()}; SIGKILL agent "
+            f"{CONSOLE_SLOT}'s rank process {mine[0]}")
+        os.kill(mine[0], signal.SIGKILL)
+    killed = time.monotonic()
+    before = job.progress()
+
+    def check():
+        # The survival wait may have seen the first restart: wait for the second one.
+        if not wait_for(lambda: sample() or (job.progress()[0] != before[0] and
+                                              job.progress()[1] > before[1]), 60,
+                        "progress after the second kill"):
+            failures.append("stray-console: no progress after agent 2's rank was killed")
+        took = time.monotonic() - killed
+        os.remove(os.path.join(job.out, "noise"))
+        job.console.reading.set()
+        out = list(failures)
+        try:
+            stray = int(open(stray_pid).read())
+        except (OSError, ValueError):
+            stray = None
+        gone = "no stray"
+        if stray is not None:
+            gone = "the stray is gone"
+            if not wait_for(lambda: not alive(stray), 15, "the stray to go"):
+                gone = "the stray is left"
+                out.append(f"stray-console: the setsid'd process {stray} outlived its attempt")
+                os.kill(stray, signal.SIGKILL)
+            os.rename(stray_pid, stray_pid + ".done")
+        log(f"stray-console: the job ran again {took:.1f}s after the kill; agent "
+            f"{CONSOLE_SLOT} VmRSS {peak[0] // 1024} MB; {gone}")
+        if took > 30:
+            out.append(f"stray-console: the restart took {took:.0f}s")
+        if peak[0] > RSS_BOUND_KB:
+            out.append(f"stray-console: agent {CONSOLE_SLOT} grew to {peak[0] // 1024} MB")
+        return out
+    return None, check
 
 
 def main():
@@ -229,16 +474,19 @@ def main():
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--step-time", type=float, default=0.05)
     p.add_argument("--short", action="store_true",
-                   help="CI: one fault of each kind, 200 steps")
+                   help="CI: one fault of each kind (kill-rank within control-flood), 200 steps")
     p.add_argument("--ftrun", default=os.path.join(ROOT, "build", "launcher", "ftrun"))
     p.add_argument("--out", default=None)
     p.add_argument("--keep", action="store_true", help="keep the output directory")
     p.add_argument("--timeout", type=float, default=900, help="the whole run, seconds")
     args = p.parse_args()
-    if args.short:
-        args.faults, args.steps = len(KINDS), 200
+    kinds_used = KINDS
+    if args.short:  # control-flood is a kill-rank too: one fault fewer, as long as before
+        kinds_used = [k for k in KINDS if k != "kill-rank"]
+        args.faults, args.steps = len(kinds_used), 200
     rng = random.Random(args.seed)
-    kinds = KINDS * (args.faults // len(KINDS)) + rng.sample(KINDS, args.faults % len(KINDS))
+    kinds = (kinds_used * (args.faults // len(kinds_used)) +
+             rng.sample(kinds_used, args.faults % len(kinds_used)))
     rng.shuffle(kinds)
     out = args.out or tempfile.mkdtemp(prefix="ftrun-chaos.")
     os.makedirs(out, exist_ok=True)
@@ -271,7 +519,7 @@ def main():
             log(f"agent {pending_restart} started again")
             pending_restart = None
         before = job.progress()
-        slot = inject(job, kind, rng)
+        slot, check = inject(job, kind, rng)
         injected += 1
         if slot is not None:
             time.sleep(rng.uniform(2, 5))  # the node is away for a while
@@ -281,6 +529,7 @@ def main():
                     or job.master.poll() is not None, deadline - time.monotonic(),
                     f"progress after {kind}"):
             survived += 1
+            failures.extend(check())
         else:
             failures.append(f"no progress after {kind}")
             break

@@ -4,6 +4,7 @@
 
 #include "common/log.h"
 #include "common/version.h"
+#include "launcher/workers/console_writer.h"
 
 namespace ftrun::launcher {
 
@@ -82,6 +83,13 @@ std::string AgentMetrics::Render() const {
                     last_save_duration_);
   out += PromMetric("ftrun_rendezvous_members", "gauge", "Nodes in the current round.", members_);
   out += PromMetric("ftrun_world_size", "gauge", "Workers in the current round.", world_size_);
+  const ConsoleDrops dropped = TotalConsoleDrops();
+  out += PromMetric("ftrun_console_dropped_bytes_total", "counter",
+                    "Tee'd worker output dropped because ftrun's console was not read.",
+                    static_cast<double>(dropped.bytes));
+  out += PromMetric("ftrun_console_dropped_lines_total", "counter",
+                    "Tee'd worker lines dropped because ftrun's console was not read.",
+                    static_cast<double>(dropped.lines));
   return out + server_metrics_();
 }
 

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <boost/asio/read_until.hpp>
+#include <boost/asio/steady_timer.hpp>
 #include <boost/asio/streambuf.hpp>
 #include <boost/asio/write.hpp>
 #include <cstdlib>
@@ -39,7 +40,8 @@ struct Outgoing {
 };
 
 struct ControlServer::Connection {
-  explicit Connection(boost::asio::io_context& io) : socket(io), in(kMaxControlLine + 1) {}
+  explicit Connection(boost::asio::io_context& io)
+      : socket(io), in(kMaxControlLine + 1), hello_timer(io) {}
   ~Connection() {
     for (auto& o : out) {
       if (o.fd >= 0) ::close(o.fd);
@@ -52,6 +54,7 @@ struct ControlServer::Connection {
   bool closed = false;
   int local_rank = -1;  // -1 until "hello"
   pid_t peer_pid = 0;
+  boost::asio::steady_timer hello_timer;  // until "hello"
 };
 
 ControlServer::ControlServer(boost::asio::io_context& io, Events events)
@@ -117,16 +120,48 @@ void ControlServer::Accept() {
   acceptor_->async_accept(c->socket, [this, alive, c](const boost::system::error_code& ec) {
     auto a = alive.lock();
     if (!a || !*a) return;
-    if (!ec) {
-      ucred cred{};
-      socklen_t len = sizeof cred;
-      if (::getsockopt(c->socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
-        c->peer_pid = cred.pid;
-      }
-      connections_.push_back(c);
-      Read(c);
+    if (ec) {
+      // Out of descriptors, say: try again a little later rather than spin on the loop.
+      WorkerLog()->warn("control channel: accept failed: {}", ec.message());
+      auto retry = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(100));
+      retry->async_wait([this, alive, retry](const boost::system::error_code&) {
+        if (auto a = alive.lock(); a && *a) Accept();
+      });
+      return;
     }
+    ucred cred{};
+    socklen_t len = sizeof cred;
+    if (::getsockopt(c->socket.native_handle(), SOL_SOCKET, SO_PEERCRED, &cred, &len) == 0) {
+      c->peer_pid = cred.pid;
+    }
+    LimitUnbound(c);
+    connections_.push_back(c);
+    Read(c);
     Accept();
+  });
+}
+
+void ControlServer::LimitUnbound(const std::shared_ptr<Connection>& c) {
+  size_t unbound = 0;
+  for (auto& other : connections_) unbound += other->local_rank < 0 ? 1 : 0;
+  for (size_t i = 0; unbound >= kMaxUnboundControlConnections && i < connections_.size();) {
+    auto oldest = connections_[i];
+    if (oldest->local_rank >= 0) {
+      ++i;
+      continue;
+    }
+    Close(oldest, "over " + std::to_string(kMaxUnboundControlConnections) +
+                      " connections wait for their 'hello'");
+    --unbound;
+  }
+  std::weak_ptr<bool> alive = alive_;
+  std::weak_ptr<Connection> weak = c;
+  c->hello_timer.expires_after(hello_timeout_);
+  c->hello_timer.async_wait([this, alive, weak](const boost::system::error_code& ec) {
+    auto a = alive.lock();
+    auto conn = weak.lock();
+    if (ec || !a || !*a || !conn || conn->local_rank >= 0) return;
+    Close(conn, "no 'hello' within " + std::to_string(hello_timeout_.count()) + " ms");
   });
 }
 
@@ -216,11 +251,20 @@ void ControlServer::Write(std::shared_ptr<Connection> c) {
 void ControlServer::Close(const std::shared_ptr<Connection>& c, const std::string& why) {
   if (c->closed) return;
   c->closed = true;
+  c->hello_timer.cancel();
   if (!why.empty()) {
-    WorkerLog()->warn(
-        "control channel: closing the connection of {} (pid {}): {}",
-        c->local_rank >= 0 ? "local_rank " + std::to_string(c->local_rank) : "a process",
-        c->peer_pid, why);
+    // A flood of strangers must not flood the log: the first 10 connections closed before
+    // their "hello" say why, then one in 1000 with the count.
+    const bool stranger = c->local_rank < 0;
+    const size_t n = stranger ? ++unbound_closed_ : 0;
+    if (!stranger || n <= 10) {
+      WorkerLog()->warn("control channel: closing the connection of {} (pid {}): {}",
+                        stranger ? "a process" : "local_rank " + std::to_string(c->local_rank),
+                        c->peer_pid, why);
+    } else if (n % 1000 == 0) {
+      WorkerLog()->warn("control channel: {} connections closed before their 'hello' (latest: {})",
+                        n, why);
+    }
     // Best effort, synchronously: the peer learns why before the connection goes.
     std::string line = JsonMessage("error").Set("message", why).str() + "\n";
     boost::system::error_code ec;
@@ -368,6 +412,7 @@ std::string ControlServer::Bind(Connection& c, const v1::ControlHello& hello) {
     }
   }
   c.local_rank = lr;
+  c.hello_timer.cancel();
   for (auto& sp : connections_) {
     if (sp.get() == &c) by_rank_[lr] = sp;
   }

@@ -4,6 +4,10 @@
 // proto/ftrun/v1/control.proto). A connection is bound to a local rank by its first
 // message ("hello"), checked against the kernel's view of the peer (SO_PEERCRED: the peer
 // must be in that worker's process group). Workers that never connect are unaffected.
+// Limits, so that no local process can stall or exhaust the agent: a line nested deeper than
+// kMaxJsonDepth is refused unparsed (json_line.h); a connection must say "hello" within
+// kControlHelloTimeout; at most kMaxUnboundControlConnections may wait for their "hello" (a
+// new one beyond that closes the oldest).
 //
 // Thread: loop only. Errors: a malformed, oversized, out-of-order or unknown message closes
 // that connection with a logged reason (and an "error" line to the peer); the agent goes on.
@@ -36,6 +40,8 @@ namespace ftrun::launcher {
 
 inline constexpr int kControlProtocolVersion = 1;
 inline constexpr size_t kMaxControlLine = 64 * 1024;
+inline constexpr size_t kMaxUnboundControlConnections = 64;
+inline constexpr std::chrono::seconds kControlHelloTimeout{10};
 
 // What the agent knows about one local rank of the current attempt.
 struct RankControl {
@@ -86,6 +92,8 @@ class ControlServer {
   // With `fd` >= 0 the descriptor goes along (SCM_RIGHTS, on the message's first byte): it is
   // duplicated at once, so the caller keeps its own.
   bool Send(int local_rank, const std::string& json, int fd = -1);
+  // Tests only: a shorter wait for "hello" than kControlHelloTimeout.
+  void TEST_SetHelloTimeout(std::chrono::milliseconds t) { hello_timeout_ = t; }
 
  private:
   struct Connection;
@@ -100,6 +108,9 @@ class ControlServer {
   std::string Bind(Connection& c, const v1::ControlHello& hello);
   void Close(const std::shared_ptr<Connection>& c, const std::string& why);
   int RankOfPeer(pid_t pid) const;
+  // Makes room for one more connection without a "hello" (closes the oldest one beyond the
+  // cap) and closes `c` if it says nothing for kControlHelloTimeout.
+  void LimitUnbound(const std::shared_ptr<Connection>& c);
 
   boost::asio::io_context& io_;
   Events events_;
@@ -111,7 +122,9 @@ class ControlServer {
   int attempt_ = 0;
   std::vector<RankControl> ranks_;
   std::map<int, std::shared_ptr<Connection>> by_rank_;
-  std::vector<std::shared_ptr<Connection>> connections_;
+  std::vector<std::shared_ptr<Connection>> connections_;  // in order of arrival
+  std::chrono::milliseconds hello_timeout_ = kControlHelloTimeout;
+  size_t unbound_closed_ = 0;  // connections closed before their "hello" (logs are throttled)
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

@@ -62,9 +62,36 @@ bool ParsesAlone(const std::string& key, const pb::Value& value, const pb::Messa
          pb::util::JsonStringToMessage(json, probe.get(), Options()).ok();
 }
 
+// Whether no array or object in `text` nests deeper than `limit` (brackets inside strings do
+// not count). Linear, and stops at the first level too deep.
+bool NestedWithin(const std::string& text, int limit) {
+  int depth = 0;
+  bool in_string = false;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+      }
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      if (++depth > limit) return false;
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return true;
+}
+
 }  // namespace
 
 Result<JsonLine> JsonLine::Read(std::string line) {
+  if (!NestedWithin(line, kMaxJsonDepth)) {
+    return Error{"JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
+  }
   JsonLine json;
   if (!pb::util::JsonStringToMessage(line, &json.object_).ok()) return Error{"not a JSON object"};
   json.text_ = std::move(line);

@@ -4,6 +4,10 @@
 // channel has always been: a known member's JSON kind must be its type's (a bool is true or
 // false, an integer a number without a fraction, a string a string; never null).
 //
+// A line nested deeper than kMaxJsonDepth (arrays and objects) is refused before it is parsed:
+// protobuf's parser takes time quadratic in the depth (a 60 KB line 30,000 levels deep took
+// about 20 s), and the channel's messages are flat.
+//
 // Errors name the culprit as the control channel reports it: "not a JSON object", or the
 // first member (in the schema's order) whose value does not fit, e.g. "'step' must be an
 // integer". Thread: any; no state.
@@ -17,11 +21,14 @@
 
 namespace ftrun::launcher {
 
+inline constexpr int kMaxJsonDepth = 32;
+
 // One line read once as a JSON object, then as many typed messages as the caller needs (the
 // envelope, then the message its type selects) without parsing the text again into a tree.
 class JsonLine {
  public:
-  // "not a JSON object" when `line` is not one.
+  // "not a JSON object" when `line` is not one; "JSON nested deeper than 32 levels" when it
+  // is too deep to be parsed (a cheap scan, before any parsing).
   static Result<JsonLine> Read(std::string line);
   // Clears `msg`, then fills it from the line.
   Status Into(google::protobuf::Message* msg) const;

@@ -96,7 +96,10 @@ class TorchrunParser {
     Opt("redirects", a.redirects,
         "Send worker streams to files: 0 none, 1 stdout, 2 stderr, 3 both, or per rank 0:3,1:1", g,
         "STD", "r");
-    Opt("tee", a.tee, "Like --redirects, and also copy to the console with a [role<rank>]: prefix",
+    Opt("tee", a.tee,
+        "Like --redirects, and also copy to the console with a [role<rank>]: prefix (a console "
+        "that is not read loses lines, counted: ftrun never waits for it; lines over 64 KiB "
+        "are cut on the console)",
         g, "STD", "t");
     Opt("local-ranks-filter", a.local_ranks_filter,
         "Comma-separated local ranks whose output reaches the console", g, "RANKS");

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "launcher/workers/console_writer.h"
 
 namespace ftrun::launcher {
 
@@ -53,6 +54,7 @@ Result<std::unique_ptr<OutputTee>> OutputTee::Create(boost::asio::io_context& io
 
 OutputTee::~OutputTee() {
   *alive_ = false;
+  StopCounting();
   CloseWriteEnd();
   if (file_fd_ >= 0) ::close(file_fd_);
 }
@@ -62,7 +64,16 @@ void OutputTee::CloseWriteEnd() {
   write_fd_ = -1;
 }
 
-void OutputTee::Start() { ReadMore(); }
+void OutputTee::Start() {
+  if (opts_.console_fd >= 0) ConsoleWriter::Of(opts_.console_fd).AddSource();
+  counted_ = opts_.console_fd >= 0;
+  ReadMore();
+}
+
+void OutputTee::StopCounting() {
+  if (counted_) ConsoleWriter::Of(opts_.console_fd).RemoveSource();
+  counted_ = false;
+}
 
 void OutputTee::ReadMore() {
   std::weak_ptr<bool> alive = alive_;
@@ -115,6 +126,7 @@ void OutputTee::FinishDrain() {
     EmitLine(partial_ + "\n");
     partial_.clear();
   }
+  StopCounting();
 }
 
 void OutputTee::Consume(const char* data, size_t n) {
@@ -131,12 +143,16 @@ void OutputTee::Consume(const char* data, size_t n) {
     start = i + 1;
   }
   partial_.append(data + start, n - start);
+  size_t cut = 0;
+  for (; partial_.size() - cut >= kMaxTeeLine; cut += kMaxTeeLine) {
+    EmitLine(partial_.substr(cut, kMaxTeeLine) + kTeeLineCutMarker);
+  }
+  partial_.erase(0, cut);
 }
 
 void OutputTee::EmitLine(const std::string& line) {
   if (opts_.console_fd >= 0) {
-    std::string out = opts_.prefix + line;
-    WriteAll(opts_.console_fd, out.data(), out.size());
+    ConsoleWriter::Of(opts_.console_fd).Write(pipe_.get_executor(), opts_.prefix + line);
   }
   if (opts_.filter_file && opts_.filter_file->fd >= 0) {
     for (const auto& f : opts_.filters) {

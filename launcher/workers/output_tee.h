@@ -2,7 +2,11 @@
 // agent copies every byte to the stream's log file, and every line, prefixed with
 // "[<role><local_rank>]:", to its own stdout or stderr (unless --local-ranks-filter hides the
 // rank). Lines matching a --duplicate-*-filters entry are also appended to a shared file.
-// Unlike torchrun's 0.1 s file tailing, lines reach the console as they are written.
+// Unlike torchrun's 0.1 s file tailing, lines reach the console as they are written. The
+// console is written through ConsoleWriter, which never blocks (a console that is not read
+// costs dropped lines, counted, never the loop's time). A line longer than kMaxTeeLine is cut
+// on the console (not in the log file) into pieces of that size, each ended by
+// kTeeLineCutMarker, so that a stream without newlines costs bounded memory.
 //
 // Thread: loop only. Ownership: owns the pipe's read end, the log file and (shared) filter
 // file descriptors. Errors writing the console or the files are logged once and ignored: a
@@ -18,6 +22,9 @@
 #include "common/result.h"
 
 namespace ftrun::launcher {
+
+inline constexpr size_t kMaxTeeLine = 64 * 1024;
+inline constexpr const char* kTeeLineCutMarker = " [ftrun: line cut at 64 KiB]\n";
 
 // An open file shared by several writers (the duplicate-filter file of one attempt).
 struct SharedFile {
@@ -58,6 +65,7 @@ class OutputTee {
   void FinishDrain();
   void Consume(const char* data, size_t n);
   void EmitLine(const std::string& line);
+  void StopCounting();  // no longer a source of its console (ConsoleWriter::AddSource)
 
   TeeOptions opts_;
   boost::asio::posix::stream_descriptor pipe_;
@@ -69,6 +77,7 @@ class OutputTee {
   bool draining_ = false;
   bool drained_ = false;
   bool reported_error_ = false;
+  bool counted_ = false;  // a source of its console
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
 

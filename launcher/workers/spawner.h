@@ -63,9 +63,14 @@ class Spawner {
   virtual ~Spawner() = default;
   virtual Result<std::unique_ptr<ChildProcess>> Spawn(const ProcessSpec& spec,
                                                       ExitHandler on_exit) = 0;
+  // The end of an attempt, every child it started reaped: kills and reaps what they left
+  // behind outside their process groups (orphan_reaper.h), then calls `done` (on the loop; the
+  // default has nothing to collect and calls it at once).
+  virtual void CollectStrays(std::function<void()> done) { done(); }
 };
 
-// Real processes (WorkerProcess) whose exits are events on `io`.
+// Real processes (WorkerProcess) whose exits are events on `io`. The agent that makes one
+// becomes a child subreaper (orphan_reaper.h) and collects strays at the end of each attempt.
 std::unique_ptr<Spawner> MakeProcessSpawner(boost::asio::io_context& io);
 
 }  // namespace ftrun::launcher

@@ -32,7 +32,7 @@ WorkerGroup::WorkerGroup(boost::asio::io_context& io, Spawner& spawner, Clock& c
       on_all_exited_(std::move(on_all_exited)),
       grace_timer_(clock.NewTimer()) {}
 
-WorkerGroup::~WorkerGroup() = default;
+WorkerGroup::~WorkerGroup() { *alive_ = false; }
 
 Status WorkerGroup::Start() {
   workers_.resize(plans_.size());  // never reallocated: exit handlers keep indices
@@ -94,7 +94,11 @@ void WorkerGroup::OnExit(size_t index, const ExitStatus& status) {
     for (auto& other : workers_) {
       if (other.process) other.process->SignalGroup(SIGKILL);
     }
-    on_all_exited_();
+    // So must those that left the groups (setsid, a double fork): the attempt ends after them.
+    std::weak_ptr<bool> alive = alive_;
+    spawner_.CollectStrays([this, alive] {
+      if (auto a = alive.lock(); a && *a) on_all_exited_();
+    });
   }
 }
 

@@ -1,7 +1,8 @@
 // WorkerGroup: the processes of this node for one attempt (one rendezvous round), as a
 // WorkerPlanner planned them: the workers and any auxiliary process (msrun's scheduler).
 // Starts them, reports each exit, and stops them: a signal to every process group, then
-// SIGKILL to the groups still alive after the grace period.
+// SIGKILL to the groups still alive after the grace period. Once every process exited, the
+// spawner collects their strays (Spawner::CollectStrays), then on_all_exited runs.
 //
 // Processes come from the injected Spawner and the grace period from the injected Clock, so
 // tests drive a group without real processes or real time.
@@ -87,6 +88,7 @@ class WorkerGroup {
   int stop_signal_ = 0;
   bool all_exited_reported_ = false;
   size_t started_ = 0;
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);  // for the strays' collection
 };
 
 // The group running now, or null between rounds: how collaborators that outlive one group

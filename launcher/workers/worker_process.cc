@@ -16,9 +16,12 @@
 #include <boost/process/v2/stdio.hpp>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <set>
 
 #include "common/fd_limit.h"
 #include "common/log.h"
+#include "launcher/workers/orphan_reaper.h"
 
 namespace bp = boost::process::v2;
 
@@ -73,6 +76,20 @@ struct ChildSetup {
   }
 };
 
+// The children started here and not reaped yet (loop only, like every WorkerProcess; the mutex
+// is for the odd helper started elsewhere).
+std::mutex g_started_mutex;
+std::set<pid_t> g_started;
+
+void SetStarted(pid_t pid, bool started) {
+  std::lock_guard<std::mutex> lock(g_started_mutex);
+  if (started) {
+    g_started.insert(pid);
+  } else {
+    g_started.erase(pid);
+  }
+}
+
 ExitStatus DecodeWaitStatus(int status) {
   ExitStatus s;
   if (WIFSIGNALED(status)) {
@@ -118,6 +135,11 @@ WorkerProcess::~WorkerProcess() {
   }
 }
 
+bool IsStartedChild(pid_t pid) {
+  std::lock_guard<std::mutex> lock(g_started_mutex);
+  return g_started.count(pid) != 0;
+}
+
 std::string FindProgram(const std::string& program, const EnvMap& env) {
   if (program.find('/') != std::string::npos) return program;
   return bp::environment::find_executable(program, env).string();
@@ -148,6 +170,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(boost::asio::io_cont
     return Error{"cannot start '" + exe + "': " + ec.message()};
   }
   pid_t pid = proc.id();
+  SetStarted(pid, true);
   // Boost's handle (and its pidfd) goes at once, before anything else is forked.
   { auto boost_handle = proc.detach(); }
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));  // close-on-exec
@@ -155,6 +178,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(boost::asio::io_cont
     const int err = errno;
     ::kill(pid, SIGKILL);
     ::waitpid(pid, nullptr, 0);  // it was just killed: returns at once
+    SetStarted(pid, false);
     return Error{"cannot watch '" + exe + "' (pidfd_open): " + std::strerror(err)};
   }
   auto impl = std::make_unique<Impl>(boost::asio::posix::stream_descriptor(io, fd));
@@ -174,6 +198,7 @@ void WorkerProcess::AwaitExit() {
                             const pid_t r = ::waitpid(pid_, &status, WNOHANG);
                             if (r == 0 && !ec)
                               return AwaitExit();  // a spurious wakeup: it still runs
+                            if (r == pid_) SetStarted(pid_, false);
                             if (r != pid_) {
                               // Cannot normally happen (the child is ours); report a failure rather
                               // than hang.
@@ -211,7 +236,16 @@ namespace {
 
 class ProcessSpawner : public Spawner {
  public:
-  explicit ProcessSpawner(boost::asio::io_context& io) : io_(io) {}
+  // The agent's spawner: from now on the agent adopts its workers' escaped descendants.
+  explicit ProcessSpawner(boost::asio::io_context& io) : io_(io), reaper_(io) {
+    if (auto s = OrphanReaper::BecomeSubreaper(); !s) {
+      WorkerLog()->warn("{}: processes that leave a worker's process group may outlive the job",
+                        s.error().message);
+    }
+  }
+  void CollectStrays(std::function<void()> done) override {
+    reaper_.KillAdopted([done = std::move(done)](size_t) { done(); });
+  }
   Result<std::unique_ptr<ChildProcess>> Spawn(const ProcessSpec& spec,
                                               ExitHandler on_exit) override {
     auto p = WorkerProcess::Spawn(io_, spec, std::move(on_exit));
@@ -221,6 +255,7 @@ class ProcessSpawner : public Spawner {
 
  private:
   boost::asio::io_context& io_;
+  OrphanReaper reaper_;
 };
 
 }  // namespace

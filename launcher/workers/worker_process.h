@@ -56,6 +56,10 @@ class WorkerProcess : public ChildProcess {
   std::shared_ptr<bool> alive_;  // lets a late completion see that the object is gone
 };
 
+// Whether `pid` is a child this process started (WorkerProcess::Spawn) and has not reaped yet:
+// its exit status belongs to its WorkerProcess (orphan_reaper.h leaves it alone).
+bool IsStartedChild(pid_t pid);
+
 // The resolved path of `program` as execvp would find it with env's PATH ("" if not found).
 std::string FindProgram(const std::string& program, const EnvMap& env);
 

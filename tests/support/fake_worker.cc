@@ -7,6 +7,13 @@
 //   on-term-exit N         on SIGTERM, exit with code N
 //   pidfile DIR            write our pid to DIR/<RANK>.pid
 //   grandchild DIR         fork a child that sleeps forever; its pid goes to DIR/<RANK>.gpid
+//   setsid-child DIR       fork a child that calls setsid and sleeps forever; its pid goes to
+//                          DIR/<RANK>.<attempt>.spid (it escapes the process-group kill)
+//   double-fork DIR        fork a child that forks a grandchild (in a process group of its
+//                          own, sleeping forever) and exits; the grandchild's pid goes to
+//                          DIR/<RANK>.<attempt>.dpid
+//   flood BYTES            write BYTES to stdout in 100-byte lines (0: forever)
+//   flood-line BYTES       write BYTES to stdout without a newline (0: forever)
 //   env FILE               write our environment to FILE.<RANK> (KEY=VALUE lines)
 //   fds FILE               write our open fd numbers (above 2) to FILE.<RANK>
 //   print TEXT             TEXT and a newline to stdout
@@ -26,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -112,6 +120,35 @@ int main(int argc, char** argv) {
         for (;;) pause();
       }
       WriteAtomically(dir + "/" + rank + ".gpid", std::to_string(p) + "\n");
+    } else if (op == "setsid-child" || op == "double-fork") {
+      const std::string path =
+          arg() + "/" + rank + "." + attempt + (op == "setsid-child" ? ".spid" : ".dpid");
+      const bool setsid_child = op == "setsid-child";
+      if (fork() == 0) {
+        if (setsid_child) {
+          setsid();
+        } else if (fork() != 0) {
+          _exit(0);
+        } else {
+          setpgid(0, 0);
+        }
+        WriteAtomically(path, std::to_string(getpid()) + "\n");
+        for (;;) pause();
+      }
+      struct stat st {};
+      while (stat(path.c_str(), &st) != 0) usleep(1000);
+    } else if (op == "flood" || op == "flood-line") {
+      const long long total = std::atoll(arg().c_str());
+      std::string chunk(op == "flood" ? 99 : 4096, 'x');
+      if (op == "flood") chunk += '\n';
+      for (long long sent = 0; total == 0 || sent < total;) {
+        const size_t n = total == 0 ? chunk.size()
+                                    : static_cast<size_t>(std::min<long long>(
+                                          static_cast<long long>(chunk.size()), total - sent));
+        const ssize_t w = write(STDOUT_FILENO, chunk.data(), n);
+        if (w <= 0) return 102;
+        sent += w;
+      }
     } else if (op == "env") {
       std::ofstream out(arg() + "." + rank);
       for (char** e = environ; *e; ++e) out << *e << "\n";

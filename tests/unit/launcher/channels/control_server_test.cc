@@ -10,7 +10,9 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <string>
+#include <vector>
 
 #include "launcher/channels/stale_control_dirs.h"
 #include "tests/support/test_support.h"
@@ -262,6 +264,70 @@ TEST(StaleControlDirs, OnlyTheDirectoriesOfDeadAgentsAreRemoved) {
   EXPECT_TRUE(fs::exists(root / "other-dir/agent.sock"));
   EXPECT_EQ(RemoveStaleControlDirs(root.path()), 0) << "a live agent's directory is kept";
   EXPECT_TRUE(fs::exists(live.path()));
+}
+
+// Issue 17: a line 30,000 levels deep, sent before any "hello", is refused at once (it took
+// the parser about 20 s on the loop); the agent goes on serving its worker.
+TEST_F(ControlServerTest, DeepLinesAreRefusedWithoutStallingTheLoop) {
+  Client worker(server_->path());
+  worker.Send(hello_);
+  ASSERT_TRUE(Pump([&] { return worker.Received().find("welcome") != std::string::npos; }));
+  const std::string deep =
+      R"({"type":"hello","x":)" + std::string(30000, '[') + std::string(30000, ']') + "}\n";
+  std::vector<std::unique_ptr<Client>> attackers;
+  for (int i = 0; i < 4; ++i) {
+    attackers.push_back(std::make_unique<Client>(server_->path()));
+    attackers.back()->Send(deep);
+  }
+  const auto started = std::chrono::steady_clock::now();
+  ASSERT_TRUE(Pump([&] {
+    for (auto& a : attackers) {
+      if (!a->closed()) return false;
+    }
+    return true;
+  }));
+  EXPECT_LT(std::chrono::steady_clock::now() - started, 3s);  // was 4 x 20 s
+  EXPECT_NE(attackers[0]->Received().find("nested deeper than 32 levels"), std::string::npos)
+      << attackers[0]->Received();
+  worker.Send(R"({"type":"progress","step":7})"
+              "\n");
+  ASSERT_TRUE(Pump([&] { return server_->rank(1).step == 7; }));
+}
+
+// A connection that never says "hello" is closed after the hello timeout; one that did stays.
+TEST_F(ControlServerTest, SilentConnectionsAreClosedAfterTheHelloTimeout) {
+  server_->TEST_SetHelloTimeout(200ms);
+  Client silent(server_->path());
+  Client worker(server_->path());
+  worker.Send(hello_);
+  ASSERT_TRUE(Pump([&] { return silent.closed(); }));
+  EXPECT_NE(silent.Received().find("no 'hello' within 200 ms"), std::string::npos)
+      << silent.Received();
+  EXPECT_FALSE(worker.closed());
+  EXPECT_TRUE(server_->rank(1).connected);
+}
+
+// At most kMaxUnboundControlConnections wait for their "hello": more close the oldest ones,
+// and a worker still connects and is served.
+TEST_F(ControlServerTest, ConnectionsWithoutHelloAreCapped) {
+  std::vector<std::unique_ptr<Client>> flood;
+  const size_t extra = 10;
+  for (size_t i = 0; i < kMaxUnboundControlConnections + extra; ++i) {
+    flood.push_back(std::make_unique<Client>(server_->path()));
+    io_.poll();  // accept as they come, as the loop would
+  }
+  auto closed_count = [&] {
+    size_t n = 0;
+    for (auto& c : flood) n += c->closed() ? 1 : 0;
+    return n;
+  };
+  ASSERT_TRUE(Pump([&] { return closed_count() == extra; })) << closed_count();
+  for (size_t i = 0; i < extra; ++i) EXPECT_TRUE(flood[i]->closed()) << i;  // the oldest
+  EXPECT_NE(flood[0]->Received().find("wait for their 'hello'"), std::string::npos);
+  Client worker(server_->path());
+  worker.Send(hello_);
+  ASSERT_TRUE(Pump([&] { return worker.Received().find("welcome") != std::string::npos; }));
+  EXPECT_EQ(closed_count(), extra + 1);  // room was made for the worker
 }
 
 }  // namespace
