@@ -36,6 +36,7 @@ def _copies(jobs):
     """Runs the copy jobs ((bytes, callable) pairs): the large ones on a few threads (torch's
     copy_ releases the GIL, and one core does not saturate memory bandwidth)."""
     global _pool
+    jobs = list(jobs)
     small = [job for size, job in jobs if size < _BIG]
     jobs = [job for size, job in jobs if size >= _BIG]
     for job in small:  # not worth a thread's wake-up

@@ -1,0 +1,59 @@
+"""The byte layout of a memory snapshot (ftrun.flash_checkpoint.snapshot): every tensor's bytes,
+small and large (the large ones copied on the pool, into huge pages), dtypes, shapes, nesting
+and non-tensor values come back as they were; damaged bytes are a clear error."""
+import mmap
+import os
+import sys
+import unittest
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..",
+                                "scripts", "python"))
+from ftrun.flash_checkpoint import snapshot  # noqa: E402
+
+
+def round_trip(state, step=7, world_size=3):
+    plan = snapshot.Plan(state, step, world_size)
+    with mmap.mmap(-1, plan.bytes) as m:
+        plan.write(m)
+        header = snapshot.read_header(m)
+        return header, snapshot.read(m, header)
+
+
+class SnapshotFormatTest(unittest.TestCase):
+    def test_every_tensor_and_value_comes_back(self):
+        big = [torch.randn(3 << 20) for _ in range(3)]  # 12 MiB each: the pool's copies
+        state = {"model": {"w": torch.randn(4, 5), "b": torch.arange(7, dtype=torch.int64),
+                           "half": torch.randn(9).to(torch.bfloat16),
+                           "mask": torch.tensor([True, False, True])},
+                 "big": big, "empty": torch.empty(0, 3), "scalar": torch.tensor(2.5),
+                 "strided": torch.randn(6, 4).t(), "step": 12, "note": ("a", 1.5, None)}
+        header, got = round_trip(state)
+        self.assertEqual((header["step"], header["world_size"]), (7, 3))
+        for name in ("w", "b", "half", "mask"):
+            self.assertTrue(torch.equal(got["model"][name], state["model"][name]), name)
+            self.assertEqual(got["model"][name].dtype, state["model"][name].dtype)
+        for g, w in zip(got["big"], big):
+            self.assertTrue(torch.equal(g, w))
+        self.assertEqual(got["empty"].shape, (0, 3))
+        self.assertTrue(torch.equal(got["scalar"], state["scalar"]))
+        self.assertTrue(torch.equal(got["strided"], state["strided"]))
+        self.assertEqual((got["step"], got["note"]), (12, ("a", 1.5, None)))
+
+    def test_a_damaged_snapshot_is_a_clear_error(self):
+        plan = snapshot.Plan({"w": torch.ones(3)}, 1, 1)
+        buf = bytearray(plan.bytes)
+        plan.write(buf)
+        with self.assertRaisesRegex(snapshot.SnapshotError, "not an ftrun memory snapshot"):
+            snapshot.read_header(b"\0" * 64)
+        cut = bytearray(buf)
+        cut[8:16] = (10 ** 9).to_bytes(8, "little")
+        with self.assertRaisesRegex(snapshot.SnapshotError, "cut short"):
+            snapshot.read_header(cut)
+        with self.assertRaisesRegex(snapshot.SnapshotError, "bytes in"):
+            snapshot.read_header(buf[:plan.bytes - 64])
+
+
+if __name__ == "__main__":
+    unittest.main()
