@@ -6,7 +6,7 @@ ratio ftrun/torchrun. A second table puts ftrun variants side by side on the sam
 pre-flight network check on and off (4 agents on loopback), and `ftrun dlrover-run` against
 plain ftrun. Not a test: a missed target is only reported. Exits non-zero only if a launcher
 run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
---only SECTION (torchrun, variants, save, scale; repeatable) runs part of it.
+--only SECTION (torchrun, variants, save, scale, flash; repeatable) runs part of it.
 """
 import argparse
 import datetime
@@ -407,7 +407,7 @@ def header(bench: Bench, ftrun_path: str):
     print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
 
 
-SECTIONS = ("torchrun", "variants", "save", "scale")
+SECTIONS = ("torchrun", "variants", "save", "scale", "flash")
 
 
 def main() -> int:
@@ -419,7 +419,8 @@ def main() -> int:
                    help="simulated agents per rendezvous scale run (default 100,1000,10000)")
     p.add_argument("--only", action="append", choices=SECTIONS,
                    help="run only this section (repeatable): torchrun (ftrun vs torchrun), "
-                        "variants (pre-flight check, dlrover-run vs ftrun), save, scale; "
+                        "variants (pre-flight check, dlrover-run vs ftrun), save, scale, "
+                        "flash (memory snapshots vs torch.save; scripts/bench_flash.py); "
                         "default: all")
     n = p.add_mutually_exclusive_group()
     n.add_argument("--runs", type=int, default=7, help="runs per launcher and row (default 7)")
@@ -480,6 +481,13 @@ def main() -> int:
         print_saves(saves)
     if scale:
         print_scale(scale)
+    if "flash" in sections:
+        import bench_flash
+        try:
+            bench_flash.run(opts.ftrun, bench.runs)
+        except RuntimeError as e:
+            print(f"launcher run failed: {e}", file=sys.stderr)
+            return 1
     return 0
 
 

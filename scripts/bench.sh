@@ -1,6 +1,6 @@
 #!/bin/sh
 # Builds ftrun and benchmarks it against Debian's torchrun:
-#   scripts/bench.sh [--runs N | --quick] [--only torchrun|variants|save|scale ...]
+#   scripts/bench.sh [--runs N | --quick] [--only torchrun|variants|save|scale|flash ...]
 set -e
 cd "$(dirname "$0")/.."
 scripts/build.sh >/dev/null

@@ -3,6 +3,7 @@ torch.save: under a real ftrun,
   * the blocking time of a StorageType.MEMORY save per GiB of a rank's state (buffers reused
     after the first save), against torch.save + fsync of the same state to local disk;
   * the restore of that state from the agent's memory, per GiB;
+  * the agent's own memory (RssAnon: not the snapshots, which are shared memfd pages);
   * the cost of a MEMORY save after every step on the demo model (scripts/demo/train.py, 4
     ranks): the training loop's time with --flash against no checkpoint at all.
 Targets (issue 15): save <= 0.5 s/GiB and <= 1/4 of torch.save+fsync; restore <= 0.5 s/GiB;
@@ -63,7 +64,8 @@ def run(ftrun, runs, sizes=(256, 1024)):
           f"1 rank, median of {runs} jobs")
     print("state".rjust(8) + "MEMORY save".rjust(14) + "per GiB".rjust(10) +
           "first save".rjust(12) + "torch.save+fsync".rjust(18) + "ratio".rjust(8) +
-          "restore/GiB".rjust(13) + "  targets: save <=0.5 s/GiB, ratio <=0.25, restore <=0.5")
+          "restore/GiB".rjust(13) + "agent anon".rjust(12) +
+          "  targets: save <=0.5 s/GiB, ratio <=0.25, restore <=0.5")
     for mib in sizes:
         print(f"  measuring a {mib} MiB state", file=sys.stderr, flush=True)
         r = save_and_restore(ftrun, mib, runs)
@@ -72,7 +74,8 @@ def run(ftrun, runs, sizes=(256, 1024)):
         print(f"{mib:>5}MiB" + f"{r['save_s']:.3f} s".rjust(14) +
               f"{r['save_s_per_gib']:.2f} s".rjust(10) + f"{r['first_save_s']:.2f} s".rjust(12) +
               f"{r['torch_save_fsync_s']:.2f} s".rjust(18) + f"{ratio:.2f}".rjust(8) +
-              f"{r['restore_s_per_gib']:.2f} s".rjust(13) + ("  ok" if ok else "  MISSED"))
+              f"{r['restore_s_per_gib']:.2f} s".rjust(13) +
+              f"{r['agent_rss_anon_mib']:.1f} MB".rjust(12) + ("  ok" if ok else "  MISSED"))
     print("  measuring every-step MEMORY saves on the demo model", file=sys.stderr, flush=True)
     none, flash = every_step_cost(ftrun, runs)
     cost = statistics.median(flash) / statistics.median(none) - 1

@@ -57,7 +57,14 @@ def main():
             os.fsync(f.fileno())
         disk_times.append(time.perf_counter() - t)
         os.unlink(path)
+    agent = {}
+    with open(f"/proc/{os.getppid()}/status") as f:  # the agent is this worker's parent
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("RssAnon", "RssShmem"):
+                agent[key] = int(value.split()[0]) / 1024
     print(json.dumps({
+        "agent_rss_anon_mib": agent.get("RssAnon", 0),
         "mib": a.mib,
         "first_save_s": save_times[0],
         "save_s": statistics.median(save_times[1:]),
