@@ -357,38 +357,41 @@ std::string ParseRequest(const JsonLine& line, Request* request) {
 std::string ControlServer::HandleSnapshot(Connection& c, const std::string& type,
                                           const JsonLine& line) {
   const int lr = c.local_rank;
-  auto offered = [&](const auto& handler, int64_t id) {
-    if (handler) return true;
-    Send(lr, JsonMessage("snapshot_refused")
-                 .Set("id", id)
-                 .Set("error", std::string("this ftrun agent keeps no memory snapshots"))
-                 .str());
-    return false;
+  // Reads the request, checks what it requires, and hands it to its handler (or refuses it).
+  auto route = [&](auto request, const auto& handler, auto check) -> std::string {
+    if (std::string err = ParseRequest(line, &request); !err.empty()) return err;
+    if (std::string err = check(request); !err.empty()) return err;
+    if (handler) {
+      handler(lr, request);
+    } else {
+      Send(lr, JsonMessage("snapshot_refused")
+                   .Set("id", request.id())
+                   .Set("error", std::string("this ftrun agent keeps no memory snapshots"))
+                   .str());
+    }
+    return "";
+  };
+  auto needs_step = [&type](const auto& r) -> std::string {
+    return r.has_step() ? "" : "'" + type + "' needs 'step'";
   };
   if (type == "snapshot_begin") {
-    v1::ControlSnapshotBegin begin;
-    if (std::string err = ParseRequest(line, &begin); !err.empty()) return err;
-    if (!begin.has_step() || !begin.has_bytes()) return "'snapshot_begin' needs 'step' and 'bytes'";
-    if (begin.group().size() > 1024) return "snapshot group name over 1 KiB";
-    if (offered(events_.on_snapshot_begin, begin.id())) events_.on_snapshot_begin(lr, begin);
-  } else if (type == "snapshot_commit") {
-    v1::ControlSnapshotCommit commit;
-    if (std::string err = ParseRequest(line, &commit); !err.empty()) return err;
-    if (!commit.has_step()) return "'snapshot_commit' needs 'step'";
-    if (offered(events_.on_snapshot_commit, commit.id())) events_.on_snapshot_commit(lr, commit);
-  } else if (type == "snapshot_steps") {
-    v1::ControlSnapshotSteps steps;
-    if (std::string err = ParseRequest(line, &steps); !err.empty()) return err;
-    if (offered(events_.on_snapshot_steps, steps.id())) events_.on_snapshot_steps(lr, steps);
-  } else if (type == "snapshot_get") {
-    v1::ControlSnapshotGet get;
-    if (std::string err = ParseRequest(line, &get); !err.empty()) return err;
-    if (!get.has_step()) return "'snapshot_get' needs 'step'";
-    if (offered(events_.on_snapshot_get, get.id())) events_.on_snapshot_get(lr, get);
-  } else {
-    return "unknown message type '" + type + "'";
+    return route(v1::ControlSnapshotBegin{}, events_.on_snapshot_begin,
+                 [](const v1::ControlSnapshotBegin& r) -> std::string {
+                   if (!r.has_step() || !r.has_bytes()) {
+                     return "'snapshot_begin' needs 'step' and 'bytes'";
+                   }
+                   return r.group().size() > 1024 ? "snapshot group name over 1 KiB" : "";
+                 });
   }
-  return "";
+  if (type == "snapshot_commit")
+    return route(v1::ControlSnapshotCommit{}, events_.on_snapshot_commit, needs_step);
+  if (type == "snapshot_get")
+    return route(v1::ControlSnapshotGet{}, events_.on_snapshot_get, needs_step);
+  if (type == "snapshot_steps") {
+    return route(v1::ControlSnapshotSteps{}, events_.on_snapshot_steps,
+                 [](const auto&) { return std::string(); });
+  }
+  return "unknown message type '" + type + "'";
 }
 
 std::string ControlServer::Bind(Connection& c, const v1::ControlHello& hello) {

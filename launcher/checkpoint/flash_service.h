@@ -34,15 +34,9 @@
 #include <string>
 #include <vector>
 
+#include "ftrun/v1/control.pb.h"
 #include "launcher/checkpoint/snapshot_persister.h"
 #include "launcher/checkpoint/snapshot_store.h"
-
-namespace ftrun::v1 {
-class ControlSnapshotBegin;
-class ControlSnapshotCommit;
-class ControlSnapshotSteps;
-class ControlSnapshotGet;
-}  // namespace ftrun::v1
 
 namespace ftrun::launcher {
 
