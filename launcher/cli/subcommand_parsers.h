@@ -95,18 +95,16 @@ class StatusParser : public OptionsParser<StatusArgs> {
         ->type_name("ID");
     app_.add_option(Names("token"), a.token, "The job token [default: FTRUN_RDZV_TOKEN]")
         ->type_name("TOKEN");
-    app_.add_option(Names("token-file"), a.token_file,
-                    "A file holding the job token [default: FTRUN_RDZV_TOKEN_FILE]")
-        ->type_name("FILE");
-    app_.add_option(Names("tls-ca"), a.tls_ca,
-                    "TLS: the CA that signed the server's certificate [default: FTRUN_RDZV_TLS_CA]")
-        ->type_name("FILE");
-    app_.add_option(Names("tls-cert"), a.tls_cert,
-                    "Mutual TLS: this client's certificate [default: FTRUN_RDZV_TLS_CERT]")
-        ->type_name("FILE");
-    app_.add_option(Names("tls-key"), a.tls_key,
-                    "Mutual TLS: this client's key [default: FTRUN_RDZV_TLS_KEY]")
-        ->type_name("FILE");
+    auto file = [this](const char* name, std::string& into, const char* help) {
+      app_.add_option(Names(name), into, help)->type_name("FILE");
+    };
+    file("token-file", a.token_file,
+         "A file holding the job token [default: FTRUN_RDZV_TOKEN_FILE]");
+    file("tls-ca", a.tls_ca,
+         "TLS: the CA that signed the server's certificate [default: FTRUN_RDZV_TLS_CA]");
+    file("tls-cert", a.tls_cert,
+         "Mutual TLS: this client's certificate [default: FTRUN_RDZV_TLS_CERT]");
+    file("tls-key", a.tls_key, "Mutual TLS: this client's key [default: FTRUN_RDZV_TLS_KEY]");
     app_.add_flag(Names("json"), a.json, "Print the state as one JSON object");
     app_.add_option(Names("timeout"), a.timeout, "Seconds to wait for an answer")
         ->type_name("SECONDS")
