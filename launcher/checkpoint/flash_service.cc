@@ -1,5 +1,6 @@
 #include "launcher/checkpoint/flash_service.h"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 #include <limits>
 #include <set>
@@ -73,12 +74,12 @@ void FlashService::Begin(int local_rank, const v1::ControlSnapshotBegin& r) {
 void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
   SnapshotMeta meta;
   meta.group = begun_group_[local_rank];
-  meta.target =
-      SnapshotTarget{.root = r.root(),
-                     .path = r.path(),
-                     .name = r.name().empty() ? "state.bin" : r.name(),
-                     .tracker = r.tracker(),
-                     .world_size = static_cast<int>(std::max<int64_t>(r.world_size(), 1))};
+  meta.target = SnapshotTarget{
+      .root = r.root(),
+      .path = r.path(),
+      .name = r.name().empty() ? "state.bin" : r.name(),
+      .tracker = r.tracker(),
+      .world_size = static_cast<int>(std::clamp<int64_t>(r.world_size(), 1, 1 << 24))};
   Status committed = r.step() < 0
                          ? Status{Error{"a negative step"}}
                          : store_.Commit(local_rank, static_cast<uint64_t>(r.step()), meta);
@@ -158,6 +159,10 @@ void FlashService::MaybePersist(const SnapshotView& view, const std::string& rea
   if (!IsShard(view.meta.group)) {
     request.parts.push_back({view.meta.group, {{target.name, "", view}}});
   } else {
+    if (target.world_size > store_.local_ranks()) {
+      // Not every shard can be on this node: the ranks write the step themselves.
+      return;
+    }
     for (int rank = 0; rank < target.world_size; ++rank) {
       std::string group = kShardPrefix + std::to_string(rank);
       auto shard = Find(group, view.step);

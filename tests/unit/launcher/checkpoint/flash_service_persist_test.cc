@@ -58,6 +58,19 @@ TEST_F(FlashPersistTest, ShardsArePersistedTogetherOnceAllAreHere) {
   EXPECT_FALSE(fs::exists(to.root + "/ftrun-step-6"));
 }
 
+TEST_F(FlashPersistTest, AShardOfAWorldLargerThanThisNodeIsNotWaitedForNorLookedFor) {
+  Target to = TargetIn("huge");
+  to.world_size = 1 << 30;  // a broken or hostile worker: must not make the loop count to it
+  to.persist = true;
+  Save(0, 5, "shard zero", "rank-0", to);
+  EXPECT_EQ(service().persists_in_flight(), 0);
+  bool done = false;
+  service().PersistForExit([&] { done = true; });
+  EXPECT_EQ(service().persists_in_flight(), 0);
+  EXPECT_TRUE(RunUntil([&] { return done; }));
+  EXPECT_FALSE(fs::exists(to.root + "/ftrun-step-5"));
+}
+
 TEST_F(FlashPersistTest, AFailedJobWritesItsNewestSnapshotsOnce) {
   Target to = TargetIn("exit");
   Save(0, 2, "old");
