@@ -4,14 +4,19 @@
 // starts with {"type":"hello","version":1,"rank":5}. A line "@connection" in the input starts
 // a second connection of the same rank (the first stays open, then is replaced).
 //
+// Flash checkpoint requests (snapshot_*) go to a real FlashService with a 1 MiB budget whose
+// persists write under the temporary directory only (its answers carry memfds, which this
+// client does not take: the kernel closes them).
+//
 // For any input: no crash, no sanitizer report, the server closes the connection after the
 // sender's EOF (no hang), every line it sends back is a JSON object, and the agent's view of
-// the rank stays within the protocol's limits.
+// the rank stays within the protocol's limits, its snapshot memory within the budget.
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <cstdint>
 #include <cstdlib>
 #include <filesystem>
@@ -23,19 +28,35 @@
 #include "common/json_message.h"
 #include "fuzz/fuzz_support.h"
 #include "launcher/channels/control_server.h"
+#include "launcher/checkpoint/flash_service.h"
 
 namespace {
 
 using ftrun::launcher::ControlServer;
+using ftrun::launcher::FlashService;
+
+constexpr uint64_t kBudget = 1 << 20;
 
 struct Fixture {
   boost::asio::io_context io;
   std::unique_ptr<ControlServer> server;
+  std::unique_ptr<FlashService> flash;
   std::string dir;
   int attempt = 0;
   uint64_t saved = 0;
   uint64_t peer_failed = 0;
 };
+
+// Runs the loop until no persist is in flight (nothing may be written while the process
+// exits); false after 10 s.
+bool DrainPersists(Fixture& f) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (f.flash->persists_in_flight() > 0 && std::chrono::steady_clock::now() < deadline) {
+    if (f.io.stopped()) f.io.restart();
+    f.io.run_one_for(std::chrono::milliseconds(10));
+  }
+  return f.flash->persists_in_flight() == 0;
+}
 
 Fixture& F() {
   static Fixture* f = [] {
@@ -46,9 +67,24 @@ Fixture& F() {
     ControlServer::Events ev;
     ev.on_saved = [f](int, uint64_t, bool, bool, const std::string&) { ++f->saved; };
     ev.on_peer_failed = [f](int, const std::string&) { ++f->peer_failed; };
+    ev.on_snapshot_begin = [f](int lr, const auto& r) { f->flash->Begin(lr, r); };
+    ev.on_snapshot_commit = [f](int lr, const auto& r) {
+      // Persists stay inside the fixture's directory whatever the input names.
+      auto contained = r;
+      if (!contained.root().empty()) contained.set_root(f->dir + "/ckpt");
+      contained.clear_path();
+      f->flash->Commit(lr, contained);
+    };
+    ev.on_snapshot_steps = [f](int lr, const auto& r) { f->flash->Steps(lr, r); };
+    ev.on_snapshot_get = [f](int lr, const auto& r) { f->flash->Get(lr, r); };
     f->server = std::make_unique<ControlServer>(f->io, ev);
+    f->flash = std::make_unique<FlashService>(
+        f->io, 2, kBudget,
+        [f](int lr, const std::string& json, int fd) { return f->server->Send(lr, json, fd); });
     if (!f->server->Start(f->dir)) ftrun::fuzz::Fail("cannot start the control server");
     std::atexit([] {
+      DrainPersists(F());
+      F().flash.reset();
       F().server->Stop();
       std::filesystem::remove_all(F().dir);
     });
@@ -117,6 +153,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   ::close(fd);
   for (int k : kept) ::close(k);
   for (int i = 0; i < 4; ++i) f.io.poll();
+  FTRUN_FUZZ_CHECK(f.flash->store().reserved_bytes() <= kBudget, "snapshot memory over the budget");
+  f.flash->WorkerExited(1);
+  FTRUN_FUZZ_CHECK(DrainPersists(f), "a persist did not end");
   const auto& rc = f.server->rank(1);
   FTRUN_FUZZ_CHECK(rc.group.size() <= 1024, "a replica group name over 1 KiB");
   FTRUN_FUZZ_CHECK(f.server->rank(0).step == -1 && !f.server->rank(0).connected,

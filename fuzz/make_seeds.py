@@ -141,6 +141,28 @@ CONTROL = {
     "two_connections": '{"type":"hello","version":1,"rank":5}\n\n@connection\n'
                        '{"type":"hello","version":1,"rank":5}\n{"type":"group","group":"x"}\n',
     "not_json": "hello\n",
+    # ftrun.flash_checkpoint's requests (scripts/python/ftrun/flash_checkpoint/memory.py).
+    "snapshot_session": "\n".join([
+        '{"type":"hello","version":1,"rank":5}',
+        '{"type":"snapshot_steps","id":1,"group":""}',
+        '{"type":"snapshot_begin","id":2,"step":3,"bytes":4096,"group":"rank-5"}',
+        '{"type":"snapshot_commit","id":3,"step":3,"persist":true,"world_size":8,'
+        '"root":"/ckpt","path":"/ckpt/3","name":"rank_5.pt","tracker":"dlrover_latest.txt"}',
+        '{"type":"snapshot_steps","id":4,"group":"rank-5"}',
+        '{"type":"snapshot_get","id":5,"step":3,"group":"rank-5"}',
+        '{"type":"snapshot_begin","id":6,"step":4,"bytes":4096,"group":""}',
+        '{"type":"snapshot_commit","id":7,"step":4,"persist":true,"world_size":1,'
+        '"root":"/ckpt","name":"state.bin"}',
+    ]) + "\n",
+    "snapshot_bad": "\n".join([
+        '{"type":"hello","version":1,"rank":5}',
+        '{"type":"snapshot_begin","id":1,"step":-1,"bytes":0}',
+        '{"type":"snapshot_begin","id":2,"step":1,"bytes":99999999999999}',
+        '{"type":"snapshot_commit","id":3,"step":9}',
+        '{"type":"snapshot_commit","id":4,"step":1,"world_size":1073741824,"root":"/x"}',
+        '{"type":"snapshot_get","id":5,"step":77,"group":"x"}',
+        '{"type":"snapshot_begin","step":1,"bytes":1}',
+    ]) + "\n",
 }
 
 FILE_TIMER = {
