@@ -1,6 +1,7 @@
 #include "launcher/workers/orphan_reaper.h"
 
 #include <dirent.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
@@ -10,7 +11,6 @@
 #include <boost/asio/steady_timer.hpp>
 #include <cerrno>
 #include <cstring>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -23,6 +23,19 @@ namespace {
 
 constexpr std::chrono::milliseconds kPoll{20};
 
+// The text of a small /proc file; "" when it cannot be read. Plain read(2), not a stream: a
+// process that exits between open and read makes read fail with ESRCH, which libstdc++'s
+// filebuf would throw through an istreambuf_iterator and take the agent down.
+std::string ReadProcFile(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return "";
+  std::string text;
+  char buf[1024];
+  for (ssize_t n; (n = ::read(fd, buf, sizeof buf)) > 0;) text.append(buf, static_cast<size_t>(n));
+  ::close(fd);
+  return text;
+}
+
 // Every process's parent, from /proc/<pid>/stat (field 4, after the command's closing paren).
 std::multimap<pid_t, pid_t> ChildrenByParent() {
   std::multimap<pid_t, pid_t> children;
@@ -32,8 +45,7 @@ std::multimap<pid_t, pid_t> ChildrenByParent() {
     char* end = nullptr;
     const long pid = std::strtol(e->d_name, &end, 10);
     if (pid <= 0 || *end != '\0') continue;
-    std::ifstream stat("/proc/" + std::string(e->d_name) + "/stat");
-    std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    const std::string text = ReadProcFile("/proc/" + std::string(e->d_name) + "/stat");
     const size_t paren = text.rfind(')');
     if (paren == std::string::npos) continue;
     std::istringstream rest(text.substr(paren + 1));

@@ -140,7 +140,9 @@ TEST_F(AgentHardening, UnreadConsoleNeitherDelaysACrashNorGrowsMemory) {
   ASSERT_EQ(code, 1) << run.Err();
   EXPECT_NE(run.Err().find("exitcode  : 3"), std::string::npos) << run.Err();
   EXPECT_NE(run.Err().find("console=stdout is not being read"), std::string::npos) << run.Err();
-  EXPECT_LT(run.max_rss_kb(), kRssBoundKb);
+  if (kMemoryIsMeasurable) {
+    EXPECT_LT(run.max_rss_kb(), kRssBoundKb);
+  }
   std::cout << "agent max VmRSS under an unread console flood: " << run.max_rss_kb() << " kB\n";
 }
 
@@ -149,7 +151,9 @@ TEST_F(AgentHardening, EndlessLineCostsBoundedMemory) {
   UnreadConsoleRun run(dir_, Job({"--nproc-per-node", "2", "--tee", "3", "--max-restarts", "0"},
                                  {"if-rank", "0", "flood-line", "0", "sleep", "3", "exit", "3"}));
   ASSERT_EQ(run.Wait(60s), 1) << run.Err();
-  EXPECT_LT(run.max_rss_kb(), kRssBoundKb);
+  if (kMemoryIsMeasurable) {
+    EXPECT_LT(run.max_rss_kb(), kRssBoundKb);
+  }
   std::cout << "agent max VmRSS with an endless line: " << run.max_rss_kb() << " kB\n";
 }
 

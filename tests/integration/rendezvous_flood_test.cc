@@ -116,7 +116,9 @@ TEST(RendezvousFlood, PendingWatchesAndMemoryStayBounded) {
             << after_kb / 1024 << " MB after " << flood.calls.size() << " watch calls\n";
   EXPECT_EQ(flood.codes[grpc::StatusCode::PERMISSION_DENIED], kEach) << "the forged ones";
   EXPECT_EQ(flood.codes[grpc::StatusCode::OK], kEach + 71);
-  EXPECT_LT(after_kb - before_kb, 100 * 1024) << "20,000 pending watches used to cost 334 MB";
+  if (kMemoryIsMeasurable) {
+    EXPECT_LT(after_kb - before_kb, 100 * 1024) << "20,000 pending watches used to cost 334 MB";
+  }
   master.Signal(SIGTERM);
   master.Wait(30s);
 }

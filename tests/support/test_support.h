@@ -14,6 +14,14 @@
 
 namespace ftrun::testing {
 
+// Whether a process's RSS means anything in this build: not under a sanitizer (ASan holds freed
+// memory in quarantine and shadows every byte; TSan keeps a history that grows with the run).
+#if defined(__SANITIZE_ADDRESS__) || defined(FTRUN_TSAN)
+inline constexpr bool kMemoryIsMeasurable = false;
+#else
+inline constexpr bool kMemoryIsMeasurable = true;
+#endif
+
 // Paths of the binaries under test (set by CMake).
 std::string FtrunBinary();
 std::string FakeWorkerBinary();
