@@ -9,19 +9,21 @@ A DLRover script migrates by changing its import:
 
     from ftrun.flash_checkpoint.sharded import ShardedCheckpointer   # a shard per rank
 
-What works now: the DISK path. Saves are synchronous and use the project's one checkpoint
-format (scripts/python/ftrun/checkpoint.py: temporary directory, fsync, rename, MANIFEST.json
-with sizes and sha256) under `checkpoint_dir`; loads take the newest complete checkpoint the
-whole job can restore and skip a partial or corrupt one with a warning.
+Under an ftrun agent, saves go to memory the agent owns (memory.py: memfd buffers handed over
+the control channel; snapshot.py: their byte layout), survive the death of the training
+process, and are restored from there (engine.restore_from_memory: the newest step the ranks
+agree on); DISK saves and a job that fails for good are written to storage by the agent.
+Elsewhere (plain python, torchrun) both kinds are synchronous disk saves in the project's one
+checkpoint format (scripts/python/ftrun/checkpoint.py: temporary directory, fsync, rename,
+MANIFEST.json with sizes and sha256) under `checkpoint_dir`; loads take the newest complete
+checkpoint the whole job can restore and skip a partial or corrupt one with a warning.
 
 What does not exist yet:
-* StorageType.MEMORY is not backed by the agent: the agent-owned snapshot store (issue 15) is
-  being built separately. Until the agent offers it, a MEMORY save is a synchronous DISK save and
-  says so once. The one place where the agent-backed memory path plugs in is
-  `engine.memory_store()`.
+* copies on other nodes' agents (replica_count): a sharded state on a lost node is restored
+  from disk (a DDP copy is shared from a surviving node's memory);
 * FsdpShardCheckpointer: needs torch.distributed.checkpoint, which the installed torch (1.13,
-  Debian) does not have.
-* Megatron's save_checkpoint/load_checkpoint shape, replicas across nodes, restore from memory.
+  Debian) does not have;
+* Megatron's save_checkpoint/load_checkpoint shape.
 """
 from .engine import StorageType
 
