@@ -7,6 +7,7 @@ loopback) that save with ftrun.flash_checkpoint every step, and real faults.
 * A job that fails for good: the agent writes the newest snapshot to disk before exiting, and
   a new job resumes from it; a SIGTERM (a scheduler's) does the same within its grace.
 * A state over the memory budget: a clear message naming the budget, no partial snapshot.
+* Two jobs on one node: each restores its own snapshots.
 * Nothing is left behind: no file in /dev/shm, and the snapshot memory (Shmem) is given back
   when the agent is SIGKILLed.
 * A whole node (agent and rank) SIGKILLed and replaced, 2 nodes on loopback: its replacement
@@ -188,6 +189,23 @@ class FlashMemoryTest(unittest.TestCase):
         self.assertGreaterEqual(resumed, 11)
         self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")),
                          "a job that succeeded writes no MEMORY save to disk")
+
+    def test_two_jobs_on_one_node_keep_their_own_snapshots(self):
+        other = tempfile.mkdtemp(prefix="ftrun-flash-other-")
+        jobs = [run_job(self.root, {"kill_at": 8}, wait=False),
+                run_job(other, {"kill_at": 13, "kind": "sharded"}, wait=False)]
+        outs = []
+        try:
+            for job in jobs:
+                outs.append(job.communicate(timeout=150)[0])
+                self.assertEqual(job.returncode, 0, outs[-1])
+        finally:
+            for job in jobs:
+                if job.poll() is None:
+                    os.killpg(job.pid, signal.SIGKILL)
+                    job.wait()
+        self.assert_resumed_without_loss(self.root, outs[0])
+        self.assert_resumed_without_loss(other, outs[1], "sharded")
 
     def test_each_rank_gets_back_its_own_shard(self):
         done = run_job(self.root, {"kind": "sharded", "kill_at": 9})
