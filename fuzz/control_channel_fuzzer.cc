@@ -11,6 +11,7 @@
 // For any input: no crash, no sanitizer report, the server closes the connection after the
 // sender's EOF (no hang), every line it sends back is a JSON object, and the agent's view of
 // the rank stays within the protocol's limits, its snapshot memory within the budget.
+#include <openssl/crypto.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -60,6 +61,9 @@ bool DrainPersists(Fixture& f) {
 
 Fixture& F() {
   static Fixture* f = [] {
+    // OpenSSL (the persister's sha256) first: its own exit-time cleanup then runs after ours,
+    // so the persister's thread ends while OpenSSL can still free that thread's state.
+    OPENSSL_init_crypto(0, nullptr);
     auto* f = new Fixture;
     char tmpl[] = "/tmp/ftrun-fuzz-control-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) ftrun::fuzz::Fail("mkdtemp");
