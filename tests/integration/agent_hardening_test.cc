@@ -211,9 +211,15 @@ TEST_F(AgentHardening, ControlFloodDoesNotDelayACrash) {
   ChildRun run(FtrunBinary(), Job({"--nproc-per-node", "2", "--max-restarts", "0"},
                                   {"env", dir_ / "env", "if-rank", "1", "wait-file", dir_ / "crash",
                                    "if-rank", "1", "exit", "3", "sleep", "300"}));
-  ASSERT_TRUE(WaitFor([&] { return FileExists(dir_ / "env.1"); }, 30s)) << run.Err();
-  const std::string path = ParseEnvFile(dir_ / "env.1")["FTRUN_CONTROL_SOCKET"];
-  ASSERT_FALSE(path.empty());
+  // The worker may still be writing its environment file: wait for the variable itself.
+  std::string path;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        if (FileExists(dir_ / "env.1")) path = ParseEnvFile(dir_ / "env.1")["FTRUN_CONTROL_SOCKET"];
+        return !path.empty();
+      },
+      30s))
+      << run.Err();
   const std::string deep =
       R"({"type":"hello","x":)" + std::string(30000, '[') + std::string(30000, ']') + "}\n";
   std::vector<int> flood;
