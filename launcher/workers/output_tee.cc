@@ -138,16 +138,29 @@ void OutputTee::Consume(const char* data, size_t n) {
   for (size_t i = 0; i < n; ++i) {
     if (data[i] != '\n') continue;
     partial_.append(data + start, i + 1 - start);
-    EmitLine(partial_);
-    partial_.clear();
+    EmitPieces(/*line_complete=*/true);
     start = i + 1;
   }
   partial_.append(data + start, n - start);
+  EmitPieces(/*line_complete=*/false);
+}
+
+void OutputTee::EmitPieces(bool line_complete) {
+  // A line longer than kMaxTeeLine reaches the console in pieces of that size, each with the
+  // marker, however the pipe's reads happened to split it; an unfinished line keeps its tail.
+  const size_t newline = line_complete ? 1 : 0;
   size_t cut = 0;
-  for (; partial_.size() - cut >= kMaxTeeLine; cut += kMaxTeeLine) {
+  while (partial_.size() - newline - cut > kMaxTeeLine ||
+         (!line_complete && partial_.size() - cut == kMaxTeeLine)) {
     EmitLine(partial_.substr(cut, kMaxTeeLine) + kTeeLineCutMarker);
+    cut += kMaxTeeLine;
   }
-  partial_.erase(0, cut);
+  if (line_complete) {
+    EmitLine(partial_.substr(cut));
+    partial_.clear();
+  } else {
+    partial_.erase(0, cut);
+  }
 }
 
 void OutputTee::EmitLine(const std::string& line) {

@@ -64,6 +64,8 @@ class OutputTee {
   void ReadMore();
   void FinishDrain();
   void Consume(const char* data, size_t n);
+  // Emits partial_ (a whole line when line_complete) cut into console-sized pieces.
+  void EmitPieces(bool line_complete);
   void EmitLine(const std::string& line);
   void StopCounting();  // no longer a source of its console (ConsoleWriter::AddSource)
 
