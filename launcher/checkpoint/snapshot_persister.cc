@@ -1,7 +1,5 @@
 #include "launcher/checkpoint/snapshot_persister.h"
 
-#include <openssl/crypto.h>
-
 #include <boost/asio/post.hpp>
 
 #include "common/log.h"
@@ -9,12 +7,7 @@
 namespace ftrun::launcher {
 
 SnapshotPersister::SnapshotPersister(boost::asio::io_context& loop)
-    : loop_(loop), thread_([this] {
-        Run();
-        // OpenSSL (the manifests' sha256) keeps per-thread state: free it now, while the
-        // library is surely still there, rather than from a destructor at thread exit.
-        OPENSSL_thread_stop();
-      }) {}
+    : loop_(loop), thread_([this] { Run(); }) {}
 
 SnapshotPersister::~SnapshotPersister() {
   std::deque<std::pair<CheckpointRequest, Done>> not_started;

@@ -31,7 +31,6 @@ class AgentMemory:
 
     def __init__(self, controller):
         self.controller = controller
-        self._c = controller
         self._maps = {}  # (st_dev, st_ino) -> mmap of that buffer, kept from save to save
         self._said = set()
 
@@ -47,7 +46,7 @@ class AgentMemory:
         plan = snapshot.Plan(state, step, world_size)
         deadline = time.monotonic() + wait_seconds
         while True:
-            answer, fd = self._c.request({"type": "snapshot_begin", "step": step,
+            answer, fd = self.controller.request({"type": "snapshot_begin", "step": step,
                                           "bytes": plan.bytes, "group": group})
             if answer.get("type") == "snapshot_lease" and fd >= 0:
                 break
@@ -68,7 +67,7 @@ class AgentMemory:
         # Not waited for: once sent, the agent reads it even if this process dies the next
         # moment (the socket keeps it), and it handles it before any later request of ours.
         # A refusal (which only a broken protocol causes) is logged by the agent.
-        self._c.post(commit)
+        self.controller.post(commit)
 
     def _mapping(self, fd: int, size: int):
         st = os.fstat(fd)
@@ -87,7 +86,7 @@ class AgentMemory:
 
     def steps(self, group: str):
         """The steps of copy `group` complete in the agent's memory, newest first."""
-        answer, fd = self._c.request({"type": "snapshot_steps", "group": group})
+        answer, fd = self.controller.request({"type": "snapshot_steps", "group": group})
         if fd >= 0:
             os.close(fd)
         return [int(s) for s in answer.get("steps", [])]
@@ -95,7 +94,7 @@ class AgentMemory:
     def load(self, step: int, group: str, world_size: int):
         """The state of `step` of copy `group`. Raises CheckpointError when the agent does not
         hold it or it does not fit this job (world size)."""
-        answer, fd = self._c.request({"type": "snapshot_get", "step": step, "group": group})
+        answer, fd = self.controller.request({"type": "snapshot_get", "step": step, "group": group})
         if answer.get("type") != "snapshot" or fd < 0:
             if fd >= 0:
                 os.close(fd)

@@ -122,7 +122,7 @@ class Plan:
         self.tensors = [_host(t, side) for t in self.tensors]
         if side is not None:
             side.synchronize()
-        entries, offsets = [], []
+        entries = []
         # The header's size depends on the offsets, which depend on the header's size: place
         # the data after a generous estimate and fix the header's length.
         estimate = _align(_PREFIX + 256 + 96 * len(self.tensors))
@@ -130,23 +130,24 @@ class Plan:
         pickle_at = offset
         offset = _align(offset + len(self.pickled))
         for t in self.tensors:
-            offsets.append(offset)
             entries.append([offset, str(t.dtype).replace("torch.", ""), list(t.shape)])
             offset = _align(offset + t.numel() * t.element_size())
         self.bytes = max(offset, estimate)
-        header = json.dumps({"format": 1, "step": step, "world_size": world_size,
-                             "bytes": self.bytes, "pickle": [pickle_at, len(self.pickled)],
-                             "tensors": entries}, separators=(",", ":")).encode()
-        if _PREFIX + len(header) > estimate:  # long shapes: move everything further out
-            shift = _align(_PREFIX + len(header) + 1024) - estimate
+
+        def header():
+            return json.dumps({"format": 1, "step": step, "world_size": world_size,
+                               "bytes": self.bytes, "pickle": [pickle_at, len(self.pickled)],
+                               "tensors": entries}, separators=(",", ":")).encode()
+
+        text = header()
+        if _PREFIX + len(text) > estimate:  # long shapes: move everything further out
+            shift = _align(_PREFIX + len(text) + 1024) - estimate
             for e in entries:
                 e[0] += shift
             self.bytes += shift
             pickle_at += shift
-            header = json.dumps({"format": 1, "step": step, "world_size": world_size,
-                                 "bytes": self.bytes, "pickle": [pickle_at, len(self.pickled)],
-                                 "tensors": entries}, separators=(",", ":")).encode()
-        self.header = header
+            text = header()
+        self.header = text
         self.pickle_at = pickle_at
         self.offsets = [e[0] for e in entries]
 
