@@ -28,19 +28,6 @@ namespace {
 
 using namespace std::chrono_literals;
 
-long RssKb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  long kb = 0;
-  while (in >> key) {
-    if (key == "VmRSS:") {
-      in >> kb;
-      return kb;
-    }
-  }
-  return 0;
-}
-
 size_t Count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
@@ -84,7 +71,7 @@ class UnreadConsoleRun {
     int status = 0;
     WaitFor(
         [&] {
-          max_rss_kb_ = std::max(max_rss_kb_, RssKb(pid_));
+          max_rss_kb_ = std::max(max_rss_kb_, ProcStatusKb(pid_, "VmRSS"));
           exited_ = ::waitpid(pid_, &status, WNOHANG) == pid_;
           return exited_;
         },
@@ -110,12 +97,8 @@ class AgentHardening : public ::testing::Test {
  protected:
   std::vector<std::string> Job(std::vector<std::string> options,
                                const std::vector<std::string>& actions) {
-    std::vector<std::string> argv = {"--log-dir", dir_ / "logs", "--monitor-interval", "0.1"};
-    argv.insert(argv.end(), options.begin(), options.end());
-    argv.push_back("--no-python");
-    argv.push_back(FakeWorkerBinary());
-    argv.insert(argv.end(), actions.begin(), actions.end());
-    return argv;
+    return FakeWorkerJob({"--log-dir", dir_ / "logs", "--monitor-interval", "0.1"}, options,
+                         actions);
   }
   // Pids written by fake_worker's setsid-child / double-fork actions.
   pid_t Stray(const std::string& name) { return ReadPid(dir_ / name); }

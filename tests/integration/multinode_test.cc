@@ -23,12 +23,7 @@ class MultiNode : public ::testing::Test {
   // ftrun <rendezvous options> <options> --no-python fake_worker <actions>
   std::vector<std::string> Cmd(std::vector<std::string> options,
                                const std::vector<std::string>& actions) {
-    std::vector<std::string> argv = {"--log-dir", dir_ / "logs", "--nproc-per-node", "2"};
-    argv.insert(argv.end(), options.begin(), options.end());
-    argv.push_back("--no-python");
-    argv.push_back(FakeWorkerBinary());
-    argv.insert(argv.end(), actions.begin(), actions.end());
-    return argv;
+    return FakeWorkerJob({"--log-dir", dir_ / "logs", "--nproc-per-node", "2"}, options, actions);
   }
   std::vector<std::string> Static(int node_rank, std::vector<std::string> extra = {}) {
     std::vector<std::string> o = {

@@ -21,19 +21,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace v1 = ftrun::v1;
 
-long PeakKb(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string key;
-  long kb = 0;
-  while (in >> key) {
-    if (key == "VmHWM:") {
-      in >> kb;
-      break;
-    }
-  }
-  return kb;
-}
-
 // Calls in flight, and a way to wait until all have been answered.
 struct Flood {
   struct Watch {
@@ -91,7 +78,7 @@ TEST(RendezvousFlood, PendingWatchesAndMemoryStayBounded) {
     return stub->Join(&ctx, r, &resp);
   };
   ASSERT_TRUE(join("member").ok());
-  const long before_kb = PeakKb(master.pid());
+  const long before_kb = ProcStatusKb(master.pid(), "VmHWM");
   // A crowd of new nodes: past 4 x MAX + 64 = 72 they are refused.
   int refused_joins = 0;
   for (int i = 0; i < 100; ++i) {
@@ -109,7 +96,7 @@ TEST(RendezvousFlood, PendingWatchesAndMemoryStayBounded) {
                                "crowd-" + std::to_string(i) + "-secret-0123456789"));
   }
   ASSERT_TRUE(flood.WaitAll(60s)) << flood.done << " of " << flood.calls.size() << " answered";
-  const long after_kb = PeakKb(master.pid());
+  const long after_kb = ProcStatusKb(master.pid(), "VmHWM");
   RecordProperty("master_peak_kb_before", static_cast<int>(before_kb));
   RecordProperty("master_peak_kb_after", static_cast<int>(after_kb));
   std::cerr << "master peak RSS: " << before_kb / 1024 << " MB before the flood, "

@@ -22,6 +22,28 @@ std::string FtrunBinary() { return FTRUN_TEST_BINARY; }
 std::string FakeWorkerBinary() { return FTRUN_FAKE_WORKER; }
 std::string SourceDir() { return FTRUN_SOURCE_DIR; }
 
+std::vector<std::string> FakeWorkerJob(std::vector<std::string> head,
+                                       const std::vector<std::string>& options,
+                                       const std::vector<std::string>& actions) {
+  head.insert(head.end(), options.begin(), options.end());
+  head.push_back("--no-python");
+  head.push_back(FakeWorkerBinary());
+  head.insert(head.end(), actions.begin(), actions.end());
+  return head;
+}
+
+long ProcStatusKb(pid_t pid, const std::string& key) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  for (std::string word; in >> word;) {
+    if (word == key + ":") {
+      long kb = 0;
+      in >> kb;
+      return kb;
+    }
+  }
+  return 0;
+}
+
 TempDir::TempDir() {
   std::string tmpl = (std::filesystem::temp_directory_path() / "ftrun_test_XXXXXX").string();
   path_ = ::mkdtemp(tmpl.data());

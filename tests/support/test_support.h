@@ -27,6 +27,15 @@ std::string FtrunBinary();
 std::string FakeWorkerBinary();
 std::string SourceDir();
 
+// ftrun's arguments for a job of fake workers: `head`, then `options`, then
+// --no-python <fake_worker> `actions`.
+std::vector<std::string> FakeWorkerJob(std::vector<std::string> head,
+                                       const std::vector<std::string>& options,
+                                       const std::vector<std::string>& actions);
+
+// A "<key>: <n> kB" field of /proc/<pid>/status (e.g. "VmRSS", "VmHWM"); 0 when absent.
+long ProcStatusKb(pid_t pid, const std::string& key);
+
 class TempDir {
  public:
   TempDir();
