@@ -369,6 +369,16 @@ def inject(job, kind, rng):
     return None, no_check
 
 
+def recovery_failures(kind, took, slot, peak_kb):
+    """What went wrong with a restart under attack: too slow, or the agent's memory grew."""
+    out = []
+    if took > 30:
+        out.append(f"{kind}: the restart took {took:.0f}s")
+    if peak_kb > RSS_BOUND_KB:
+        out.append(f"{kind}: agent {slot} grew to {peak_kb // 1024} MB")
+    return out
+
+
 def control_flood_fault(job, victim):
     path, slot = control_socket(victim), None
     for s, p in job.agents.items():
@@ -393,12 +403,7 @@ def control_flood_fault(job, victim):
         took = time.monotonic() - killed
         log(f"control-flood: the job ran again {took:.1f}s after the kill; agent {slot} "
             f"VmRSS {peak[0] // 1024} MB")
-        out = []
-        if took > 30:
-            out.append(f"control-flood: the restart took {took:.0f}s")
-        if peak[0] > RSS_BOUND_KB:
-            out.append(f"control-flood: agent {slot} grew to {peak[0] // 1024} MB")
-        return out
+        return recovery_failures("control-flood", took, slot, peak[0])
     return None, check
 
 
@@ -459,11 +464,7 @@ def stray_console_fault(job, victim):
             os.rename(stray_pid, stray_pid + ".done")
         log(f"stray-console: the job ran again {took:.1f}s after the kill; agent "
             f"{CONSOLE_SLOT} VmRSS {peak[0] // 1024} MB; {gone}")
-        if took > 30:
-            out.append(f"stray-console: the restart took {took:.0f}s")
-        if peak[0] > RSS_BOUND_KB:
-            out.append(f"stray-console: agent {CONSOLE_SLOT} grew to {peak[0] // 1024} MB")
-        return out
+        return out + recovery_failures("stray-console", took, CONSOLE_SLOT, peak[0])
     return None, check
 
 
