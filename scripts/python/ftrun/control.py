@@ -62,8 +62,10 @@ class Controller:
         self._send_lock = threading.Lock()
         # Held while the optimizer updates the state and while a save reads it.
         self._state_lock = threading.RLock()
+        self._updating = 0  # begin_update calls not yet ended (training thread only)
         self._handler = None
         self._root = None
+        self._on_complete = None
         self._group = ""
         self._step = -1
         self._saves_done = threading.Condition()
@@ -88,11 +90,14 @@ class Controller:
 
     # ---- what the training script calls ----
 
-    def register_save_handler(self, handler, root: str, group: str = None):
+    def register_save_handler(self, handler, root: str, group: str = None, on_complete=None):
         """handler(step, directory) writes this rank's copy of the training state into
-        directory; root is where checkpoints live. group: see set_replica_group."""
+        directory; root is where checkpoints live. group: see set_replica_group.
+        on_complete(step), if given, runs on the one rank that completes a fault-time
+        checkpoint, after every group's part is in place (MindIO's rename step)."""
         self._handler = handler
         self._root = root
+        self._on_complete = on_complete
         if group is not None:
             self._group = group
         self._send({"type": "handler", "enabled": True, "group": self._group})
@@ -105,11 +110,34 @@ class Controller:
     @contextlib.contextmanager
     def update(self, step: int):
         """Wrap the optimizer update of `step`: the state is inconsistent inside it."""
-        with self._state_lock:
-            self._send({"type": "progress", "step": step, "updating": True})
+        self.begin_update(step)
+        try:
             yield
-            self._step = step
-            self._send({"type": "progress", "step": step, "updating": False})
+        except BaseException:
+            self._updating -= 1  # the update broke off: the state stays "updating"
+            self._state_lock.release()
+            raise
+        self.end_update(step)
+
+    def begin_update(self, step: int):
+        """The optimizer starts updating toward `step` (pair it with end_update; update()
+        does both). A fault-time save waits until the update ends."""
+        self._state_lock.acquire()
+        self._updating += 1
+        self._send({"type": "progress", "step": step, "updating": True})
+
+    def end_update(self, step: int):
+        """The state is complete after `step`; releases what begin_update took."""
+        self._step = step
+        self._send({"type": "progress", "step": step, "updating": False})
+        if self._updating > 0:  # an end without a begin only reports
+            self._updating -= 1
+            self._state_lock.release()
+
+    @property
+    def step(self) -> int:
+        """The newest step whose update ended (-1: none yet)."""
+        return self._step
 
     def report(self, step: int):
         """The state is complete after `step` (when no update() wraps the update)."""
@@ -239,17 +267,23 @@ class Controller:
                 checkpoint.write_part(tmp, group, step, self._handler)
                 if finalize:
                     checkpoint.finalize(self._root, tmp, step, [group], self.world_size, "fault")
+                    self._completed(step)
             _log(f"fault-time save of step {step} done in {time.monotonic() - started:.2f}s")
         except Exception as e:
             ok, error = False, f"{type(e).__name__}: {e}"
             _log(f"fault-time save of step {step} failed: {error}")
         self._send({"type": "saved", "id": save_id, "ok": ok, "error": error})
 
+    def _completed(self, step: int):
+        if self._on_complete is not None:
+            self._on_complete(step)
+
     def _finalize(self, save_id: int, step: int, groups, tag: str):
         ok, error = True, ""
         try:
             tmp = checkpoint.temp_dir(self._root, step, tag)
             checkpoint.finalize(self._root, tmp, step, groups, self.world_size, "fault")
+            self._completed(step)
         except Exception as e:
             ok, error = False, f"{type(e).__name__}: {e}"
         self._send({"type": "saved", "id": save_id, "finalize": True, "ok": ok, "error": error})
@@ -262,7 +296,9 @@ class NullController:
     rank = _rank()
     world_size = _world_size()
 
-    def register_save_handler(self, handler, root, group=None):
+    step = -1
+
+    def register_save_handler(self, handler, root, group=None, on_complete=None):
         pass
 
     def set_replica_group(self, group):
@@ -271,6 +307,12 @@ class NullController:
     @contextlib.contextmanager
     def update(self, step):
         yield
+
+    def begin_update(self, step):
+        pass
+
+    def end_update(self, step):
+        self.step = step
 
     def report(self, step):
         pass
