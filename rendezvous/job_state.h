@@ -161,6 +161,7 @@ struct NodeInfo {
   int probe_port = 0;       // its network-check probe listens here (0: none)
   uint64_t next_round = 0;  // rejoining a restarted server: the round after its last one
   int restart_count = 0;    // and the restarts the job had spent (carried on while forming)
+  std::string switch_path;  // the switches above it, nearest first ("asw-3/psw-0"; topology.h)
 };
 
 // One node's view of the job, sent to it whenever the job changes.
@@ -195,6 +196,7 @@ struct NodeStatus {
   int base_rank = -1;
   double silent_seconds = 0;
   bool disconnected = false;
+  std::string switch_path;
 };
 
 struct JobStatus {

@@ -1,6 +1,7 @@
 // RendezvousServer, continued: what it tells operators (logs, the event log, metrics).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <variant>
 
 #include "common/log.h"
@@ -61,8 +62,19 @@ void RendezvousServer::LogTransitions() {
       [&](const RoundFormed& e) {
         RendezvousLog()->info("round formed round={} nodes={} restart_count={} world_size={}",
                               round, e.members.size(), v.restart_count, state_.world_size());
+        if (std::any_of(e.switch_paths.begin(), e.switch_paths.end(),
+                        [](const auto& p) { return !p.empty(); })) {
+          std::string order;  // group rank order, by switch path
+          for (size_t i = 0; i < e.members.size() && i < 64; ++i) {
+            order += (i ? " " : "") + std::to_string(i) + ":" +
+                     (e.switch_paths[i].empty() ? "-" : e.switch_paths[i]);
+          }
+          RendezvousLog()->info("round order round={} by_switch=\"{}{}\"", round, order,
+                                e.members.size() > 64 ? " ..." : "");
+        }
         write(EventLog::Event("round_formed")
                   .Set("members", e.members)
+                  .Set("switch_paths", e.switch_paths)
                   .Set("restart_count", v.restart_count),
               round);
       },

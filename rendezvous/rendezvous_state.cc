@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "rendezvous/topology.h"
+
 namespace ftrun::rendezvous {
 namespace {
 
@@ -313,7 +315,19 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
   for (auto* e : rest) out.push_back(e->first);
   // Extra nodes (beyond MAX, or beyond a multiple of --node-unit) wait for the next round.
   if (static_cast<int>(out.size()) > RoundSize()) out.resize(RoundSize());
-  return out;
+  // Nodes under the same switches get adjacent ranks; among equals, the order above (so the
+  // same members get the same ranks again).
+  std::vector<std::vector<std::string>> keys;
+  for (const auto& id : out) keys.push_back(TopologyKey(nodes_.at(id).info.switch_path));
+  std::vector<size_t> order(out.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (keys[a].empty() != keys[b].empty()) return keys[b].empty();
+    return keys[a] < keys[b];
+  });
+  std::vector<std::string> sorted;
+  for (size_t i : order) sorted.push_back(out[i]);
+  return sorted;
 }
 
 void RendezvousState::CompleteRound(TimePoint now) {
@@ -334,7 +348,9 @@ void RendezvousState::CompleteRound(TimePoint now) {
   phase_ = Phase::kRunning;
   reason_.clear();
   failures_.clear();
-  events_.emplace_back(RoundFormed{members_});
+  std::vector<std::string> paths;
+  for (const auto& m : members_) paths.push_back(nodes_.at(m).info.switch_path);
+  events_.emplace_back(RoundFormed{members_, paths});
   Changed();
   MaybeStartCheck(now);
 }

@@ -74,7 +74,8 @@ struct NodeEvent {
   std::string why;  // lost, excluded: why ("" otherwise)
 };
 struct RoundFormed {
-  std::vector<std::string> members;  // node ids in group-rank order
+  std::vector<std::string> members;       // node ids in group-rank order
+  std::vector<std::string> switch_paths;  // theirs, in the same order ("" : unknown)
 };
 struct NetworkCheckStarted {
   std::vector<std::string> members;

@@ -94,6 +94,7 @@ JobStatus RendezvousState::Status(TimePoint now) const {
     }
     ns.silent_seconds = Duration(now - n.last_seen).count();
     ns.disconnected = n.disconnected_at.has_value();
+    ns.switch_path = n.info.switch_path;
     s.nodes.push_back(ns);
   };
   if (in_round) {

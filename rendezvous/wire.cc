@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "rendezvous/credentials.h"
+#include "rendezvous/topology.h"
 
 namespace ftrun::rendezvous {
 namespace {
@@ -42,6 +43,7 @@ void ToWire(const NodeInfo& in, v1::NodeInfo* out) {
   out->set_probe_port(in.probe_port);
   out->set_next_round(in.next_round);
   out->set_restart_count(in.restart_count);
+  out->set_switch_path(in.switch_path);
 }
 
 NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
@@ -55,6 +57,7 @@ NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
   n.probe_port = in.probe_port();
   n.next_round = in.next_round();
   n.restart_count = in.restart_count();
+  n.switch_path = in.switch_path();
   return n;
 }
 
@@ -190,6 +193,7 @@ void ToWire(const JobStatus& in, v1::JobStatus* out) {
     o->set_base_rank(n.base_rank);
     o->set_silent_seconds(n.silent_seconds);
     o->set_disconnected(n.disconnected);
+    o->set_switch_path(n.switch_path);
   }
 }
 
@@ -203,7 +207,7 @@ JobStatus FromWire(const v1::JobStatus& in) {
   for (const auto& n : in.nodes()) {
     s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.addr(), n.node_rank(), n.nproc_per_node(),
                                  n.group_rank(), n.base_rank(), n.silent_seconds(),
-                                 n.disconnected()});
+                                 n.disconnected(), n.switch_path()});
   }
   return s;
 }
@@ -267,7 +271,7 @@ Status CheckLimits(const v1::NodeInfo& node) {
   if (node.probe_port() < 0 || node.probe_port() > 65535) {
     return Error{"probe_port " + std::to_string(node.probe_port()) + " out of range"};
   }
-  return {};
+  return CheckSwitchPath(node.switch_path());
 }
 
 namespace {

@@ -42,6 +42,12 @@ inline constexpr Option kFlashMemoryBudget{
 // Rendezvous.
 inline constexpr Option kRdzvConf{"rdzv-conf", "Rendezvous settings key1=value1,key2=value2,...",
                                   "K=V,..."};
+inline constexpr Option kTopologyFile{
+    "topology-file",
+    "Switches above each node, a line '<switch> ... <address>' per node, nearest first "
+    "(DLRover's 'asw psw ip'): nodes under one switch get adjacent ranks (or set "
+    "FTRUN_SWITCH_PATH=asw/psw on each node)",
+    "FILE"};
 inline constexpr Option kLocalAddr{"local-addr", "Address of this node used by the other nodes",
                                    "ADDR"};
 

@@ -36,7 +36,8 @@ void PrintTable(const JobStatus& s, std::ostream& out) {
   }
   out << std::left << std::setw(11) << "GROUP_RANK" << std::setw(12) << "RANKS" << std::setw(7)
       << "NPROC" << std::setw(24) << "HOST" << std::setw(18) << "ADDR" << std::setw(9) << "STATE"
-      << "LAST SEEN\n";
+      << std::setw(20) << "LAST SEEN"
+      << "SWITCHES\n";
   for (const auto& n : s.nodes) {
     std::ostringstream seen;
     seen << std::fixed << std::setprecision(1) << n.silent_seconds << "s ago"
@@ -44,7 +45,7 @@ void PrintTable(const JobStatus& s, std::ostream& out) {
     out << std::left << std::setw(11) << (n.group_rank < 0 ? "-" : std::to_string(n.group_rank))
         << std::setw(12) << Ranks(n) << std::setw(7) << n.nproc_per_node << std::setw(24) << n.host
         << std::setw(18) << n.addr << std::setw(9) << (n.group_rank >= 0 ? "member" : "waiting")
-        << seen.str() << "\n";
+        << std::setw(20) << seen.str() << (n.switch_path.empty() ? "-" : n.switch_path) << "\n";
   }
 }
 
@@ -66,7 +67,8 @@ std::string ToJson(const JobStatus& s) {
                           .Set("base_rank", n.base_rank)
                           .Set("nproc_per_node", n.nproc_per_node)
                           .Set("silent_seconds", n.silent_seconds)
-                          .Set("disconnected", n.disconnected));
+                          .Set("disconnected", n.disconnected)
+                          .Set("switch_path", n.switch_path));
   }
   return j.str();
 }

@@ -82,6 +82,7 @@ class TorchrunParser {
     Opt("master-addr", a.master_addr, "Address of node 0 (static rendezvous)", g, "ADDR");
     Opt("master-port", a.master_port, "Port of node 0's ftrun (static rendezvous)", g, "PORT");
     Opt(shared::kLocalAddr, a.local_addr, g);
+    Opt(shared::kTopologyFile, a.topology_file, g);
 
     g = "Entry point";
     Flag("module", a.module, "Run the script as a Python module (python -m)", g, "m");

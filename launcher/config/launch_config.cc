@@ -13,6 +13,7 @@
 
 #include "common/endpoint.h"
 #include "common/log.h"
+#include "rendezvous/topology.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -336,6 +337,19 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
     auto bytes = ParseByteSize("FTRUN_FLASH_MEMORY_BUDGET", *e);
     if (!bytes) return bytes.error();
     c.flash_memory_budget = *bytes;
+  }
+
+  c.topology_file = a.topology_file;
+  if (!c.topology_file.empty()) {
+    auto map = rendezvous::ReadTopologyFile(c.topology_file);
+    if (!map) return Error{"--topology-file: " + map.error().message};
+    c.topology = std::move(*map);
+  }
+  if (auto e = Lookup(env, "FTRUN_SWITCH_PATH"); e && !e->empty()) {
+    if (auto ok = rendezvous::CheckSwitchPath(*e); !ok) {
+      return Error{"FTRUN_SWITCH_PATH: " + ok.error().message};
+    }
+    c.switch_path = *e;
   }
 
   if (auto s = ParseRendezvous(a, c); !s) return s.error();

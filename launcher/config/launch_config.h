@@ -18,6 +18,7 @@
 #include "launcher/config/preflight_config.h"
 #include "launcher/config/torchrun_options.h"
 #include "rendezvous/rendezvous_conf.h"
+#include "rendezvous/topology.h"
 
 namespace ftrun::launcher {
 
@@ -66,6 +67,11 @@ struct LaunchConfig {
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string local_addr;
+  // Topology-aware rank order (rendezvous/topology.h): this node's switch path from
+  // FTRUN_SWITCH_PATH, else looked up in --topology-file when the job starts.
+  std::string switch_path;
+  std::string topology_file;
+  rendezvous::TopologyMap topology;  // its contents, read and checked when parsing
 
   // What each worker runs: program + args (before ${local_rank} substitution).
   EntryKind entry = EntryKind::kPython;

@@ -26,6 +26,7 @@ struct SupervisionOptions {
   // Rendezvous: key1=value1,... and this node's address for the others.
   std::string rdzv_conf;
   std::string local_addr;
+  std::string topology_file;  // --topology-file; FTRUN_SWITCH_PATH wins for this node
   // Operations.
   std::string event_log;  // empty: FTRUN_EVENT_LOG, else none
   std::optional<int> metrics_port;

@@ -1,5 +1,8 @@
 #include "launcher/coordinator/job_setup.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
 #include <unistd.h>
 
 #include <random>
@@ -11,6 +14,7 @@
 #include "launcher/coordinator/remote_coordinator.h"
 #include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_server.h"
+#include "rendezvous/topology.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -52,6 +56,44 @@ rendezvous::NodeInfo Node(const LaunchConfig& c, const std::string& fqdn,
   return n;
 }
 
+// The names this node may have in a topology file: its addresses and host names.
+std::vector<std::string> OwnNames(const rendezvous::NodeInfo& n) {
+  std::vector<std::string> names = {n.addr, n.host, n.host.substr(0, n.host.find('.'))};
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return names;
+  for (ifaddrs* i = list; i != nullptr; i = i->ifa_next) {
+    if (i->ifa_addr == nullptr) continue;
+    char text[INET6_ADDRSTRLEN] = {};
+    const int family = i->ifa_addr->sa_family;
+    const void* raw =
+        family == AF_INET
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr)
+        : family == AF_INET6
+            ? static_cast<const void*>(&reinterpret_cast<sockaddr_in6*>(i->ifa_addr)->sin6_addr)
+            : nullptr;
+    if (raw != nullptr && inet_ntop(family, raw, text, sizeof(text)) != nullptr) {
+      names.emplace_back(text);
+    }
+  }
+  freeifaddrs(list);
+  return names;
+}
+
+// FTRUN_SWITCH_PATH, else this node's line of --topology-file (none: it sorts last).
+std::string SwitchPath(const LaunchConfig& c, const rendezvous::NodeInfo& n) {
+  if (!c.switch_path.empty() || c.topology_file.empty()) return c.switch_path;
+  std::string path = rendezvous::SwitchPathOf(c.topology, OwnNames(n));
+  if (path.empty()) {
+    LauncherLog()->warn(
+        "this node (addr={} host={}) is not in the topology file {}: it gets the ranks after "
+        "the listed nodes",
+        n.addr, n.host, c.topology_file);
+  } else {
+    LauncherLog()->info("topology switch_path={} file={}", path, c.topology_file);
+  }
+  return path;
+}
+
 }  // namespace
 
 rendezvous::CheckSettings CheckSettingsFrom(const PreflightConfig& p, int max_nodes) {
@@ -85,6 +127,7 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
   RemoteCoordinatorOptions opts;
   opts.role = c.role;
   opts.node = Node(c, fqdn, node_id);
+  opts.node.switch_path = SwitchPath(c, opts.node);
   opts.connect_timeout = c.rdzv.timeout;
   opts.lost_after = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
   opts.watch_wait = c.rdzv.keep_alive_interval;
