@@ -78,6 +78,16 @@ void RendezvousServer::LogTransitions() {
                   .Set("restart_count", v.restart_count),
               round);
       },
+      [&](const RestartGivenBack& e) {
+        RendezvousLog()->info(
+            "node {} lost while the round stopped for worker failures: they followed from it, "
+            "no restart spent restart_count={}",
+            Printable(e.host), e.restart_count);
+        write(EventLog::Event("restart_given_back")
+                  .Set("host", e.host)
+                  .Set("restart_count", e.restart_count),
+              round);
+      },
       [&](const NetworkCheckStarted& e) {
         RendezvousLog()->info("network check round={} nodes={}", round, e.members.size());
         write(EventLog::Event("network_check_started").Set("members", e.members), round);

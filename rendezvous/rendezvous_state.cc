@@ -162,11 +162,26 @@ void RendezvousState::RemoveNode(const std::string& node_id, const std::string& 
   } else if (member && phase_ == Phase::kRunning) {
     StopOrFail(false, "node " + host + " " + why, {}, now);
   } else if (member && phase_ == Phase::kSaving) {
+    BlameTheLoss(host, why);
     save_->NodeGone(node_id, ranks, now);
     AfterSaveEvent(now);
   } else if (member && phase_ == Phase::kStopping) {
+    BlameTheLoss(host, why);
     MaybeFinishStopping(now);  // the lost node owes no report
   }
+}
+
+void RendezvousState::BlameTheLoss(const std::string& host, const std::string& why) {
+  if (failure_stop_ == FailureStop::kNone) return;
+  if (failure_stop_ == FailureStop::kSpent) --restart_count_;
+  failure_stop_ = FailureStop::kNone;
+  const std::string reason = "node " + host + " " + why +
+                             " (the worker failures before it followed from it: no restart spent)";
+  reason_ = reason;
+  after_save_.fail = false;
+  after_save_.reason = reason;
+  events_.emplace_back(RestartGivenBack{host, restart_count_});
+  Changed();
 }
 
 void RendezvousState::ReportFailed(const std::string& node_id, uint64_t round,
@@ -191,11 +206,13 @@ void RendezvousState::ReportFailed(const std::string& node_id, uint64_t round,
                      " failed (exitcode " + std::to_string(f.exitcode) + ")";
   if (restart_count_ < spec_.max_restarts) {
     ++restart_count_;
+    failure_stop_ = FailureStop::kSpent;
     StopOrFail(false,
                what + "; restart " + std::to_string(restart_count_) + "/" +
                    std::to_string(spec_.max_restarts),
                failures, now);
   } else {
+    failure_stop_ = FailureStop::kExhausted;
     StopOrFail(true,
                what + (spec_.max_restarts == 0
                            ? " and --max-restarts is 0"
@@ -254,6 +271,7 @@ void RendezvousState::Fail(const std::string& reason, std::vector<WorkerFailure>
 
 void RendezvousState::StartForming(TimePoint now, bool reformation) {
   if (reformation) ++round_;
+  failure_stop_ = FailureStop::kNone;
   phase_ = Phase::kForming;
   // members_ now only orders the next round; no node of it counts as alive in a round (the
   // job may fail before one forms, and its view must not count them; found by fuzzing).
@@ -300,11 +318,8 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
     return out;
   }
   std::set<std::string> taken;
-  for (const auto& m : members_) {  // survivors keep their order
-    if (nodes_.count(m)) {
-      out.push_back(m);
-      taken.insert(m);
-    }
+  for (const auto& m : members_) {
+    if (nodes_.count(m)) taken.insert(m);
   }
   std::vector<const std::pair<const std::string, Node>*> rest;
   for (const auto& entry : nodes_) {
@@ -312,7 +327,17 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
   }
   std::sort(rest.begin(), rest.end(),
             [](auto* a, auto* b) { return a->second.join_seq < b->second.join_seq; });
-  for (auto* e : rest) out.push_back(e->first);
+  // Survivors keep their group ranks: a newcomer (a spare) takes the place of a lost member,
+  // the rest follow in joining order; places nobody takes close up.
+  size_t next = 0;
+  for (const auto& m : members_) {
+    if (taken.count(m)) {
+      out.push_back(m);
+    } else if (next < rest.size()) {
+      out.push_back(rest[next++]->first);
+    }
+  }
+  for (; next < rest.size(); ++next) out.push_back(rest[next]->first);
   // Extra nodes (beyond MAX, or beyond a multiple of --node-unit) wait for the next round.
   if (static_cast<int>(out.size()) > RoundSize()) out.resize(RoundSize());
   // Nodes under the same switches get adjacent ranks; among equals, the order above (so the

@@ -84,7 +84,14 @@ struct NetworkCheckFinished {
   std::string summary;  // "all nodes passed", "excluded <hosts>", "could not isolate <hosts>"
   NetworkCheckReport report;
 };
-using StateEvent = std::variant<NodeEvent, RoundFormed, NetworkCheckStarted, NetworkCheckFinished>;
+// A node was lost while its round stopped for worker failures: the restart they took (or the
+// job's end they would have caused) is given back.
+struct RestartGivenBack {
+  std::string host;
+  int restart_count = 0;  // the job's count after it
+};
+using StateEvent = std::variant<NodeEvent, RoundFormed, NetworkCheckStarted, NetworkCheckFinished,
+                                RestartGivenBack>;
 
 class RendezvousState {
  public:
@@ -175,12 +182,19 @@ class RendezvousState {
   void RemoveNode(const std::string& node_id, const std::string& why, TimePoint now);
   bool InRound(const std::string& node_id) const;
   std::vector<std::string> FormingCandidates() const;
+  // A member was lost while its round stops for a worker failure: the failure followed from
+  // the loss (a collective with the dead node), so the restart it took is given back.
+  void BlameTheLoss(const std::string& host, const std::string& why);
 
   JobSpec spec_;
   uint64_t version_ = 1;
   Phase phase_ = Phase::kForming;
   uint64_t round_ = 0;
   int restart_count_ = 0;
+  // Why the round stops, when a worker failure stopped it: whether it spent a restart (or
+  // would have failed the job for want of one).
+  enum class FailureStop { kNone, kSpent, kExhausted };
+  FailureStop failure_stop_ = FailureStop::kNone;
   std::string reason_;
   std::vector<WorkerFailure> failures_;
 

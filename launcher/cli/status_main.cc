@@ -44,7 +44,10 @@ void PrintTable(const JobStatus& s, std::ostream& out) {
          << (n.disconnected ? " (disconnected)" : "");
     out << std::left << std::setw(11) << (n.group_rank < 0 ? "-" : std::to_string(n.group_rank))
         << std::setw(12) << Ranks(n) << std::setw(7) << n.nproc_per_node << std::setw(24) << n.host
-        << std::setw(18) << n.addr << std::setw(9) << (n.group_rank >= 0 ? "member" : "waiting")
+        << std::setw(18) << n.addr << std::setw(9)
+        << (n.group_rank >= 0                        ? "member"
+            : v.phase == rendezvous::Phase::kForming ? "waiting"
+                                                     : "spare")
         << std::setw(20) << seen.str() << (n.switch_path.empty() ? "-" : n.switch_path) << "\n";
   }
 }

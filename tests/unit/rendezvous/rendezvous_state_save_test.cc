@@ -57,6 +57,29 @@ TEST_F(SaveTest, FailureCollectsProgressThenOrdersTheSaverThenStops) {
   EXPECT_EQ(phase(), Phase::kRunning);
 }
 
+TEST_F(SaveTest, ANodeLostDuringTheSaveOfItsPeersFailureNeitherSpendsNorEndsTheJob) {
+  // The budget is spent: a's collective failing would end the job, but b was lost meanwhile.
+  for (int i = 0; i < 3; ++i) {
+    state_->ReportFailed("b", state_->round(), {Failure(3)}, now_);
+    const uint64_t id = View("a").save->id;
+    state_->ReportProgress("a", state_->round(), id, {P(0, -1), P(1, -1)}, now_);
+    state_->ReportProgress("b", state_->round(), id, {P(2, -1), P(3, -1)}, now_);
+    StopAll(state_->round(), {"a", "b"});
+    ASSERT_EQ(phase(), Phase::kRunning) << View("a").reason;
+  }
+  ASSERT_EQ(View("a").restart_count, 3);
+  state_->ReportFailed("a", state_->round(), {Failure(0)}, now_);
+  ASSERT_EQ(phase(), Phase::kSaving);
+  alive_ = {"a"};
+  Advance(seconds(16));  // b is lost during the save
+  const uint64_t id = View("a").save->id;
+  state_->ReportProgress("a", state_->round(), id, {P(0, 9), P(1, 9)}, now_);
+  Advance(seconds(11));
+  EXPECT_NE(phase(), Phase::kFailed) << View("a").reason;
+  EXPECT_EQ(View("a").restart_count, 3);
+  EXPECT_NE(View("a").reason.find("no restart spent"), std::string::npos) << View("a").reason;
+}
+
 TEST_F(SaveTest, NoHandlerMeansNoSaveAndTheRestartProceeds) {
   state_->ReportFailed("b", 0, {Failure(3)}, now_);
   const uint64_t id = View("a").save->id;

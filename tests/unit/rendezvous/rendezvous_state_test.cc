@@ -141,9 +141,59 @@ TEST_F(RendezvousStateTest, SpareWaitsAtMaxAndFillsTheNextGap) {
   EXPECT_NE(View("b").reason.find("a.host lost"), std::string::npos) << View("b").reason;
   StopAll(0, {"b"});
   ASSERT_EQ(phase(), Phase::kRunning);
-  EXPECT_EQ(View("b").assignment.group_rank, 0);
-  EXPECT_EQ(View("c").assignment.group_rank, 1);
-  EXPECT_EQ(View("b").assignment.master_addr, "b.addr");
+  EXPECT_EQ(View("c").assignment.group_rank, 0);  // the spare takes the lost node's place
+  EXPECT_EQ(View("b").assignment.group_rank, 1);  // and the survivor keeps its own
+  EXPECT_EQ(View("c").assignment.master_addr, "c.addr");
+  EXPECT_EQ(View("b").restart_count, 0);
+}
+
+TEST_F(RendezvousStateTest, ALostNodesPlaceGoesToTheSpareSoOtherRanksStay) {
+  Make(Spec(1, 3));
+  Join("a");
+  Join("b");
+  Join("c");
+  Join("s");  // a spare
+  ASSERT_EQ(phase(), Phase::kRunning);
+  alive_ = {"a", "c", "s"};
+  Advance(seconds(16));  // b (group rank 1) is lost
+  StopAll(0, {"a", "c"});
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("a").assignment.group_rank, 0);
+  EXPECT_EQ(View("s").assignment.group_rank, 1);
+  EXPECT_EQ(View("c").assignment.group_rank, 2);
+  alive_ = {"a", "s"};
+  Advance(seconds(16));  // c is lost and no spare is left: its place closes up
+  StopAll(1, {"a", "s"});
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("a").assignment.group_rank, 0);
+  EXPECT_EQ(View("s").assignment.group_rank, 1);
+}
+
+TEST_F(RendezvousStateTest, ANodeLostWhileTheSurvivorsFailSpendsNoRestart) {
+  Make(Spec(1, 2, /*max_restarts=*/3));
+  Join("a");
+  Join("b");
+  Join("s");  // a spare
+  ASSERT_EQ(phase(), Phase::kRunning);
+  // b died: a's collective fails first, and b is declared lost only afterwards.
+  state_->ReportFailed("a", 0, {Failure(0)}, now_);
+  ASSERT_EQ(phase(), Phase::kStopping);
+  EXPECT_EQ(View("a").restart_count, 1);
+  alive_ = {"a", "s"};
+  Advance(seconds(16));
+  EXPECT_EQ(View("a").restart_count, 0) << View("a").reason;
+  EXPECT_NE(View("a").reason.find("node b.host lost"), std::string::npos) << View("a").reason;
+  EXPECT_NE(View("a").reason.find("no restart spent"), std::string::npos) << View("a").reason;
+  StopAll(0, {"a"});
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("s").assignment.group_rank, 1);
+  EXPECT_EQ(View("s").assignment.restart_count, 0);
+  // A failure with every node alive still spends one.
+  state_->ReportFailed("s", 1, {Failure(2)}, now_);
+  alive_ = {"a", "s"};
+  Advance(seconds(1));
+  StopAll(1, {"a", "s"});
+  EXPECT_EQ(View("a").assignment.restart_count, 1);
 }
 
 TEST_F(RendezvousStateTest, NodeLossBelowMinWaitsForANodeThenFails) {

@@ -1,0 +1,125 @@
+// Spare nodes end to end with real training: two agents train a torch DDP job (gloo), a third
+// waits as a spare; a training node's agent is SIGKILLed (its workers die with it). The
+// survivors' collectives fail before the node is declared lost, yet the loss is a membership
+// change: the spare takes the lost node's place and the job finishes with --max-restarts 0,
+// losing no step (the survivors' fault-time save) and ending with the weights of a run
+// without faults.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include "launcher/config/host.h"
+#include "tests/support/test_support.h"
+
+namespace ftrun::testing {
+namespace {
+
+namespace pb = google::protobuf;
+using namespace std::chrono_literals;
+
+constexpr const char* kPython = "/usr/bin/python3";
+constexpr int kSteps = 40;
+
+std::vector<double> Weights(const std::string& result_file) {
+  pb::Struct s;
+  EXPECT_TRUE(pb::util::JsonStringToMessage(ReadFile(result_file), &s).ok()) << result_file;
+  std::vector<double> w;
+  if (!s.fields().count("weights")) return w;
+  for (const auto& v : s.fields().at("weights").list_value().values()) {
+    w.push_back(v.number_value());
+  }
+  return w;
+}
+
+int LastStep(const std::string& progress_file) {
+  auto lines = Lines(ReadFile(progress_file));
+  if (lines.empty()) return -1;
+  return std::stoi(lines.back().substr(lines.back().find(' ') + 1));
+}
+
+// ftrun's demo script (fault-time save through the helper), or a plain torch script whose
+// ranks exit 1 when a collective fails (so their failures reach the rendezvous first).
+std::vector<std::string> Train(bool plain, const std::string& out, const std::string& progress) {
+  std::vector<std::string> a = {"--steps", std::to_string(kSteps), "--step-time", "0.05", "--out",
+                                out};
+  if (plain) {
+    a.insert(a.begin(), SourceDir() + "/tests/e2e/workers/plain_ddp.py");
+  } else {
+    a.insert(a.begin(), SourceDir() + "/scripts/demo/train.py");
+    for (const char* x : {"--global-batch", "32", "--ckpt-every", "0", "--progress"}) {
+      a.push_back(x);
+    }
+    a.push_back(progress);
+  }
+  return a;
+}
+
+class SpareNode : public ::testing::TestWithParam<bool> {};
+
+TEST_P(SpareNode, ANodeLossPromotesTheSpareAndSpendsNoRestart) {
+  const bool plain = GetParam();
+  TempDir dir;
+  std::vector<std::string> clean_argv = {"--nproc-per-node", "4", "--log-dir", dir / "clean-logs"};
+  for (const auto& a : Train(plain, dir / "clean", dir / "clean/progress")) clean_argv.push_back(a);
+  auto clean = RunFtrun(clean_argv, {{"PYTHON_EXEC", kPython}}, 180s);
+  ASSERT_EQ(clean.exit_code, 0) << "Debian's python3-torch is required: " << clean.err;
+
+  const std::string port = std::to_string(launcher::PickFreePort().value());
+  auto agent = [&](const std::string& name) {
+    std::vector<std::string> argv = {
+        "--nproc-per-node",
+        "2",
+        "--nnodes",
+        "2",
+        "--max-restarts",
+        "0",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:" + port,
+        "--rdzv-id",
+        "spare",
+        "--rdzv-conf",
+        "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4",
+        "--log-dir",
+        dir / ("logs-" + name)};
+    for (const auto& a : Train(plain, dir / "out", dir / "out/progress")) argv.push_back(a);
+    return std::make_unique<ChildRun>(FtrunBinary(), argv,
+                                      std::map<std::string, std::string>{{"PYTHON_EXEC", kPython}});
+  };
+  auto a = agent("a");  // hosts the rendezvous: it starts first
+  ASSERT_TRUE(WaitFor([&] { return a->Err().find("joined the job") != std::string::npos; }, 20s))
+      << a->Err();
+  auto b = agent("b");
+  ASSERT_TRUE(WaitFor([&] { return LastStep(dir / "out/progress") >= 0; }, 120s)) << a->Err();
+  auto spare = agent("spare");
+  ASSERT_TRUE(
+      WaitFor([&] { return spare->Err().find("joined the job") != std::string::npos; }, 20s))
+      << spare->Err();
+  ASSERT_TRUE(WaitFor([&] { return LastStep(dir / "out/progress") >= 12; }, 120s)) << a->Err();
+  b->Signal(SIGKILL);  // the agent; its workers die with it (PR_SET_PDEATHSIG)
+  b->Wait(10s);
+  auto ra = a->Wait(180s);
+  auto rs = spare->Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rs.exit_code, 0) << rs.err;
+  // With --max-restarts 0 the job lives only if the loss spent no restart.
+  EXPECT_NE(ra.err.find("round formed round=1 nodes=2 restart_count=0"), std::string::npos)
+      << ra.err;
+  if (plain) {  // the survivors' failures came first and were given back
+    EXPECT_NE(ra.err.find("no restart spent"), std::string::npos) << ra.err;
+  } else {  // the survivors waited in guard() and saved the newest step
+    EXPECT_NE(ra.err.find("saved step"), std::string::npos) << "no fault-time save: " << ra.err;
+  }
+  EXPECT_NE(rs.err.find("rank=2"), std::string::npos) << "the spare did not train: " << rs.err;
+  auto w = Weights(dir / "out/result.0.json"), want = Weights(dir / "clean/result.0.json");
+  ASSERT_EQ(w.size(), want.size());
+  for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], want[i], 1e-9) << "weight " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Scripts, SpareNode, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Plain" : "Helper"; });
+
+}  // namespace
+}  // namespace ftrun::testing

@@ -1,0 +1,71 @@
+#!/usr/bin/python3
+"""A plain torch DDP (gloo) training script, no ftrun helper: what most users run. rank 0 saves
+a checkpoint every --ckpt-every steps with torch.save and every attempt resumes from it; the
+data of a step is the same for any world size and rank layout (--global-batch samples split
+among the ranks), so a resumed run ends with the weights of a run without faults. A failed
+collective (a peer died) raises, so the rank exits 1 as with torchrun.
+
+  ftrun --nproc-per-node 4 plain_ddp.py --steps 40 --out /tmp/run
+"""
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--steps", type=int, default=40)
+    p.add_argument("--global-batch", type=int, default=32)
+    p.add_argument("--ckpt-every", type=int, default=5)
+    p.add_argument("--step-time", type=float, default=0.0)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    dist.init_process_group("gloo")
+    torch.set_num_threads(1)
+    torch.set_default_dtype(torch.float64)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    torch.manual_seed(0)
+    model = DDP(torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(),
+                                    torch.nn.Linear(32, 1)))
+    opt = torch.optim.SGD(model.parameters(), lr=0.05)
+    os.makedirs(args.out, exist_ok=True)
+    ckpt = os.path.join(args.out, "ckpt.pt")
+    start = 0
+    if os.path.exists(ckpt):
+        state = torch.load(ckpt)
+        model.module.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"] + 1
+    attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+    print(f"rank {rank} attempt {attempt}: world_size={world} resuming at step {start}",
+          flush=True)
+    for step in range(start, args.steps):
+        g = torch.Generator().manual_seed(step)
+        x = torch.randn(args.global_batch, 8, generator=g)
+        y = x[:, :1] * 2.0 - x[:, 1:2]
+        loss = torch.nn.functional.mse_loss(model(x[rank::world]), y[rank::world])
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if rank == 0:
+            with open(os.path.join(args.out, "progress"), "a") as f:
+                f.write(f"{os.getpid()} {step}\n")
+            if args.ckpt_every and (step + 1) % args.ckpt_every == 0:
+                torch.save({"model": model.module.state_dict(), "opt": opt.state_dict(),
+                            "step": step}, ckpt + ".tmp")
+                os.replace(ckpt + ".tmp", ckpt)
+        time.sleep(args.step_time)
+    if rank == 0:
+        weights = torch.cat([t.flatten() for t in model.module.state_dict().values()])
+        with open(os.path.join(args.out, "result.0.json"), "w") as f:
+            json.dump({"weights": weights.tolist()}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()
