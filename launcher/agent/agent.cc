@@ -7,6 +7,7 @@
 
 #include "common/log.h"
 #include "launcher/agent/outcome.h"
+#include "rendezvous/credentials.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -46,6 +47,8 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
       a.round, a.restart_count, a.group_rank, a.group_world_size, a.world_size, a.master_addr,
       a.master_port, attempt->empty() ? "-" : *attempt);
   events_.RoundStarted(a);
+  history_.RoundStarted(a.round, a.restart_count, NowSeconds());
+  if (!attempt->empty()) attempt_dir_ = *attempt;
   group_ = std::make_unique<WorkerGroup>(
       io_, spawner_, clock_, a, opts_.planner->Plan(a, channels_.WorkerEnv()),
       [this](const WorkerGroup::Worker& w) { OnWorkerExit(w); }, [this] { OnGroupExited(); });
@@ -107,6 +110,7 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
 void Agent::OnLocalFailure(const WorkerFailure& failure) {
   metrics_.WorkerFailed(failure.timestamp);
   events_.FaultReported(failure);
+  history_.LocalFailure(failure);
   coordinator_->WorkersFailed({failure});
   if (!relay_.LocalRanksCanSave()) {
     StopGroup(SIGTERM, AfterStop::kReportStopped, true);
@@ -127,6 +131,7 @@ void Agent::OnLocalFailure(const WorkerFailure& failure) {
 
 void Agent::OnRestartRequested(const std::string& reason) {
   LauncherLog()->info("restart requested reason=\"{}\" state={}", reason, StateName(state_));
+  history_.RoundStopping(reason);
   metrics_.StopAsked();
   switch (state_) {
     case AgentState::kRunning:
@@ -281,6 +286,15 @@ void Agent::ExitExcluded(const std::string& reason) {
 void Agent::Finish(int exit_code) {
   if (state_ == AgentState::kFinished) return;
   Enter(AgentState::kFinished, "the job is over for this node");
+  if (result_ && exit_code == 1 && stop_signal_ == 0) {
+    if (auto repeated = history_.RepeatedException(*result_)) {
+      LauncherLog()->error(
+          "restarting cannot help: the same exception ended the previous attempt too ({}); "
+          "exit code {}",
+          rendezvous::Printable(*repeated, 200), kExitNotRetryable);
+      exit_code = kExitNotRetryable;
+    }
+  }
   exit_code_ = exit_code;
   boost::system::error_code ec;
   signals_.cancel(ec);
@@ -290,9 +304,39 @@ void Agent::Finish(int exit_code) {
   metrics_.Stop();
   preflight_.Cancel();
   coordinator_->Shutdown();
-  if (result_) ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
+  if (result_) {
+    if (!result_->succeeded && !attempt_dir_.empty()) {
+      // torchrun's layout: <run dir>/attempt_<n>; msrun's: the log directory itself.
+      std::filesystem::path dir(attempt_dir_);
+      if (dir.filename().string().rfind("attempt_", 0) == 0) dir = dir.parent_path();
+      WriteFaultRecord(dir / "fault_record.json", history_.RecordJson(*result_, FaultContext()));
+    }
+    ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
+  }
   // A failed job keeps its newest memory snapshots: the loop runs until they are stored.
   if (exit_code_ != 0) flash_.PersistForExit([] {});
+}
+
+FaultRecordContext Agent::FaultContext() const {
+  FaultRecordContext c;
+  c.run_id = config_.run_id;
+  c.host = opts_.host.get();
+  c.max_restarts = config_.max_restarts;
+  c.exit_code = exit_code_;
+  c.finished = NowSeconds();
+  if (const ControlServer* control = channels_.control()) {
+    for (int lr = 0; lr < control->rank_count(); ++lr) {
+      const int64_t step = control->rank(lr).step;
+      if (step >= 0 && (!c.last_step || step > *c.last_step)) c.last_step = step;
+    }
+  }
+  for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
+    if (auto view = flash_.store().Newest(lr)) {
+      const auto step = static_cast<int64_t>(view->step);
+      if (!c.newest_snapshot || step > *c.newest_snapshot) c.newest_snapshot = step;
+    }
+  }
+  return c;
 }
 
 }  // namespace ftrun::launcher

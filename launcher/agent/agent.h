@@ -3,7 +3,8 @@
 // them (a child's exit is an event, seen at once), stops them on failure, restart or signal,
 // and ends with torchrun's exit code:
 //   0 every worker succeeded; 1 the job failed or a forwarded signal stopped it;
-//   kExitExcluded (75) a pre-flight check keeps this node out.
+//   kExitExcluded (75) a pre-flight check keeps this node out; kExitNotRetryable (70) the job
+//   failed and restarting cannot help (fault_record.h).
 //
 // The path of a fault: WorkerGroup reports the exit -> OnWorkerExit -> OnLocalFailure tells
 // the coordinator and either holds the survivors for the fault-time save (SaveRelay) or
@@ -36,6 +37,7 @@
 #include "launcher/agent/agent_events.h"
 #include "launcher/agent/agent_metrics.h"
 #include "launcher/agent/agent_state.h"
+#include "launcher/agent/fault_record.h"
 #include "launcher/agent/hang_detector.h"
 #include "launcher/agent/preflight_driver.h"
 #include "launcher/agent/save_relay.h"
@@ -113,6 +115,8 @@ class Agent : public Coordinator::Listener {
   void OnSignal(int sig);
   void ExitExcluded(const std::string& reason);
   void Finish(int exit_code);
+  // What the fault record says besides the history.
+  FaultRecordContext FaultContext() const;
   // Start() could not open what the user asked for: finished with exit code 1.
   bool SetUpFailed(const Error& error);
   // What the ranks say on the control channel, routed to the collaborators.
@@ -145,6 +149,8 @@ class Agent : public Coordinator::Listener {
   int stop_signal_ = 0;  // the forwarded signal that is stopping the job, if any
   bool ever_started_ = false;
   int exit_code_ = 1;
+  FaultHistory history_;     // the job's faults as this node saw them (fault_record.json)
+  std::string attempt_dir_;  // the newest attempt's log directory ("" : no logs)
 };
 
 }  // namespace ftrun::launcher

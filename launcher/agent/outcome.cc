@@ -1,5 +1,6 @@
 #include "launcher/agent/outcome.h"
 
+#include <fstream>
 #include <iostream>
 
 #include "common/log.h"
@@ -23,6 +24,25 @@ void ReportOutcome(const JobResult& r, int exit_code, WorkerPlanner& planner,
     const WorkerFailure& root = r.failures[RootCauseIndex(r.failures)];
     if (auto s = WriteAgentErrorFile(*path, root); !s) LauncherLog()->warn("{}", s.error().message);
   }
+}
+
+void WriteFaultRecord(const std::filesystem::path& path, const std::string& json) {
+  const std::filesystem::path tmp = path.string() + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << json << "\n";
+    if (!out.flush()) {
+      LauncherLog()->warn("cannot write the fault record {}", path.string());
+      return;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) {
+    LauncherLog()->warn("cannot write the fault record {}: {}", path.string(), ec.message());
+    return;
+  }
+  LauncherLog()->info("fault record written path={}", path.string());
 }
 
 }  // namespace ftrun::launcher

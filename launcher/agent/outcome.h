@@ -4,12 +4,18 @@
 // are logged, never fatal. Thread: loop only.
 #pragma once
 
+#include <filesystem>
+#include <string>
+
 #include "common/environment.h"
 #include "launcher/agent/agent_events.h"
 #include "launcher/coordinator/coordinator.h"
 #include "launcher/workers/worker_plan.h"
 
 namespace ftrun::launcher {
+
+// Writes the fault record (fault_record.h) to `path` atomically; a failure is logged.
+void WriteFaultRecord(const std::filesystem::path& path, const std::string& json);
 
 void ReportOutcome(const JobResult& r, int exit_code, WorkerPlanner& planner,
                    const EnvMap& agent_env, AgentEvents& events);
