@@ -1,6 +1,7 @@
 #include "rendezvous/rendezvous_state.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "rendezvous/topology.h"
 
@@ -175,6 +176,12 @@ void RendezvousState::BlameTheLoss(const std::string& host, const std::string& w
   if (failure_stop_ == FailureStop::kNone) return;
   if (failure_stop_ == FailureStop::kSpent) --restart_count_;
   failure_stop_ = FailureStop::kNone;
+  // Nor does the node that reported them count as failing.
+  if (auto it = failure_times_.find(failing_node_); it != failure_times_.end()) {
+    if (!it->second.empty()) it->second.pop_back();
+  }
+  to_exclude_.erase(failing_node_);
+  not_before_.reset();
   const std::string reason = "node " + host + " " + why +
                              " (the worker failures before it followed from it: no restart spent)";
   reason_ = reason;
@@ -182,6 +189,46 @@ void RendezvousState::BlameTheLoss(const std::string& host, const std::string& w
   after_save_.reason = reason;
   events_.emplace_back(RestartGivenBack{host, restart_count_});
   Changed();
+}
+
+std::string RendezvousState::ApplyRestartPolicy(const std::string& node_id, TimePoint now) {
+  failing_node_ = node_id;
+  auto& times = failure_times_[node_id];
+  times.erase(std::remove_if(times.begin(), times.end(),
+                             [&](TimePoint t) { return now - t > spec_.failure_window; }),
+              times.end());
+  times.push_back(now);
+  const int count = static_cast<int>(times.size());
+  const std::string host = nodes_.at(node_id).info.host;
+  std::string out;
+  if (count >= 2 && spec_.restart_backoff.count() > 0) {
+    Duration wait = spec_.restart_backoff * std::pow(2.0, std::min(count - 2, 30));
+    wait = std::min(wait, spec_.restart_backoff_max);
+    not_before_ = After(now, wait);
+    out += "; the next round waits " + Seconds(wait) + " (" + host + " failed " +
+           std::to_string(count) + " times within " + Seconds(spec_.failure_window) + ")";
+  }
+  // Leave it out if the round can do without it: spares, or more nodes than MIN.
+  if (spec_.exclude_after > 0 && count >= spec_.exclude_after && !spec_.static_ranks &&
+      static_cast<int>(nodes_.size() - to_exclude_.size()) - 1 >= spec_.min_nodes) {
+    to_exclude_[node_id] = "it failed " + std::to_string(count) + " times within " +
+                           Seconds(spec_.failure_window) +
+                           " (exclude_after=" + std::to_string(spec_.exclude_after) + ")";
+    out += "; " + host + " is left out of the next round";
+  }
+  return out;
+}
+
+void RendezvousState::ExcludeRepeatFailures() {
+  for (const auto& [id, why] : to_exclude_) {
+    auto it = nodes_.find(id);
+    if (it == nodes_.end()) continue;
+    excluded_[id] = why;
+    events_.emplace_back(NodeEvent{NodeEventKind::kExcluded, id, it->second.info.host, why});
+    nodes_.erase(it);
+    failure_times_.erase(id);
+  }
+  to_exclude_.clear();
 }
 
 void RendezvousState::ReportFailed(const std::string& node_id, uint64_t round,
@@ -207,9 +254,10 @@ void RendezvousState::ReportFailed(const std::string& node_id, uint64_t round,
   if (restart_count_ < spec_.max_restarts) {
     ++restart_count_;
     failure_stop_ = FailureStop::kSpent;
+    const std::string policy = ApplyRestartPolicy(node_id, now);
     StopOrFail(false,
                what + "; restart " + std::to_string(restart_count_) + "/" +
-                   std::to_string(spec_.max_restarts),
+                   std::to_string(spec_.max_restarts) + policy,
                failures, now);
   } else {
     failure_stop_ = FailureStop::kExhausted;
@@ -250,6 +298,7 @@ void RendezvousState::MaybeFinishStopping(TimePoint now) {
   for (const auto& m : members_) {
     if (nodes_.count(m) && !stopped_.count(m)) return;  // still waiting for a live member
   }
+  ExcludeRepeatFailures();
   StartForming(now, /*reformation=*/true);
 }
 
@@ -292,6 +341,8 @@ int RendezvousState::RoundSize() const {
 
 void RendezvousState::TryCompleteRound(TimePoint now) {
   if (phase_ != Phase::kForming) return;
+  if (not_before_ && now < *not_before_) return;  // backing off a repeatedly failing node
+  not_before_.reset();
   const int n = RoundSize();
   if (n >= spec_.max_nodes) {
     CompleteRound(now);
@@ -429,6 +480,7 @@ std::optional<TimePoint> RendezvousState::NextDeadline() const {
   if (phase_ == Phase::kForming) {
     d = std::min(d, After(forming_since_, spec_.join_timeout));
     if (last_call_deadline_) d = std::min(d, *last_call_deadline_);
+    if (not_before_) d = std::min(d, *not_before_);
   }
   if (phase_ == Phase::kSaving) d = std::min(d, save_->deadline());
   if (phase_ == Phase::kChecking) d = std::min(d, check_->deadline());

@@ -52,6 +52,14 @@ struct JobSpec {
   Duration save_timeout{180};   // --save-timeout / TTP_OT
   Duration collect_timeout{5};  // how long to wait for the nodes' progress reports
   CheckSettings check;          // the pre-flight network check
+  // Restart policy: the restarts a node causes within failure_window back off exponentially
+  // (none before the first repeat: restart_backoff, then twice that, ... up to
+  // restart_backoff_max; 0 turns it off), and a node that causes exclude_after of them is
+  // left out of the next round while spares or --nnodes MIN allow (0: never).
+  Duration restart_backoff{1};
+  Duration restart_backoff_max{30};
+  Duration failure_window{600};
+  int exclude_after = 3;
 };
 
 // Why a Join was refused. kRetry: the node may try again later (its node rank is held by a
@@ -185,6 +193,11 @@ class RendezvousState {
   // A member was lost while its round stops for a worker failure: the failure followed from
   // the loss (a collective with the dead node), so the restart it took is given back.
   void BlameTheLoss(const std::string& host, const std::string& why);
+  // A failure on `node_id` spent a restart: the back-off before the next round and whether
+  // the node is left out of it. Returns what the stop's reason adds ("" : nothing).
+  std::string ApplyRestartPolicy(const std::string& node_id, TimePoint now);
+  // Leaves the nodes marked by ApplyRestartPolicy out, as the round re-forms.
+  void ExcludeRepeatFailures();
 
   JobSpec spec_;
   uint64_t version_ = 1;
@@ -195,6 +208,13 @@ class RendezvousState {
   // would have failed the job for want of one).
   enum class FailureStop { kNone, kSpent, kExhausted };
   FailureStop failure_stop_ = FailureStop::kNone;
+  // Restart policy: when each node's failures spent restarts (within failure_window), the
+  // node behind the current stop, the earliest the next round may form, and the nodes to
+  // leave out of it.
+  std::map<std::string, std::vector<TimePoint>> failure_times_;
+  std::string failing_node_;
+  std::optional<TimePoint> not_before_;
+  std::map<std::string, std::string> to_exclude_;
   std::string reason_;
   std::vector<WorkerFailure> failures_;
 

@@ -41,8 +41,9 @@ void LocalCoordinator::Start(Listener* listener) {
 }
 
 void LocalCoordinator::Publish() {
-  // Only the save has a deadline that matters for a single node.
-  if (state_->phase() == rendezvous::Phase::kSaving) {
+  // Only the save and a restart's back-off have deadlines that matter for a single node.
+  if (state_->phase() == rendezvous::Phase::kSaving ||
+      state_->phase() == rendezvous::Phase::kForming) {
     if (auto d = state_->NextDeadline()) {
       timer_.expires_at(*d);
       timer_.async_wait([this, alive = std::weak_ptr<bool>(alive_)](auto ec) {

@@ -26,6 +26,9 @@ class RendezvousStateTest : public ::testing::Test {
     s.liveness_timeout = std::chrono::seconds(15);
     s.disconnect_grace = std::chrono::seconds(1);
     s.fault_save = false;  // the save phase has its own tests (rendezvous_state_save_test.cc)
+    // The restart policy has its own tests (rendezvous_state_policy_test.cc).
+    s.restart_backoff = Duration(0);
+    s.exclude_after = 0;
     return s;
   }
   void Make(JobSpec spec) { state_.emplace(std::move(spec), now_); }
