@@ -46,6 +46,12 @@ int RunLaunch(LaunchConfig& config, EnvMap env, const std::vector<std::string>& 
       std::async(std::launch::async, FullyQualifiedHostname).share();
 
   Status resolved = ResolveNprocPerNode(config, DetectHostFacts(env));
+  if (resolved) {
+    if (auto s = CheckVirtualLocalRankDevices(config, env); !s) {
+      std::cerr << "ftrun: error: " << s.error().message << std::endl;
+      return 2;
+    }
+  }
   // A dry run checks a script on any machine (a login node has no GPU): say it, do not fail.
   if (config.dry_run) return DryRun(config, env, resolved ? "" : resolved.error().message);
   if (!resolved) {
