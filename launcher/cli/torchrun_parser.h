@@ -264,4 +264,23 @@ inline TorchrunFlavor TorchrunDefaultFlavor() {
       {}};
 }
 
+// `python -m torch.distributed.launch`: torchrun's command line plus --use-env (`a`: the struct
+// the parser fills).
+inline TorchrunFlavor DistributedLaunchFlavor(DistributedLaunchArgs& a) {
+  return {
+      "ftrun torch.distributed.launch: the command line of `python -m "
+      "torch.distributed.launch`\n(torchrun's plus --use-env), run by ftrun. Without "
+      "--use-env every worker\ngets --local_rank=<local rank> before the script's own "
+      "arguments.",
+      "ftrun torch.distributed.launch [options] training_script [training_script_args ...]",
+      "default",
+      "ftrun torch.distributed.launch",
+      {"use-env"},
+      [&a](TorchrunParser& p) {
+        p.Flag("use-env", a.use_env,
+               "Pass the local rank only in LOCAL_RANK, not as --local_rank=N to the script",
+               "torch.distributed.launch");
+      }};
+}
+
 }  // namespace ftrun::launcher::cli11
