@@ -206,7 +206,8 @@ int RunMsrun(const std::vector<std::string>& argv) {
     ready_fd = *fd;
     hooks.on_ready = [ready_fd, supervisor_log] { SignalReady(ready_fd, supervisor_log); };
   } else {
-    hooks.on_ready = [log] {
+    // msrun says it once its processes exist; on several nodes that is after the rendezvous.
+    hooks.on_workers_started = [log] {
       log->warn("Distributed job is spawned. Waiting all processes to exit...");
     };
   }
