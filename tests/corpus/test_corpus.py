@@ -66,9 +66,16 @@ def read_corpus():
             repo, command = parts[0], parts[1]
             expect = parts[2][len("expect "):] if len(parts) > 2 else ""
             words = shlex.split(expand(command))
+            env = {}
+            while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
+                key, _, value = words.pop(0).partition("=")
+                env[key] = value
+            if words and words[0] == "python3":
+                words[0] = "python"
             for prefix, kind, ftrun_prefix in LAUNCHERS:
                 if words[:len(prefix)] == prefix:
-                    lines.append((n, repo, command, kind, ftrun_prefix, words[len(prefix):], expect))
+                    lines.append((n, repo, command, kind, ftrun_prefix, words[len(prefix):], expect,
+                                  env))
                     break
             else:
                 raise AssertionError(f"line {n}: unknown launcher in {command!r}")
@@ -140,6 +147,10 @@ def torch_expectation(kind, argv):
         host, port = parse_rendezvous_endpoint(endpoint, 29400)
     else:
         host = port = None
+    if kind == "dlrover" and args.node_unit:
+        # dlrover-run's rule: a round's node count is a multiple of --node_unit.
+        unit = args.node_unit
+        min_nodes = max(unit, (min_nodes + unit - 1) // unit * unit)
     words = []
     if not args.no_python:
         words += ["-u"] + (["-m"] if args.module else [])
@@ -157,9 +168,20 @@ def torch_expectation(kind, argv):
     }
 
 
+@contextlib.contextmanager
+def environment(extra):
+    """The line's VAR=value prefixes, for torch's parser (it reads PET_* when built)."""
+    saved = dict(os.environ)
+    os.environ.update(extra)
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 def run_ftrun(prefix, argv, env_extra):
-    env = dict(os.environ)
-    env.pop("PET_DRY_RUN", None)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PET_")}
     env.update(env_extra)
     return subprocess.run([FTRUN, *prefix, *argv], env=env, capture_output=True, text=True,
                           timeout=60)
@@ -205,14 +227,17 @@ def script_and_args(worker_args):
 class Corpus(unittest.TestCase):
     def test_corpus_has_lines_of_every_launcher(self):
         kinds = [line[3] for line in read_corpus()]
+        repos = {line[1] for line in read_corpus()}
+        self.assertGreaterEqual(len(repos), 40)
         for kind in ("torchrun", "launch", "dlrover", "msrun"):
             self.assertGreaterEqual(kinds.count(kind), 4, kind)
-        self.assertGreaterEqual(len(kinds), 50)
+        self.assertGreaterEqual(len(kinds), 90)
 
     def test_every_line_comes_out_right(self):
-        for n, repo, command, kind, prefix, argv, expect in read_corpus():
-            with self.subTest(line=n, repo=repo):
-                proc = run_ftrun(prefix, argv, {"PET_DRY_RUN": "1"} if kind != "msrun" else {})
+        for n, repo, command, kind, prefix, argv, expect, env in read_corpus():
+            with self.subTest(line=n, repo=repo), environment(env):
+                extra = dict(env, **({"PET_DRY_RUN": "1"} if kind != "msrun" else {}))
+                proc = run_ftrun(prefix, argv, extra)
                 if expect.startswith("usage-error:"):
                     self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
                     self.assertIn(expect[len("usage-error:"):].strip(), proc.stderr)
