@@ -135,7 +135,8 @@ CLI::Option* AddOption(CLI::App& app, const std::string& names, T& var, const st
                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   if (!env.empty()) opt->envname(env);
   if constexpr (!kIsOptional<T>) opt->capture_default_str();
-  if constexpr (std::is_arithmetic_v<typename ValueOf<T>::type>) opt->check(NumberCheck<T>());
+  using V = typename ValueOf<T>::type;
+  if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) opt->check(NumberCheck<T>());
   return opt;
 }
 

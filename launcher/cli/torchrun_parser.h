@@ -23,6 +23,7 @@ before the training script; everything after it is passed to it unchanged,
 with ${local_rank} replaced by the worker's local rank.
 
 `ftrun master --help`: the rendezvous server alone (e.g. a Kubernetes Service).
+`ftrun torch.distributed.launch --help`: lines of `python -m torch.distributed.launch`.
 Exit status: 0 all workers succeeded, 1 workers failed (restarts exhausted) or
 ftrun was stopped by a signal, 2 usage error. See ftrun(1).)";
 

@@ -28,7 +28,7 @@ struct EndpointProbe {
 
 // `tls`: the server speaks TLS, so only resolution and the connection are checked.
 EndpointProbe ProbeEndpoint(const std::string& host, int port, bool tls,
-                            std::chrono::milliseconds timeout = std::chrono::milliseconds(3000));
+                            std::chrono::milliseconds timeout = std::chrono::milliseconds(5000));
 
 // The one-line error for a probe that rules the endpoint out (kUnresolvable, kNotRendezvous),
 // naming `what` (e.g. "--rdzv-endpoint nosuch:29400"); success otherwise.
