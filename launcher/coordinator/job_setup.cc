@@ -119,9 +119,14 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
                                               : std::string("--rdzv-endpoint ")) +
                            Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
   if (!host) {
-    auto usable =
-        EndpointUsable(ProbeEndpoint(c.endpoint_host, c.endpoint_port, client.tls.enabled()), what);
-    if (!usable) return usable.error();
+    const EndpointProbe probe =
+        ProbeEndpoint(c.endpoint_host, c.endpoint_port, client.tls.enabled());
+    if (auto usable = EndpointUsable(probe, what); !usable) return usable.error();
+    if (probe.look == EndpointLook::kNotListening) {
+      // The join's own errors only say that its deadline passed: say once what it waits for.
+      log->info("nothing answers at {} yet ({}); waiting for the rendezvous to start", what,
+                probe.detail);
+    }
   }
   if (host) {
     rendezvous::ServerOptions so;
