@@ -233,6 +233,12 @@ Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Ar
     return out;
   }
   out.args = args;
+  for (const CLI::Option* opt : app.get_options()) {
+    if (split.given.count(opt) != 0 || opt->get_envname().empty()) continue;
+    if (const char* value = std::getenv(opt->get_envname().c_str())) {
+      out.from_env[opt->get_name()] = {opt->get_envname(), value};
+    }
+  }
   if (shape.script_missing.empty()) return out;
   std::vector<std::string>& rest = split.script;
   if (!shape.abbreviations) {

@@ -158,7 +158,7 @@ int RunMsrun(const std::vector<std::string>& argv) {
   if (auto code = ExitCodeIfNotRun(parsed, "msrun")) return *code;
   EnvMap env = CurrentEnvironment();
   auto built = BuildMsrunConfig(parsed.args, env, AllowedCpus());
-  if (!built) return UsageError("msrun", built.error().message);
+  if (!built) return UsageError("msrun", parsed.Blame(built.error().message));
   MsrunConfig& c = *built;
   InitLogging(c.launch.log_level);
   auto log = MsrunLog();

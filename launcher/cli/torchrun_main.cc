@@ -123,7 +123,7 @@ int RunTorchrun(const std::vector<std::string>& argv) {
   if (auto code = ExitCodeIfNotRun(cmd, "ftrun")) return *code;
   EnvMap env = CurrentEnvironment();
   auto built = BuildLaunchConfig(cmd.args, env);
-  if (!built) return UsageError("ftrun", built.error().message);
+  if (!built) return UsageError("ftrun", cmd.Blame(built.error().message));
   return RunLaunch(*built, std::move(env), {});
 }
 
@@ -144,7 +144,7 @@ int RunDistributedLaunch(const std::vector<std::string>& argv) {
   }
   EnvMap env = CurrentEnvironment();
   auto built = BuildLaunchConfig(args, env);
-  if (!built) return UsageError(program, built.error().message);
+  if (!built) return UsageError(program, cmd.Blame(built.error().message));
   return RunLaunch(*built, std::move(env), {});
 }
 
@@ -155,11 +155,11 @@ int RunDlroverRun(const std::vector<std::string>& argv) {
   EnvMap env = CurrentEnvironment();
   std::vector<std::string> warnings;
   auto args = DlroverToTorchrun(cmd.args, env, DetectHostFacts(env), warnings);
-  if (!args) return UsageError(kProgram, args.error().message);
+  if (!args) return UsageError(kProgram, cmd.Blame(args.error().message));
   auto built = BuildLaunchConfig(*args, env);
-  if (!built) return UsageError(kProgram, built.error().message);
+  if (!built) return UsageError(kProgram, cmd.Blame(built.error().message));
   if (auto s = ApplyDlroverSettings(*args, env, *built); !s) {
-    return UsageError(kProgram, s.error().message);
+    return UsageError(kProgram, cmd.Blame(s.error().message));
   }
   return RunLaunch(*built, std::move(env), warnings);
 }

@@ -107,6 +107,10 @@ TEST(DropinLines, SetUpErrorsAreOneLine) {
        "(each worker gets its own; lower --nproc-per-node or list more devices)\n"},
       {{"t.py"},
        {{"PET_NNODES", "two"}},
+       "ftrun: error: PET_NNODES (read for --nnodes): 'two' is not a number (expected N or "
+       "MIN:MAX with 0 < MIN <= MAX)\n"},
+      {{"--nnodes", "two", "t.py"},
+       {{"PET_NNODES", "2"}},
        "ftrun: error: --nnodes: 'two' is not a number (expected N or MIN:MAX with 0 < MIN <= "
        "MAX)\n"},
       {{"t.py"},
