@@ -228,10 +228,10 @@ class Corpus(unittest.TestCase):
     def test_corpus_has_lines_of_every_launcher(self):
         kinds = [line[3] for line in read_corpus()]
         repos = {line[1] for line in read_corpus()}
-        self.assertGreaterEqual(len(repos), 40)
+        self.assertGreaterEqual(len(repos), 50)
         for kind in ("torchrun", "launch", "dlrover", "msrun"):
             self.assertGreaterEqual(kinds.count(kind), 4, kind)
-        self.assertGreaterEqual(len(kinds), 90)
+        self.assertGreaterEqual(len(kinds), 100)
 
     def test_every_line_comes_out_right(self):
         for n, repo, command, kind, prefix, argv, expect, env in read_corpus():
@@ -242,6 +242,8 @@ class Corpus(unittest.TestCase):
                     self.assertEqual(proc.returncode, 2, proc.stdout + proc.stderr)
                     self.assertIn(expect[len("usage-error:"):].strip(), proc.stderr)
                     self.assertEqual(len(proc.stderr.strip().splitlines()), 1, proc.stderr)
+                    if kind == "msrun":
+                        continue
                     # torch reads the empty value as empty and the next word normally.
                     args = torch_parser(kind).parse_args(argv)
                     self.assertTrue("" in (args.rdzv_id, args.master_addr), vars(args))
