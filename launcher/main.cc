@@ -1,6 +1,7 @@
 // ftrun: a fault-tolerant drop-in for torchrun, msrun and dlrover-run. The personality comes
 // from the name it is run as (a symlink named torchrun, msrun or dlrover-run) or from the first
-// word: `ftrun msrun ...`, `ftrun dlrover-run ...`, `ftrun torchrun ...`; `ftrun master ...` runs
+// word: `ftrun msrun ...`, `ftrun dlrover-run ...`, `ftrun torchrun ...`,
+// `ftrun torch.distributed.launch ...`; `ftrun master ...` runs
 // the rendezvous server alone, `ftrun status ...` asks one about its job; anything else is
 // torchrun's command line.
 #include <map>
@@ -18,9 +19,14 @@ namespace {
 using Run = int (*)(const std::vector<std::string>&);
 
 // The personalities, by the name ftrun runs as or by its first word.
-const std::map<std::string, Run> kPersonalities = {{"torchrun", ftrun::launcher::RunTorchrun},
-                                                   {"msrun", ftrun::launcher::RunMsrun},
-                                                   {"dlrover-run", ftrun::launcher::RunDlroverRun}};
+// `ftrun torch.distributed.run ...` and `ftrun torch.distributed.launch ...` take the lines of
+// `python -m torch.distributed.run|launch ...` with `python -m` replaced by `ftrun`.
+const std::map<std::string, Run> kPersonalities = {
+    {"torchrun", ftrun::launcher::RunTorchrun},
+    {"torch.distributed.run", ftrun::launcher::RunTorchrun},
+    {"torch.distributed.launch", ftrun::launcher::RunDistributedLaunch},
+    {"msrun", ftrun::launcher::RunMsrun},
+    {"dlrover-run", ftrun::launcher::RunDlroverRun}};
 // Subcommands: only as the first word.
 const std::map<std::string, Run> kSubcommands = {{"master", ftrun::launcher::RunMaster},
                                                  {"status", ftrun::launcher::RunStatus}};

@@ -11,30 +11,54 @@
 # No step is lost in either; the final weights are compared with a fault-free run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-echo "== installing the Debian packages ftrun needs (if any are missing)"
+demo_start=$(date +%s)
+step_start=$demo_start
+# Each step says what it does and, when it ends, how long it took.
+steps_done=0
+step() {
+  local now
+  now=$(date +%s)
+  [ "$steps_done" -eq 0 ] || echo "   (took $((now - step_start)) s)"
+  steps_done=$((steps_done + 1))
+  step_start=$now
+  echo "== [$1] $2"
+}
+
+step "1/5 dependencies" "Debian packages ftrun needs (installed only if missing; see scripts/install-deps.sh)"
 scripts/install-deps.sh
-echo "== building ftrun (a few minutes the first time; progress every 10%)"
-scripts/build.sh | awk '
+configured=yes
+[ -f "${FTRUN_BUILD_DIR:-build}/CMakeCache.txt" ] || configured=no
+if [ "$configured" = no ]; then
+  step "2/5 build" "configuring (cmake) and building ftrun and its tests: a few minutes the first time; progress every 10%"
+else
+  step "2/5 build" "building ftrun (only what changed); progress every 10%"
+fi
+# (POSIX awk has no clock but srand(), which returns the previous seed: the time it set.)
+scripts/build.sh | awk -v start="$(date +%s)" '
+  function now() { srand(); return srand() }
   /^\[[0-9]+\/[0-9]+\]/ { split(substr($1, 2), n, "/"); p = int(100 * n[1] / n[2] / 10) * 10
-                           if (p != last) { printf "   %d%%\n", p; fflush(); last = p }; next }
+                           if (p != last) {
+                             printf "   %3d%%  %d/%d  %ds  %s\n", p, n[1], n[2], now() - start, $NF
+                             fflush(); last = p }
+                           next }
   { print }'
 ftrun=${FTRUN_BUILD_DIR:-build}/launcher/ftrun
 out=$(mktemp -d /tmp/ftrun-demo.XXXXXX)
 export PYTHON_EXEC=/usr/bin/python3   # Debian's python, which has torch
 
-echo "== ftrun --nproc-per-node 4 --max-restarts 3 train.py (rank 2 is killed in step 25)"
+step "3/5 act 1" "ftrun --nproc-per-node 4 --max-restarts 3 train.py (rank 2 is killed in step 25)"
 start=$(date +%s.%N)
 "$ftrun" --nproc-per-node 4 --max-restarts 3 --log-dir "$out/logs" \
   scripts/demo/train.py --steps 60 --out "$out/faulty" --crash-rank 2 --crash-step 25
 end=$(date +%s.%N)
 
 echo
-echo "== the same job without a fault, for comparison"
+step "4/5 reference" "the same job without a fault, for comparison"
 "$ftrun" --nproc-per-node 4 --log-level warning --log-dir "$out/logs" \
   scripts/demo/train.py --steps 60 --out "$out/clean" 2>/dev/null | tail -n 1
 
 echo
-echo "== act 2: flash checkpoint: every step saved to the agent's memory, no last words"
+step "5/5 act 2" "flash checkpoint: every step saved to the agent's memory, no last words"
 echo "== ftrun --fault-save off ... train.py --flash (rank 1 is SIGKILLed in step 40)"
 start2=$(date +%s.%N)
 "$ftrun" --nproc-per-node 4 --max-restarts 3 --fault-save off --log-dir "$out/logs" \
@@ -59,4 +83,5 @@ for name, died, (start, end) in (("faulty", 25, times[:2]), ("flash", 40, times[
     ok = ok and diff < 1e-9 and a["attempt"] == 1 and a["resumed_at"] == died
 sys.exit(0 if ok else 1)
 PY
+echo "   (took $(($(date +%s) - step_start)) s; the whole demo $(($(date +%s) - demo_start)) s)"
 echo "logs: $out/logs"

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every build, test and demo dependency of ftrun from Debian 12 packages.
-# Idempotent and quiet: does nothing (not even `apt-get update`) when all are present.
+# Idempotent: does nothing (not even `apt-get update`) and prints nothing when all are present;
+# otherwise it says which packages it installs and prints one line per package set up.
 set -euo pipefail
 
 packages=(
@@ -42,9 +43,18 @@ sudo=()
 export DEBIAN_FRONTEND=noninteractive
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
-if ! { "${sudo[@]}" apt-get update -q && \
-       "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"; } >"$log" 2>&1; then
+fail() {
   cat "$log" >&2
   echo "install-deps: failed to install: ${missing[*]}" >&2
   exit 1
+}
+echo "install-deps: ${#missing[@]} Debian packages missing: ${missing[*]}"
+echo "install-deps: apt-get update"
+"${sudo[@]}" apt-get update -q >"$log" 2>&1 || fail
+echo "install-deps: apt-get install (with what they need; one line per package set up)"
+# apt's own output goes to the log (shown if it fails); the console gets its progress.
+if ! "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}" 2>&1 |
+  tee -a "$log" | awk '/^Setting up / { n++; printf "   [%d] %s\n", n, $3; fflush() }'; then
+  fail
 fi
+echo "install-deps: done"

@@ -7,7 +7,10 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
+#include <cstdlib>
 #include <iostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "common/version.h"
+#include "launcher/cli/argparse_split.h"
 #include "launcher/cli/parsed.h"
 
 namespace ftrun::launcher::cli11 {
@@ -64,59 +68,6 @@ inline std::string PetName(const std::string& dashed) {
   return env;
 }
 
-// argparse accepts any unambiguous prefix of a long option; CLI11 does not, so expand them in
-// argv, up to the first positional argument (the script). `short_with_value` are the short
-// options that take a separate value (-r 3). When a prefix matches several options and exactly
-// one of them is in `preferred`, that one wins (a personality's own options over ftrun's
-// extensions, so that adding an extension never breaks a prefix that used to work).
-// Throws CLI::ParseError for an ambiguous prefix; leaves unknown options for the caller.
-inline void ExpandPrefixes(const CLI::App& app, std::vector<std::string>& argv,
-                           const std::set<std::string>& short_with_value,
-                           const std::set<std::string>& preferred = {}) {
-  std::map<std::string, const CLI::Option*> by_name;
-  for (const CLI::Option* opt : app.get_options()) {
-    for (const auto& l : opt->get_lnames()) by_name["--" + l] = opt;
-  }
-  for (size_t i = 0; i < argv.size(); ++i) {
-    std::string& arg = argv[i];
-    if (arg == "--" || arg.rfind("-", 0) != 0) return;  // the script starts here
-    if (arg.rfind("--", 0) != 0) {                      // short option: -r 3, -r3, -m
-      if (short_with_value.count(arg) != 0) ++i;
-      continue;
-    }
-    size_t eq = arg.find('=');
-    std::string name = arg.substr(0, eq);
-    const CLI::Option* opt = nullptr;
-    if (auto it = by_name.find(name); it != by_name.end()) {
-      opt = it->second;
-    } else {
-      std::set<const CLI::Option*> matches, preferred_matches;
-      for (const auto& [n, o] : by_name) {
-        if (n.rfind(name, 0) != 0) continue;
-        matches.insert(o);
-        if (preferred.count(n) != 0) preferred_matches.insert(o);
-      }
-      if (matches.size() > 1 && preferred_matches.size() == 1) matches = preferred_matches;
-      if (matches.size() > 1) {
-        std::string all;
-        for (const auto* o : matches) all += (all.empty() ? "" : ", ") + o->get_name();
-        throw CLI::ParseError("ambiguous option '" + name + "' could match " + all,
-                              CLI::ExitCodes::ArgumentMismatch);
-      }
-      if (matches.empty()) return;  // unknown: reported by the caller
-      opt = *matches.begin();
-      arg = "--" + opt->get_lnames().front() + (eq == std::string::npos ? "" : arg.substr(eq));
-    }
-    if (eq == std::string::npos && opt->get_type_size() != 0) {
-      ++i;  // skip its value
-      // An option taking several values (nargs='+') takes every following non-option.
-      while (opt->get_expected_max() > 1 && i + 1 < argv.size() && argv[i + 1].rfind("-", 0) != 0) {
-        ++i;
-      }
-    }
-  }
-}
-
 // Every command's help: its description, usage line, footer and -h/--help.
 inline void Describe(CLI::App& app, const std::string& description, const std::string& usage,
                      const std::string& footer = "") {
@@ -132,9 +83,48 @@ inline constexpr bool kIsOptional = false;
 template <class T>
 inline constexpr bool kIsOptional<std::optional<T>> = true;
 
+template <class T>
+struct ValueOf {
+  using type = T;
+};
+template <class T>
+struct ValueOf<std::optional<T>> {
+  using type = T;
+};
+
+// argparse's type= check, in words that name the value: run on the text (from argv or a
+// PET_* variable) before CLI11 converts it, so that no conversion error of CLI11's reaches
+// the user. An empty text is checked too (argparse: int('') fails).
+template <class T>
+CLI::Validator NumberCheck() {
+  using V = typename ValueOf<T>::type;
+  return CLI::Validator(
+      [](std::string& text) -> std::string {
+        const char* begin = text.c_str();
+        char* end = nullptr;
+        errno = 0;
+        if constexpr (std::is_integral_v<V>) {
+          const long long v = std::strtoll(begin, &end, 10);
+          if (text.empty() || *end != '\0' || errno != 0 || v < std::numeric_limits<V>::min() ||
+              v > std::numeric_limits<V>::max() ||
+              std::isspace(static_cast<unsigned char>(text[0]))) {
+            return "'" + text + "' is not an integer";
+          }
+        } else {
+          std::strtod(begin, &end);
+          if (text.empty() || *end != '\0' || errno != 0 ||
+              std::isspace(static_cast<unsigned char>(text[0]))) {
+            return "'" + text + "' is not a number";
+          }
+        }
+        return "";
+      },
+      "", "number");
+}
+
 // An option as argparse has it: when repeated the last value wins (scripts rely on it); the
-// default is shown unless the variable is optional (it has none). `env`, when not empty, is
-// read when the option is absent.
+// default is shown unless the variable is optional (it has none); a number is checked as
+// argparse's type= does. `env`, when not empty, is read when the option is absent.
 template <class T>
 CLI::Option* AddOption(CLI::App& app, const std::string& names, T& var, const std::string& desc,
                        const std::string& group, const std::string& type,
@@ -145,15 +135,42 @@ CLI::Option* AddOption(CLI::App& app, const std::string& names, T& var, const st
                          ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   if (!env.empty()) opt->envname(env);
   if constexpr (!kIsOptional<T>) opt->capture_default_str();
+  using V = typename ValueOf<T>::type;
+  if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) opt->check(NumberCheck<T>());
   return opt;
+}
+
+// CLI11's error as one sentence for the user: its "Could not convert" wording replaced, and
+// a value that came from a PET_* variable (the option was not on the command line) blamed on
+// the variable.
+inline std::string Explain(const CLI::Error& e, const CLI::App& app,
+                           const std::set<const CLI::Option*>& given) {
+  std::string msg = e.what();
+  static const std::string kConvert = "Could not convert: ";
+  if (msg.rfind(kConvert, 0) == 0) {
+    const size_t sep = msg.find(" = ");
+    if (sep != std::string::npos) {
+      msg = msg.substr(kConvert.size(), sep - kConvert.size()) + ": '" + msg.substr(sep + 3) +
+            "' is not a valid value";
+    }
+  }
+  static const std::string kTrueFalse = "Should be true/false or a number";
+  if (size_t at = msg.find(kTrueFalse); at != std::string::npos) {
+    msg.replace(at, kTrueFalse.size(), "expected 0 or 1 (or true/false)");
+  }
+  const size_t colon = msg.find(": ");
+  if (colon == std::string::npos) return msg;
+  const CLI::Option* opt = app.get_option_no_throw(msg.substr(0, colon));
+  if (opt == nullptr || given.count(opt) != 0 || opt->get_envname().empty()) return msg;
+  if (std::getenv(opt->get_envname().c_str()) == nullptr) return msg;
+  return opt->get_envname() + " (read for " + msg.substr(0, colon) + ")" + msg.substr(colon);
 }
 
 // What the parse skeleton needs to know of a command besides its CLI11 app.
 struct CommandShape {
-  // argparse's abbreviations (ExpandPrefixes) with its short options taking a value and its
-  // preferred names; off: CLI11's exact names.
+  // argparse's reading (SplitAtScript: abbreviations, values, where the script starts) with
+  // its preferred names; off: CLI11's exact names.
   bool abbreviations = false;
-  std::set<std::string> short_with_value;
   std::set<std::string> preferred;
   const bool* version = nullptr;  // the --version flag's variable; null: no --version
   std::string version_text;       // what --version prints
@@ -177,10 +194,10 @@ inline CommandShape LauncherShape(const std::string& program, const bool* versio
   return shape;
 }
 
-// The one parse skeleton: expand prefixes, parse (CLI11 consumes from the back), print --help
-// or --version to stdout, turn any error into a usage error, and put the words after the
-// options in args.*script (the first) and args.*script_args (the others). `args` is the struct
-// the app's options write into. Never throws.
+// The one parse skeleton: split as argparse does, parse the launcher's part (CLI11 consumes
+// from the back), print --help or --version to stdout, turn any error into a usage error, and
+// put the script's words in args.*script (the first) and args.*script_args (the others),
+// untouched. `args` is the struct the app's options write into. Never throws.
 template <class Args>
 Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Args& args,
                           const CommandShape& shape = {}, std::string Args::*script = nullptr,
@@ -192,14 +209,21 @@ Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Ar
     out.error = std::move(error);
     return out;
   };
+  SplitCommandLine split;
   try {
-    if (shape.abbreviations) ExpandPrefixes(app, argv, shape.short_with_value, shape.preferred);
-    std::reverse(argv.begin(), argv.end());
-    app.parse(argv);
+    if (shape.abbreviations) {
+      split = SplitAtScript(app, argv, shape.program, shape.preferred);
+    } else {
+      split.options = std::move(argv);
+    }
+    std::vector<std::string> options(split.options.rbegin(), split.options.rend());
+    app.parse(options);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     out.action = Action::kPrintedHelp;
     return out;
+  } catch (const CLI::Error& e) {
+    return usage_error(Explain(e, app, split.given));
   } catch (const std::exception& e) {
     return usage_error(e.what());
   }
@@ -209,14 +233,19 @@ Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Ar
     return out;
   }
   out.args = args;
-  if (shape.script_missing.empty()) return out;
-  std::vector<std::string> rest = app.remaining();
-  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
-  if (rest.empty()) return usage_error(shape.script_missing);
-  if (rest.front().size() > 1 && rest.front()[0] == '-') {
-    return usage_error("unrecognized option '" + rest.front() + "' (see " + shape.program +
-                       " --help)");
+  for (const CLI::Option* opt : app.get_options()) {
+    if (split.given.count(opt) != 0 || opt->get_envname().empty()) continue;
+    if (const char* value = std::getenv(opt->get_envname().c_str())) {
+      out.from_env[opt->get_name()] = {opt->get_envname(), value};
+    }
   }
+  if (shape.script_missing.empty()) return out;
+  std::vector<std::string>& rest = split.script;
+  if (!shape.abbreviations) {
+    rest = app.remaining();
+    if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  }
+  if (rest.empty()) return usage_error(shape.script_missing);
   out.args.*script = rest.front();
   (out.args.*script_args).assign(rest.begin() + 1, rest.end());
   return out;

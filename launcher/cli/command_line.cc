@@ -61,4 +61,15 @@ std::string DlroverRunHelp() {
   return cli11::TorchrunParser(args, cli11::DlroverFlavor(args)).Help();
 }
 
+ParsedDistributedLaunch ParseDistributedLaunchArgs(const std::vector<std::string>& argv) {
+  DistributedLaunchArgs args;
+  cli11::TorchrunParser parser(args, cli11::DistributedLaunchFlavor(args));
+  return parser.Parse(argv, args);
+}
+
+std::string DistributedLaunchHelp() {
+  DistributedLaunchArgs args;
+  return cli11::TorchrunParser(args, cli11::DistributedLaunchFlavor(args)).Help();
+}
+
 }  // namespace ftrun::launcher

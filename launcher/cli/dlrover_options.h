@@ -44,7 +44,13 @@ inline TorchrunFlavor DlroverFlavor(DlroverArgs& a) {
       "ftrun dlrover-run: DLRover's dlrover-run command line (torchrun's plus DLRover's\n"
       "options), run by ftrun without a DLRover job master. Starts --nproc-per-node\n"
       "workers per node and restarts the group on failure (--max-restarts).",
-      "dlrover-run [options] training_script [training_script_args ...]", "dlrover-trainer",
+      "dlrover-run [options] training_script [training_script_args ...]",
+      "dlrover-trainer",
+      "dlrover-run",
+      {"network-check", "comm-perf-test", "exclude-straggler", "switchbox-check", "box-pairs",
+       "min-bandwidth", "min-channels", "precheck", "node-unit", "auto-config", "auto-tunning",
+       "save-at-breakpoint", "accelerator", "training-port", "numa-affinity", "membind-policy",
+       "ucp-device-type"},
       [&a](TorchrunParser& p) { AddDlroverOptions(p, a); }};
 }
 

@@ -15,6 +15,7 @@
 #include <iostream>
 #include <regex>
 
+#include "common/json_message.h"
 #include "common/log.h"
 #include "launcher/cli/msrun_args.h"
 #include "launcher/cli/run_job.h"
@@ -87,6 +88,13 @@ int DryRun(const MsrunConfig& c, const EnvMap& env, bool scheduler_here) {
             << (program.empty() ? c.command.front() + " (not found in PATH)" : program);
   for (size_t i = 1; i < c.command.size(); ++i) std::cout << " " << c.command[i];
   std::cout << std::endl;
+  JsonMessage json("dry_run");  // the same for programs (tests/corpus): every word exactly
+  json.Set("worker_num", c.worker_num)
+      .Set("local_worker_num", c.local_worker_num)
+      .Set("node_rank", c.node_rank)
+      .Set("master", c.master_addr + ":" + std::to_string(c.master_port))
+      .Set("worker0_argv", c.command);
+  std::cout << "  as json:        " << json.str() << std::endl;
   return 0;
 }
 
@@ -150,7 +158,7 @@ int RunMsrun(const std::vector<std::string>& argv) {
   if (auto code = ExitCodeIfNotRun(parsed, "msrun")) return *code;
   EnvMap env = CurrentEnvironment();
   auto built = BuildMsrunConfig(parsed.args, env, AllowedCpus());
-  if (!built) return UsageError("msrun", built.error().message);
+  if (!built) return UsageError("msrun", parsed.Blame(built.error().message));
   MsrunConfig& c = *built;
   InitLogging(c.launch.log_level);
   auto log = MsrunLog();
@@ -198,7 +206,8 @@ int RunMsrun(const std::vector<std::string>& argv) {
     ready_fd = *fd;
     hooks.on_ready = [ready_fd, supervisor_log] { SignalReady(ready_fd, supervisor_log); };
   } else {
-    hooks.on_ready = [log] {
+    // msrun says it once its processes exist; on several nodes that is after the rendezvous.
+    hooks.on_workers_started = [log] {
       log->warn("Distributed job is spawned. Waiting all processes to exit...");
     };
   }

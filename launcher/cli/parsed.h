@@ -5,6 +5,7 @@
 #pragma once
 
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 
@@ -19,6 +20,27 @@ struct Parsed {
   Action action = Action::kRun;
   Args args;
   std::string error;  // for kUsageError: one sentence naming the option
+  // Options whose value came from their environment variable, not the command line:
+  // option name (--a-b) -> {variable (PET_A_B), its value}.
+  std::map<std::string, std::pair<std::string, std::string>> from_env;
+
+  // `message`, an error about an option's value ("--a-b: 'v' ..." or "--a-b v: ..."),
+  // blaming the variable the value came from when it was not on the command line.
+  std::string Blame(const std::string& message) const {
+    for (const auto& [option, source] : from_env) {
+      const auto& [variable, value] = source;
+      const std::string quoted = option + ": '" + value + "'";
+      const std::string spaced = option + " " + value + ":";
+      if (message.rfind(quoted, 0) == 0) {
+        return variable + " (read for " + option + ")" + message.substr(option.size());
+      }
+      if (message.rfind(spaced, 0) == 0) {
+        return variable + "=" + value + " (read for " + option + ")" +
+               message.substr(spaced.size() - 1);
+      }
+    }
+    return message;
+  }
 };
 
 // Prints "<program>: error: <message>" to stderr; returns 2, the exit code of a usage error.

@@ -99,11 +99,13 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   opts.watchdog_fifo = hooks.watchdog_fifo;
   opts.events = events;
   opts.signal_exit_code = hooks.signal_exit_code;
-  if (config.max_nodes == 1) {
-    opts.on_workers_started = hooks.on_ready;
-  } else if (hooks.on_ready) {
-    hooks.on_ready();
-  }
+  std::function<void()> ready_with_workers = config.max_nodes == 1 ? hooks.on_ready : nullptr;
+  if (config.max_nodes != 1 && hooks.on_ready) hooks.on_ready();
+  opts.on_workers_started = [ready = std::move(ready_with_workers),
+                             started = std::move(hooks.on_workers_started)] {
+    if (ready) ready();
+    if (started) started();
+  };
   Agent agent(io, std::move(opts), std::move(*coordinator));
   return agent.Run();
 }

@@ -25,6 +25,8 @@ struct JobHooks {
   // Called once when start-up is over: the first workers started (single node) or the
   // agent waits for its first round (several nodes).
   std::function<void()> on_ready;
+  // Called once, when this node's first workers have started (whatever the job's shape).
+  std::function<void()> on_workers_started;
   std::string watchdog_fifo;  // torch's FileTimerClient FIFO ("" = off)
 };
 

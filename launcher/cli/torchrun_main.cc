@@ -4,6 +4,8 @@
 #include <future>
 #include <iostream>
 
+#include "common/endpoint.h"
+#include "common/json_message.h"
 #include "common/log.h"
 #include "launcher/cli/run_job.h"
 #include "launcher/cli/torchrun_args.h"
@@ -28,6 +30,23 @@ int DryRun(const LaunchConfig& c, const EnvMap& env, const std::string& nproc_no
             << (program.empty() ? cmd.program + " (not found in PATH)" : program);
   for (const auto& a : cmd.args) std::cout << " " << a;
   std::cout << std::endl;
+  // The same for programs (tests/corpus compares it with torch's own parser): every word
+  // exactly, and what the rendezvous became.
+  std::vector<std::string> argv = {cmd.program};
+  argv.insert(argv.end(), cmd.args.begin(), cmd.args.end());
+  JsonMessage json("dry_run");
+  json.Set("min_nodes", c.min_nodes)
+      .Set("max_nodes", c.max_nodes)
+      .Set("nproc_per_node", c.nproc_spec)
+      .Set("rdzv_backend", c.standalone                              ? "standalone"
+                           : c.backend == RendezvousBackend::kStatic ? "static"
+                                                                     : "c10d")
+      .Set("rdzv_endpoint", Endpoint{c.endpoint_host, c.endpoint_port}.ToString())
+      .Set("run_id", c.run_id)
+      .Set("max_restarts", c.max_restarts)
+      .Set("node_rank", c.node_rank)
+      .Set("worker0_argv", argv);
+  std::cout << "  as json:        " << json.str() << std::endl;
   return 0;
 }
 
@@ -46,6 +65,12 @@ int RunLaunch(LaunchConfig& config, EnvMap env, const std::vector<std::string>& 
       std::async(std::launch::async, FullyQualifiedHostname).share();
 
   Status resolved = ResolveNprocPerNode(config, DetectHostFacts(env));
+  if (resolved) {
+    if (auto s = CheckVirtualLocalRankDevices(config, env); !s) {
+      std::cerr << "ftrun: error: " << s.error().message << std::endl;
+      return 2;
+    }
+  }
   // A dry run checks a script on any machine (a login node has no GPU): say it, do not fail.
   if (config.dry_run) return DryRun(config, env, resolved ? "" : resolved.error().message);
   if (!resolved) {
@@ -98,7 +123,28 @@ int RunTorchrun(const std::vector<std::string>& argv) {
   if (auto code = ExitCodeIfNotRun(cmd, "ftrun")) return *code;
   EnvMap env = CurrentEnvironment();
   auto built = BuildLaunchConfig(cmd.args, env);
-  if (!built) return UsageError("ftrun", built.error().message);
+  if (!built) return UsageError("ftrun", cmd.Blame(built.error().message));
+  return RunLaunch(*built, std::move(env), {});
+}
+
+int RunDistributedLaunch(const std::vector<std::string>& argv) {
+  const std::string program = "ftrun torch.distributed.launch";
+  ParsedDistributedLaunch cmd = ParseDistributedLaunchArgs(argv);
+  if (auto code = ExitCodeIfNotRun(cmd, program)) return *code;
+  TorchrunArgs& args = cmd.args;
+  if (!cmd.args.use_env) {
+    if (args.no_python) {
+      return UsageError(program,
+                        "--no-python needs --use-env (a program run directly is not "
+                        "given --local_rank)");
+    }
+    // Where torch's launch puts it: after the script, before the script's own arguments; the
+    // worker's local rank replaces ${local_rank} as in every script argument.
+    args.script_args.insert(args.script_args.begin(), "--local_rank=${local_rank}");
+  }
+  EnvMap env = CurrentEnvironment();
+  auto built = BuildLaunchConfig(args, env);
+  if (!built) return UsageError(program, cmd.Blame(built.error().message));
   return RunLaunch(*built, std::move(env), {});
 }
 
@@ -109,11 +155,11 @@ int RunDlroverRun(const std::vector<std::string>& argv) {
   EnvMap env = CurrentEnvironment();
   std::vector<std::string> warnings;
   auto args = DlroverToTorchrun(cmd.args, env, DetectHostFacts(env), warnings);
-  if (!args) return UsageError(kProgram, args.error().message);
+  if (!args) return UsageError(kProgram, cmd.Blame(args.error().message));
   auto built = BuildLaunchConfig(*args, env);
-  if (!built) return UsageError(kProgram, built.error().message);
+  if (!built) return UsageError(kProgram, cmd.Blame(built.error().message));
   if (auto s = ApplyDlroverSettings(*args, env, *built); !s) {
-    return UsageError(kProgram, s.error().message);
+    return UsageError(kProgram, cmd.Blame(s.error().message));
   }
   return RunLaunch(*built, std::move(env), warnings);
 }

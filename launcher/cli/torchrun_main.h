@@ -14,4 +14,8 @@ int RunTorchrun(const std::vector<std::string>& argv);
 // configuration (personality/dlrover/dlrover_config.h).
 int RunDlroverRun(const std::vector<std::string>& argv);
 
+// `python -m torch.distributed.launch`'s command line (torchrun_args.h): torchrun's run, the
+// script given --local_rank=N unless --use-env.
+int RunDistributedLaunch(const std::vector<std::string>& argv);
+
 }  // namespace ftrun::launcher

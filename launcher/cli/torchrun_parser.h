@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <functional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -22,16 +23,54 @@ before the training script; everything after it is passed to it unchanged,
 with ${local_rank} replaced by the worker's local rank.
 
 `ftrun master --help`: the rendezvous server alone (e.g. a Kubernetes Service).
+`ftrun torch.distributed.launch --help`: lines of `python -m torch.distributed.launch`.
 Exit status: 0 all workers succeeded, 1 workers failed (restarts exhausted) or
 ftrun was stopped by a signal, 2 usage error. See ftrun(1).)";
 
 class TorchrunParser;
 
+// torchrun's own options (the newest torchrun's, as --a-b): in a prefix they share with
+// ftrun's extensions they win, so that an extension never breaks an abbreviation torchrun
+// accepts (--event is --event-log-handler, not ambiguous with --event-log).
+inline const std::vector<std::string> kTorchrunOptions = {"nnodes",
+                                                          "nproc-per-node",
+                                                          "rdzv-backend",
+                                                          "rdzv-endpoint",
+                                                          "rdzv-id",
+                                                          "rdzv-conf",
+                                                          "standalone",
+                                                          "max-restarts",
+                                                          "monitor-interval",
+                                                          "start-method",
+                                                          "role",
+                                                          "module",
+                                                          "no-python",
+                                                          "run-path",
+                                                          "log-dir",
+                                                          "redirects",
+                                                          "tee",
+                                                          "local-ranks-filter",
+                                                          "node-rank",
+                                                          "master-addr",
+                                                          "master-port",
+                                                          "local-addr",
+                                                          "logs-specs",
+                                                          "event-log-handler",
+                                                          "numa-binding",
+                                                          "signals-to-handle",
+                                                          "shutdown-timeout",
+                                                          "virtual-local-rank",
+                                                          "duplicate-stdout-filters",
+                                                          "duplicate-stderr-filters"};
+
 // What a personality built on torchrun's command line changes in it.
 struct TorchrunFlavor {
   std::string description;
   std::string usage;
-  std::string role;  // --role's default
+  std::string role;     // --role's default
+  std::string program;  // the name its messages give ("see <program> --help")
+  // Its own options besides torchrun's (kTorchrunOptions), as --a-b.
+  std::vector<std::string> own_options;
   // Adds the personality's own options (after the pre-flight ones) to its own arguments
   // struct; empty: none.
   std::function<void(TorchrunParser& parser)> add_options;
@@ -39,7 +78,13 @@ struct TorchrunFlavor {
 
 class TorchrunParser {
  public:
-  TorchrunParser(TorchrunArgs& a, const TorchrunFlavor& flavor) : app_("ftrun", "ftrun") {
+  TorchrunParser(TorchrunArgs& a, const TorchrunFlavor& flavor)
+      : app_("ftrun", "ftrun"), program_(flavor.program) {
+    for (const auto* list : {&kTorchrunOptions, &flavor.own_options}) {
+      for (const auto& dashed : *list) {
+        for (const auto& n : CLI::detail::split(Names(dashed), ',')) own_.insert(n);
+      }
+    }
     a.role = flavor.role;
     Describe(app_, flavor.description, flavor.usage, kTorchrunFooter);
     app_.prefix_command();
@@ -169,10 +214,10 @@ class TorchrunParser {
   // `a`: the struct given to the constructor (TorchrunArgs, or a personality's derived one).
   template <class Args>
   Parsed<Args> Parse(std::vector<std::string> argv, const Args& a) {
-    CommandShape shape =
-        LauncherShape("ftrun", &version_, "",
-                      "the training script is missing (usage: ftrun [options] script [args ...])");
-    shape.short_with_value = {"-r", "-t"};
+    CommandShape shape = LauncherShape(
+        program_, &version_, "",
+        "the training script is missing (usage: " + program_ + " [options] script [args ...])");
+    shape.preferred = own_;
     return ParseCommand<Args>(app_, std::move(argv), a, shape, &Args::script, &Args::script_args);
   }
 
@@ -206,6 +251,8 @@ class TorchrunParser {
  private:
   CLI::App app_;
   bool version_ = false;
+  std::string program_;
+  std::set<std::string> own_;
 };
 
 inline TorchrunFlavor TorchrunDefaultFlavor() {
@@ -214,7 +261,28 @@ inline TorchrunFlavor TorchrunDefaultFlavor() {
       "node,\nrestarts the group on failure (--max-restarts) and forwards signals.",
       "ftrun [options] training_script [training_script_args ...]",
       "default",
+      "ftrun",
+      {},
       {}};
+}
+
+// `python -m torch.distributed.launch`: torchrun's command line plus --use-env (`a`: the struct
+// the parser fills).
+inline TorchrunFlavor DistributedLaunchFlavor(DistributedLaunchArgs& a) {
+  return {
+      "ftrun torch.distributed.launch: the command line of `python -m "
+      "torch.distributed.launch`\n(torchrun's plus --use-env), run by ftrun. Without "
+      "--use-env every worker\ngets --local_rank=<local rank> before the script's own "
+      "arguments.",
+      "ftrun torch.distributed.launch [options] training_script [training_script_args ...]",
+      "default",
+      "ftrun torch.distributed.launch",
+      {"use-env"},
+      [&a](TorchrunParser& p) {
+        p.Flag("use-env", a.use_env,
+               "Pass the local rank only in LOCAL_RANK, not as --local_rank=N to the script",
+               "torch.distributed.launch");
+      }};
 }
 
 }  // namespace ftrun::launcher::cli11

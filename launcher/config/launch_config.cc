@@ -39,7 +39,32 @@ Status ParseEntryPoint(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
   return {};
 }
 
-Status ParseRendezvous(const TorchrunArgs& a, LaunchConfig& c) {
+// "--rdzv-id" -> "PET_RDZV_ID".
+std::string PetVariable(std::string_view option) {
+  std::string env = "PET_";
+  for (char ch : option.substr(2)) env += ch == '-' ? '_' : static_cast<char>(std::toupper(ch));
+  return env;
+}
+
+// torch's rule for an endpoint's host (a dot-separated name, an IPv4 or an IPv6 address),
+// with the mistake it exists for named: a URL is not an endpoint.
+Result<Endpoint> ParseRendezvousEndpoint(const std::string& text, int default_port) {
+  const std::string option = "--rdzv-endpoint";
+  if (size_t scheme = text.find("://"); scheme != std::string::npos) {
+    return Error{option + ": '" + text + "' is a URL; give host:port (" + text.substr(scheme + 3) +
+                 ")"};
+  }
+  auto ep = ParseEndpoint(text, default_port, option);
+  if (!ep) return ep.error();
+  static const std::regex kHost("^[\\w.:-]+$");
+  if (!std::regex_match(ep->host, kHost)) {
+    return Error{option + ": '" + text +
+                 "': the host must be a name, an IPv4 address or an [IPv6] address"};
+  }
+  return ep;
+}
+
+Status ParseRendezvous(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
   auto conf = rendezvous::ParseRendezvousConf(a.rdzv_conf);
   if (!conf) return conf.error();
   c.rdzv = *conf;
@@ -63,10 +88,16 @@ Status ParseRendezvous(const TorchrunArgs& a, LaunchConfig& c) {
       return Error{"--standalone runs a single-node job, but --nnodes asks for up to " +
                    std::to_string(c.max_nodes) + " nodes"};
     }
-    if (a.rdzv_backend != "static" || !a.rdzv_endpoint.empty() || a.rdzv_id != "none") {
-      c.warnings.push_back(
-          "--standalone: ignoring the given --rdzv-backend/--rdzv-endpoint/--rdzv-id");
+    // Only what the command line said: values from PET_RDZV_* (a cluster's defaults, set
+    // for every job) are ignored without a word, as torchrun does.
+    std::string ignored;
+    for (auto [name, value, fallback] : {std::tuple{"--rdzv-backend", &a.rdzv_backend, "static"},
+                                         std::tuple{"--rdzv-endpoint", &a.rdzv_endpoint, ""},
+                                         std::tuple{"--rdzv-id", &a.rdzv_id, "none"}}) {
+      if (*value == fallback || Lookup(env, PetVariable(name)) == *value) continue;
+      ignored += (ignored.empty() ? "" : ", ") + std::string(name) + " " + *value;
     }
+    if (!ignored.empty()) c.warnings.push_back("--standalone: ignoring " + ignored);
     c.standalone = true;
     c.backend = RendezvousBackend::kDynamic;
     c.endpoint_host = "localhost";
@@ -82,7 +113,7 @@ Status ParseRendezvous(const TorchrunArgs& a, LaunchConfig& c) {
       c.endpoint_host = c.master_addr;
       c.endpoint_port = c.master_port;
     } else {
-      auto ep = ParseEndpoint(a.rdzv_endpoint, -1, "--rdzv-endpoint");
+      auto ep = ParseRendezvousEndpoint(a.rdzv_endpoint, -1);
       if (!ep) return ep.error();
       c.endpoint_host = ep->host;
       c.endpoint_port = ep->port;
@@ -104,10 +135,9 @@ Status ParseRendezvous(const TorchrunArgs& a, LaunchConfig& c) {
     }
   } else if (b == "c10d" || b == "ftrun") {
     c.backend = RendezvousBackend::kDynamic;
-    if (a.rdzv_endpoint.empty()) {
-      return Error{"--rdzv-endpoint: required with --rdzv-backend " + b + " (host:port)"};
-    }
-    auto ep = ParseEndpoint(a.rdzv_endpoint, 29400, "--rdzv-endpoint");
+    // Without an endpoint torch uses localhost:29400 (so does ftrun: one host's agents).
+    auto ep = a.rdzv_endpoint.empty() ? Result<Endpoint>(Endpoint{"localhost", 29400})
+                                      : ParseRendezvousEndpoint(a.rdzv_endpoint, 29400);
     if (!ep) return ep.error();
     c.endpoint_host = ep->host;
     c.endpoint_port = ep->port;
@@ -284,8 +314,11 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (auto n = ToInt(a.nproc_per_node)) {
     if (*n <= 0) return Error{"--nproc-per-node: must be at least 1, got " + a.nproc_per_node};
     c.nproc_per_node = *n;
-  } else if (a.nproc_per_node != "cpu" && a.nproc_per_node != "gpu" && a.nproc_per_node != "auto") {
-    return Error{"--nproc-per-node: '" + a.nproc_per_node + "' is not a number, cpu, gpu or auto"};
+  } else if (!std::regex_match(a.nproc_per_node, std::regex("^[a-z][a-z0-9_]*$"))) {
+    // A word is a device type (cpu, gpu, xpu, npu, auto, a privateuse1 backend's name),
+    // counted or refused once the host is known (ResolveNprocPerNode).
+    return Error{"--nproc-per-node: '" + a.nproc_per_node +
+                 "' is not a number, cpu, gpu, xpu, npu, auto or a device type"};
   }
   if (a.max_restarts < 0) {
     return Error{"--max-restarts: must be >= 0, got " + std::to_string(a.max_restarts)};
@@ -352,7 +385,10 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
     c.switch_path = *e;
   }
 
-  if (auto s = ParseRendezvous(a, c); !s) return s.error();
+  if (ToInt(a.nproc_per_node)) {
+    if (auto s = CheckVirtualLocalRankDevices(c, env); !s) return s.error();
+  }
+  if (auto s = ParseRendezvous(a, env, c); !s) return s.error();
   if (auto s = ParseEntryPoint(a, env, c); !s) return s.error();
   if (auto s = ParseLogs(a, env, c); !s) return s.error();
   if (auto s = BuildPreflightConfig(a, env, c.python, c.preflight); !s) return s.error();

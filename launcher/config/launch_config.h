@@ -119,23 +119,43 @@ std::optional<int> ToInt(std::string_view s);
 // (current), in whole seconds; nullopt when neither is set. Errors name the variable.
 Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap& env);
 
-// What the host has, for --nproc-per-node cpu|gpu|auto.
+// What the host has, for --nproc-per-node cpu|gpu|xpu|npu|auto.
 struct HostFacts {
   int cpu_count = 1;
   int gpu_count = 0;
   std::string gpu_source;  // where GPUs were looked for, for the error message
+  int xpu_count = 0;       // Intel GPUs (torch.xpu)
+  int npu_count = 0;       // Ascend NPUs (torch_npu's privateuse1 backend "npu")
+  std::string xpu_source = "/sys/class/drm";
+  std::string npu_source = "/dev/davinci*";
 };
 
-// Counts CPUs and NVIDIA GPUs (from /proc/driver/nvidia/gpus, no CUDA linked), honouring
-// CUDA_VISIBLE_DEVICES as torch.cuda.device_count() does.
+// Where DetectHostFacts looks (tests give a fake tree).
+struct DevicePaths {
+  std::string nvidia_proc_dir = "/proc/driver/nvidia/gpus";
+  std::string drm_dir = "/sys/class/drm";  // Intel GPUs: card<N>/device/{vendor,driver}
+  std::string dev_dir = "/dev";            // Ascend NPUs: davinci<N>
+};
+
+// Counts CPUs and accelerators without linking their runtimes, each as its runtime's device
+// count would, honouring its visibility variable: NVIDIA GPUs (a directory per GPU in
+// /proc/driver/nvidia/gpus; CUDA_VISIBLE_DEVICES as torch.cuda.device_count() reads it),
+// Intel GPUs (DRM cards of vendor 0x8086 bound to i915 or xe; ZE_AFFINITY_MASK: its entries),
+// Ascend NPUs (/dev/davinci<N>; ASCEND_RT_VISIBLE_DEVICES: its entries).
+HostFacts DetectHostFacts(const EnvMap& env, const DevicePaths& paths);
 HostFacts DetectHostFacts(const EnvMap& env,
                           const std::string& nvidia_proc_dir = "/proc/driver/nvidia/gpus");
 
 // torch's rule for CUDA_VISIBLE_DEVICES: entries up to the first invalid one.
 int CountVisibleGpus(int physical, const std::optional<std::string>& cuda_visible_devices);
 
-// Sets config.nproc_per_node from nproc_spec; "gpu" with no GPU is an error.
+// Sets config.nproc_per_node from nproc_spec; "gpu", "xpu" or "npu" with no such device is
+// an error, and so is another device name (a privateuse1 backend ftrun cannot count).
 Status ResolveNprocPerNode(LaunchConfig& config, const HostFacts& host);
+
+// --virtual-local-rank gives local rank i the i-th entry of CUDA_VISIBLE_DEVICES (when set):
+// an error naming both when there are fewer entries than workers.
+Status CheckVirtualLocalRankDevices(const LaunchConfig& config, const EnvMap& env);
 
 // Per-local-rank stream masks from a "0".."3" or "0:3,1:1" spec (torchrun's Std.from_str).
 Result<std::vector<int>> ParseStdSpec(const std::string& option, const std::string& spec,

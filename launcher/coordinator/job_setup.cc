@@ -10,6 +10,7 @@
 #include "common/endpoint.h"
 #include "common/log.h"
 #include "launcher/config/host.h"
+#include "launcher/coordinator/endpoint_probe.h"
 #include "launcher/coordinator/local_coordinator.h"
 #include "launcher/coordinator/remote_coordinator.h"
 #include "rendezvous/credentials.h"
@@ -155,6 +156,21 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
   const bool by_address = !is_static || c.host_by_address;
   const bool host =
       by_address ? c.rdzv.is_host.value_or(IsThisHost(c.endpoint_host, fqdn)) : c.node_rank == 0;
+  // static: the --master-addr/--master-port pair, unless --rdzv-endpoint replaced it.
+  const std::string what = (c.host_by_address ? std::string("the master node's rendezvous ")
+                            : is_static       ? std::string("the rendezvous of node rank 0 at ")
+                                              : std::string("--rdzv-endpoint ")) +
+                           Endpoint{c.endpoint_host, c.endpoint_port}.ToString();
+  if (!host) {
+    const EndpointProbe probe =
+        ProbeEndpoint(c.endpoint_host, c.endpoint_port, client.tls.enabled());
+    if (auto usable = EndpointUsable(probe, what); !usable) return usable.error();
+    if (probe.look == EndpointLook::kNotListening) {
+      // The join's own errors only say that its deadline passed: say once what it waits for.
+      log->info("nothing answers at {} yet ({}); waiting for the rendezvous to start", what,
+                probe.detail);
+    }
+  }
   if (host) {
     rendezvous::ServerOptions so;
     // Only the endpoint's address: a localhost endpoint is not reachable from elsewhere.
@@ -187,7 +203,12 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
                                                ? " (ftrun's rendezvous port on the master node)"
                                                : " (--rdzv-endpoint, is_host=1)")};
     } else {
-      // Several agents on one host: the first one hosts, the others join it.
+      // Several agents on one host: the first one hosts, the others join it; unless what
+      // holds the port is not a rendezvous at all.
+      const std::string local = listen.addr.empty() ? "127.0.0.1" : listen.addr;
+      auto usable = EndpointUsable(ProbeEndpoint(local, c.endpoint_port, client.tls.enabled()),
+                                   what + " (" + port.error().message + ")");
+      if (!usable) return usable.error();
       log->info("{}; another agent on this host serves the rendezvous, joining it",
                 port.error().message);
     }

@@ -54,6 +54,15 @@ TEST(HelpAndManPage, ListTheSameOptions) {
   ExpectSame(help, ManOptions("OPTIONS"), "ftrun");
 }
 
+TEST(HelpAndManPage, DistributedLaunchAddsUseEnv) {
+  auto launch = HelpOptions({"torch.distributed.launch", "--help"});
+  auto torchrun = HelpOptions({"--help"});
+  EXPECT_TRUE(launch.count("--use-env"));
+  launch.erase("--use-env");
+  EXPECT_EQ(launch, torchrun);
+  EXPECT_TRUE(ManOptions("PYTHON \\-m TORCH.DISTRIBUTED.LAUNCH AND .RUN").count("--use-env"));
+}
+
 TEST(HelpAndManPage, MasterListsTheSameOptions) {
   auto help = HelpOptions({"master", "--help"});
   ASSERT_GT(help.size(), 6u) << "could not read ftrun master --help";

@@ -74,3 +74,33 @@ TEST_F(MsrunTwoNodes, AssignedNodeRanks) {
 
 }  // namespace
 }  // namespace ftrun::testing
+
+namespace ftrun::testing {
+namespace {
+
+// msrun's "Distributed job is spawned" comes when this node's workers exist, not while it
+// waits for the other nodes.
+TEST_F(MsrunTwoNodes, SpawnedIsSaidOnceTheWorkersExist) {
+  constexpr const char* kSpawned = "Distributed job is spawned";
+  std::vector<std::string> opts = {"--worker_num", "4",   "--local_worker_num", "2",
+                                   "--join",       "True"};
+  const std::string rec0 = dir_ / "rec0", rec1 = dir_ / "rec1";
+  std::filesystem::create_directories(rec0);
+  std::filesystem::create_directories(rec1);
+  ChildRun first(FtrunBinary(), Cmd(opts, {"--steps", "2"}, rec1, dir_ / "logs1"), {}, kUnset);
+  ASSERT_TRUE(WaitFor([&] { return first.Err().find("joined the job") != std::string::npos; }, 20s))
+      << first.Err();
+  EXPECT_EQ(first.Err().find(kSpawned), std::string::npos) << first.Err();
+  ChildRun second(FtrunBinary(), Cmd(opts, {"--steps", "2"}, rec0, dir_ / "logs0"), {}, kUnset);
+  auto r1 = first.Wait(30s), r0 = second.Wait(30s);
+  for (const auto* r : {&r0, &r1}) {
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    const size_t spawned = r->err.find(kSpawned);
+    ASSERT_NE(spawned, std::string::npos) << r->err;
+    EXPECT_EQ(r->err.find(kSpawned, spawned + 1), std::string::npos) << "said twice:\n" << r->err;
+    EXPECT_LT(r->err.find("round started"), spawned) << r->err;
+  }
+}
+
+}  // namespace
+}  // namespace ftrun::testing

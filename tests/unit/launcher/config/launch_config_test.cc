@@ -72,7 +72,7 @@ TEST(LaunchConfig, NprocPerNodeSpellings) {
     ASSERT_TRUE(c) << v;
     EXPECT_EQ(c->nproc_spec, v);
   }
-  for (const char* bad : {"0", "-2", "xpu", "four", "2.5"}) {
+  for (const char* bad : {"0", "-2", "", "Four", "2.5", "gpu 2"}) {
     EXPECT_NE(ErrorOf({"--nproc-per-node", bad}).find("--nproc-per-node"), std::string::npos)
         << bad;
   }
@@ -144,7 +144,6 @@ TEST(LaunchConfig, Rendezvous) {
   EXPECT_EQ(c->rdzv.is_host, true);
   EXPECT_EQ(Build({"--rdzv-backend", "ftrun", "--rdzv-endpoint", "h:1"})->backend,
             RendezvousBackend::kDynamic);
-  EXPECT_NE(ErrorOf({"--rdzv-backend", "c10d"}).find("--rdzv-endpoint"), std::string::npos);
   EXPECT_NE(ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:1"}).find("not supported"),
             std::string::npos);
   EXPECT_NE(ErrorOf({"--rdzv-backend", "zk"}).find("unknown backend"), std::string::npos);

@@ -1,0 +1,114 @@
+// The launcher command lines read as argparse reads them (launcher/cli/argparse_split.h):
+// the script's words untouched whatever stands before it, empty values, abbreviations and
+// argparse's errors; and `ftrun torch.distributed.launch`'s --use-env. tests/corpus checks
+// the same against torch's own parser on real launch lines.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include "launcher/cli/torchrun_args.h"
+
+namespace ftrun::launcher {
+namespace {
+
+using Action = ParsedCommandLine::Action;
+
+TEST(ArgparseSplit, TheScriptsWordsAreNeverRewrittenAfterAFlag) {
+  const std::vector<std::string> script = {"train.py",  "--local-rank=${local_rank}",
+                                           "--metrics", "acc",
+                                           "--max",     "3",
+                                           "--run",     "r1",
+                                           "--log",     "--network",
+                                           "--master",  "--nproc",
+                                           "-m",        "--",
+                                           "x"};
+  for (const char* flag : {"--standalone", "--dry-run", "--no-python", "--virtual-local-rank", "-m",
+                           "--run-path", "--network-check"}) {
+    std::vector<std::string> argv = {flag};
+    argv.insert(argv.end(), script.begin(), script.end());
+    auto p = ParseTorchrunArgs(argv);
+    ASSERT_EQ(p.action, Action::kRun) << flag << ": " << p.error;
+    EXPECT_EQ(p.args.script, "train.py") << flag;
+    EXPECT_EQ(p.args.script_args, std::vector<std::string>(script.begin() + 1, script.end()))
+        << flag;
+  }
+}
+
+TEST(ArgparseSplit, AbbreviationsWorkAfterAFlag) {
+  auto p = ParseTorchrunArgs({"--standalone", "--nproc", "2", "--max_r=4", "train.py"});
+  ASSERT_EQ(p.action, Action::kRun) << p.error;
+  EXPECT_TRUE(p.args.standalone);
+  EXPECT_EQ(p.args.nproc_per_node, "2");
+  EXPECT_EQ(p.args.max_restarts, 4);
+}
+
+TEST(ArgparseSplit, AnEmptyValueIsAValue) {
+  auto p = ParseTorchrunArgs({"--rdzv_id=", "--nnodes=2", "--rdzv_endpoint", "", "train.py"});
+  ASSERT_EQ(p.action, Action::kRun) << p.error;
+  EXPECT_EQ(p.args.rdzv_id, "");
+  EXPECT_EQ(p.args.nnodes, "2");
+  EXPECT_EQ(p.args.rdzv_endpoint, "");
+  EXPECT_EQ(p.args.script, "train.py");
+  auto n = ParseTorchrunArgs({"--max_restarts=", "train.py"});
+  ASSERT_EQ(n.action, Action::kUsageError);
+  EXPECT_EQ(n.error, "--max-restarts: '' is not an integer");
+}
+
+TEST(ArgparseSplit, ArgparsesErrors) {
+  EXPECT_EQ(ParseTorchrunArgs({"--rdzv", "x", "t.py"}).error,
+            "ambiguous option: --rdzv could match --rdzv-backend, --rdzv-endpoint, --rdzv-id, "
+            "--rdzv-conf");
+  EXPECT_EQ(ParseTorchrunArgs({"--master_addr", "--nnodes", "2", "t.py"}).error,
+            "argument --master_addr: expected one argument");
+  EXPECT_EQ(ParseTorchrunArgs({"--standalone=1", "t.py"}).error,
+            "argument --standalone: ignored explicit argument '1'");
+  EXPECT_EQ(ParseTorchrunArgs({"--bogus", "t.py"}).error,
+            "unrecognized option '--bogus' (see ftrun --help)");
+  EXPECT_EQ(ParseDlroverRunArgs({"--bogus", "t.py"}).error,
+            "unrecognized option '--bogus' (see dlrover-run --help)");
+}
+
+TEST(ArgparseSplit, TorchrunsOwnOptionWinsOverAnExtension) {
+  // --event: torchrun's --event-log-handler, not ambiguous with ftrun's --event-log.
+  auto p = ParseTorchrunArgs({"--event", "x", "t.py"});
+  ASSERT_EQ(p.action, Action::kRun) << p.error;
+  EXPECT_EQ(p.args.event_log_handler, "x");
+  EXPECT_EQ(p.args.event_log, "");
+}
+
+TEST(ArgparseSplit, CombinedShortFlagsAndNegativeNumbers) {
+  auto p = ParseTorchrunArgs({"-mr3", "pkg.train", "-1"});
+  ASSERT_EQ(p.action, Action::kRun) << p.error;
+  EXPECT_TRUE(p.args.module);
+  EXPECT_EQ(p.args.redirects, "3");
+  EXPECT_EQ(p.args.script_args, std::vector<std::string>{"-1"});
+}
+
+TEST(ArgparseSplit, BadPetValuesNameTheVariable) {
+  ::setenv("PET_MAX_RESTARTS", "many", 1);
+  auto p = ParseTorchrunArgs({"t.py"});
+  ::unsetenv("PET_MAX_RESTARTS");
+  EXPECT_EQ(p.error, "PET_MAX_RESTARTS (read for --max-restarts): 'many' is not an integer");
+  ::setenv("PET_STANDALONE", "yes please", 1);
+  auto f = ParseTorchrunArgs({"t.py"});
+  ::unsetenv("PET_STANDALONE");
+  EXPECT_EQ(f.error.rfind("PET_STANDALONE (read for --standalone): ", 0), 0u) << f.error;
+  EXPECT_EQ(f.error.find("Could not convert"), std::string::npos) << f.error;
+  // On the command line the option is named.
+  EXPECT_EQ(ParseTorchrunArgs({"--node_rank=abc", "t.py"}).error,
+            "--node-rank: 'abc' is not an integer");
+}
+
+TEST(ArgparseSplit, DistributedLaunchUseEnv) {
+  auto p = ParseDistributedLaunchArgs({"--nproc_per_node=2", "--use_env", "main.py", "--x"});
+  ASSERT_EQ(p.action, Action::kRun) << p.error;
+  EXPECT_TRUE(p.args.use_env);
+  EXPECT_EQ(p.args.script_args, std::vector<std::string>{"--x"});
+  auto q = ParseDistributedLaunchArgs({"--use-env", "main.py"});
+  EXPECT_TRUE(q.args.use_env);
+  EXPECT_FALSE(ParseDistributedLaunchArgs({"main.py"}).args.use_env);
+  // torchrun itself has no --use-env.
+  EXPECT_EQ(ParseTorchrunArgs({"--use_env", "main.py"}).action, Action::kUsageError);
+}
+
+}  // namespace
+}  // namespace ftrun::launcher
