@@ -108,6 +108,8 @@ class TorchrunParser {
     Opt(shared::kFaultSave, a.fault_save, g)->check(CLI::IsMember({"on", "off"}));
     Opt(shared::kSaveTimeout, a.save_timeout, g, " [default: TTP_OT or 180]");
     Opt(shared::kHangTimeout, a.hang_timeout, g);
+    Opt(shared::kRestartBackoff, a.restart_backoff, g);
+    Opt(shared::kExcludeAfter, a.exclude_after, g);
     Opt(shared::kFlashMemoryBudget, a.flash_memory_budget, g);
 
     g = "Operations (ftrun)";

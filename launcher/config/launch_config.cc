@@ -362,6 +362,11 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (!(a.hang_timeout >= 0)) return Error{"--hang-timeout: must be >= 0 seconds"};
   if (auto e = rendezvous::CheckMaxSeconds("--hang-timeout", a.hang_timeout)) return *e;
   c.hang_timeout = std::chrono::duration<double>(a.hang_timeout);
+  if (!(a.restart_backoff >= 0)) return Error{"--restart-backoff: must be >= 0 seconds"};
+  if (auto e = rendezvous::CheckMaxSeconds("--restart-backoff", a.restart_backoff)) return *e;
+  c.restart_backoff = std::chrono::duration<double>(a.restart_backoff);
+  if (a.exclude_after < 0) return Error{"--exclude-after: must be >= 0"};
+  c.exclude_after = a.exclude_after;
   if (!a.flash_memory_budget.empty()) {
     auto bytes = ParseByteSize("--flash-memory-budget", a.flash_memory_budget);
     if (!bytes) return bytes.error();

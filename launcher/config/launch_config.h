@@ -46,6 +46,10 @@ struct LaunchConfig {
   bool fault_save = true;
   std::chrono::duration<double> save_timeout{180};
   std::chrono::duration<double> hang_timeout{0};  // 0: off
+  // Restart policy (rendezvous::JobSpec): back-off for a repeatedly failing node, and when to
+  // leave it out.
+  std::chrono::duration<double> restart_backoff{1};
+  int exclude_after = 3;
   // Flash checkpoint: memory for the ranks' snapshots on this node (--flash-memory-budget,
   // FTRUN_FLASH_MEMORY_BUDGET); 0: half of the host's physical memory.
   uint64_t flash_memory_budget = 0;

@@ -20,6 +20,8 @@ struct SupervisionOptions {
   std::string fault_save = "on";
   std::optional<double> save_timeout;  // seconds; else TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT, 180
   double hang_timeout = 0;             // seconds; 0: off
+  double restart_backoff = 1;          // seconds; 0: off (rendezvous::JobSpec)
+  int exclude_after = 3;               // restarts caused by one node; 0: never
   // Flash checkpoint: bytes, or with K/M/G/T (binary); empty: FTRUN_FLASH_MEMORY_BUDGET, else
   // half of the host's memory.
   std::string flash_memory_budget;

@@ -41,6 +41,8 @@ rendezvous::JobSpec JobSpecFrom(const LaunchConfig& c) {
       .fault_save = c.fault_save,
       .save_timeout = c.save_timeout,
       .check = CheckSettingsFrom(c.preflight, c.max_nodes),
+      .restart_backoff = c.restart_backoff,
+      .exclude_after = c.exclude_after,
   };
 }
 

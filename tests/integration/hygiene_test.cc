@@ -73,7 +73,8 @@ TEST_P(Hygiene, TwoHundredRestartsLeakNothing) {
                                            "sleep",      "60"};
   std::vector<std::string> args = {
       "--nproc-per-node",   "4",   "--max-restarts", std::to_string(kLast),
-      "--monitor-interval", "0.5", "--log-level",    "warning"};
+      "--monitor-interval", "0.5", "--log-level",    "warning",
+      "--restart-backoff",  "0"};
   if (GetParam()) {
     auto port = launcher::PickFreePort();
     ASSERT_TRUE(port);
