@@ -290,6 +290,7 @@ void Agent::Finish(int exit_code) {
   metrics_.Stop();
   preflight_.Cancel();
   coordinator_->Shutdown();
+  spawner_.Shutdown();  // --warm-restart's standbys
   if (result_) ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
   // A failed job keeps its newest memory snapshots: the loop runs until they are stored.
   if (exit_code_ != 0) flash_.PersistForExit([] {});

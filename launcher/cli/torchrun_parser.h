@@ -64,6 +64,14 @@ class TorchrunParser {
     Opt(shared::kSaveTimeout, a.save_timeout, g, " [default: TTP_OT or 180]");
     Opt(shared::kHangTimeout, a.hang_timeout, g);
     Opt(shared::kFlashMemoryBudget, a.flash_memory_budget, g);
+    Flag("warm-restart", a.warm_restart,
+         "Keep a standby interpreter per local rank, modules preloaded, that becomes the next "
+         "attempt's worker (env FTRUN_WARM_RESTART=1)",
+         g);
+    Opt("preload", a.preload,
+        "With --warm-restart: comma-separated modules the standbys import in advance; they "
+        "must not read per-rank variables at import [default: torch]",
+        g, "MODULES");
 
     g = "Operations (ftrun)";
     Opt(shared::kEventLog, a.event_log, g);
