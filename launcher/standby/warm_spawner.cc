@@ -69,7 +69,7 @@ Result<std::unique_ptr<ChildProcess>> WarmSpawner::Spawn(const ProcessSpec& spec
   std::string why;
   if (auto child = TryWarm(spec, *cmd, key, on_exit, why)) return child;
   const std::string local_rank = Lookup(spec.env, "LOCAL_RANK").value_or("?");
-  if (why == "no_standby" && !pool_.off()) {
+  if (!started_before_ || (why == "no_standby" && !pool_.off())) {  // nothing to take yet
     LauncherLog()->debug("warm restart: local_rank={} starts cold reason={}", local_rank, why);
   } else {
     LauncherLog()->warn("warm restart: local_rank={} starts cold reason={}", local_rank, why);
@@ -120,6 +120,7 @@ std::unique_ptr<ChildProcess> WarmSpawner::TryWarm(const ProcessSpec& spec,
 
 void WarmSpawner::EndOfStart() {
   end_posted_ = false;
+  started_before_ = true;
   pool_.Want(starting_keys_, clock_->Now());
   for (auto it = templates_.begin(); it != templates_.end();) {
     it = starting_keys_.count(it->first) ? std::next(it) : templates_.erase(it);

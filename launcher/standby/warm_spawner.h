@@ -77,6 +77,7 @@ class WarmSpawner : public Spawner {
   std::map<std::string, Template> templates_;  // by key, from the latest start of workers
   std::map<std::string, int> starting_keys_;   // the start of workers in progress
   bool end_posted_ = false;
+  bool started_before_ = false;  // a start of workers has ended: standbys may exist
   bool said_not_applicable_ = false;
   bool said_off_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -44,7 +44,7 @@ def contract():
         "name": __name__,
         "main_is_this": main.__dict__ is globals(),
         "main_keys": sorted(k for k in globals() if k.startswith("__")),
-        "spec": repr(__spec__),
+        "spec": None if __spec__ is None else [__spec__.name, __spec__.origin],
         "path0": sys.path[0],
         "cwd": os.getcwd(),
         "env": dict(os.environ),
