@@ -59,8 +59,9 @@ class WarmRestartE2E : public ::testing::Test {
   std::unique_ptr<ChildRun> Start(int nproc, std::vector<std::string> options,
                                   std::vector<std::string> entry, std::vector<std::string> args,
                                   std::map<std::string, std::string> env = {}) {
-    std::vector<std::string> argv = {"--nproc-per-node", std::to_string(nproc), "--max-restarts",
-                                     "1", "--warm-restart", "--log-dir", dir_ / "logs"};
+    std::vector<std::string> argv = {
+        "--nproc-per-node", std::to_string(nproc), "--max-restarts", "1",
+        "--warm-restart",   "--log-dir",           dir_ / "logs"};
     argv.insert(argv.end(), options.begin(), options.end());
     argv.insert(argv.end(), entry.begin(), entry.end());
     argv.push_back(dir_ / "out");
@@ -70,9 +71,11 @@ class WarmRestartE2E : public ::testing::Test {
   }
   // Waits until `n` standbys said ready.
   std::vector<pid_t> WaitReady(ChildRun& run, size_t n) {
-    EXPECT_TRUE(WaitFor([&] { return Pids(run.Err(), "standby").size() >= n &&
-                                     Count(run.Err(), " ready after ") >= n; },
-                        120s))
+    EXPECT_TRUE(WaitFor(
+        [&] {
+          return Pids(run.Err(), "standby").size() >= n && Count(run.Err(), " ready after ") >= n;
+        },
+        120s))
         << run.Err();
     std::vector<pid_t> ready;
     const std::string err = run.Err();
@@ -97,7 +100,8 @@ class WarmRestartE2E : public ::testing::Test {
       auto& ce = *cold.mutable_fields()->at("env").mutable_struct_value()->mutable_fields();
       EXPECT_EQ(we.at("TORCHELASTIC_RESTART_COUNT").string_value(), "1");
       EXPECT_EQ(we.at("RANK").string_value(), r);
-      for (const char* k : {"MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE"}) {
+      for (const char* k :
+           {"MASTER_PORT", "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_ERROR_FILE"}) {
         EXPECT_EQ(we.count(k), 1u) << k;
         we.erase(k);
         ce.erase(k);
@@ -175,9 +179,9 @@ TEST_F(WarmRestartE2E, AnUncaughtExceptionOnAStandbyIsReportedAsACold) {
 }
 
 TEST_F(WarmRestartE2E, SysExitCodeOnAStandbyIsTheWorkersExitCode) {
-  auto run = Start(2, {}, {Worker()},
-                   {"--crash-rank", "0", "--go", dir_ / "go", "--fail-rank", "1", "--exit-code",
-                    "3"});
+  auto run =
+      Start(2, {}, {Worker()},
+            {"--crash-rank", "0", "--go", dir_ / "go", "--fail-rank", "1", "--exit-code", "3"});
   WaitReady(*run, 2);
   Touch(dir_ / "go");
   auto r = run->Wait(180s);
@@ -201,9 +205,9 @@ TEST_F(WarmRestartE2E, KilledAndStoppedStandbysFallBackToColdStarts) {
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
   EXPECT_EQ(Count(r.err, "starts on standby pid="), 2u) << r.err;
   EXPECT_EQ(Count(r.err, "starts cold reason="), 2u) << r.err;
-  EXPECT_NE(r.err.find("starts cold reason=standby_not_runnable pid=" +
-                       std::to_string(standbys[1])),
-            std::string::npos)
+  EXPECT_NE(
+      r.err.find("starts cold reason=standby_not_runnable pid=" + std::to_string(standbys[1])),
+      std::string::npos)
       << r.err;
   EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(standbys[1]); }, 10s));
   for (int rank = 0; rank < 4; ++rank) {
@@ -223,8 +227,7 @@ TEST_F(WarmRestartE2E, APreloadModuleThatFailsToImportTurnsWarmRestartOffAndTheJ
   Touch(dir_ / "go");
   auto r = run->Wait(180s);
   ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
-  EXPECT_EQ(Count(r.err, "starts cold reason=warm_restart_off cause=preload_failed"), 2u)
-      << r.err;
+  EXPECT_EQ(Count(r.err, "starts cold reason=warm_restart_off cause=preload_failed"), 2u) << r.err;
   EXPECT_EQ(Count(r.err, off), 1u) << "said once";
 }
 
@@ -232,8 +235,8 @@ TEST_F(WarmRestartE2E, AScriptThatIsNotAFileStartsCold) {
   // A directory with __main__.py: Python runs it, a standby does not.
   const std::string app = dir_ / "app";
   std::filesystem::create_directories(app);
-  std::ofstream(app + "/__main__.py") << "import runpy\nrunpy.run_path('" << Worker()
-                                      << "', run_name='__main__')\n";
+  std::ofstream(app + "/__main__.py")
+      << "import runpy\nrunpy.run_path('" << Worker() << "', run_name='__main__')\n";
   auto run = Start(2, {}, {app}, {"--crash-rank", "1", "--go", dir_ / "go"});
   WaitReady(*run, 2);
   Touch(dir_ / "go");
@@ -245,8 +248,7 @@ TEST_F(WarmRestartE2E, AScriptThatIsNotAFileStartsCold) {
 TEST(WarmRestartUsage, BadPreloadAndBadVariableAreUsageErrors) {
   auto a = RunFtrun({"--warm-restart", "--preload", "torch,not a module", "x.py"});
   EXPECT_EQ(a.exit_code, 2) << a.err;
-  EXPECT_NE(a.err.find("--preload: 'not a module' is not a Python module name"),
-            std::string::npos)
+  EXPECT_NE(a.err.find("--preload: 'not a module' is not a Python module name"), std::string::npos)
       << a.err;
   auto b = RunFtrun({"x.py"}, {{"FTRUN_WARM_RESTART", "maybe"}});
   EXPECT_EQ(b.exit_code, 2) << b.err;
