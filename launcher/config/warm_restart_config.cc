@@ -45,6 +45,7 @@ Status BuildWarmRestartConfig(bool flag, const std::string& preload, const EnvMa
   }
   out.preload.clear();
   for (const std::string& m : SplitCommaList(preload)) {
+    if (m.empty()) continue;  // --preload '': only the interpreter starts ahead
     if (!IsModuleName(m)) {
       return Error{"--preload: '" + m + "' is not a Python module name (a,b.c,...)"};
     }
