@@ -85,7 +85,9 @@ Result<std::unique_ptr<StandbyProcess>> StandbyProcess::Start(boost::asio::io_co
   s->child_ = std::move(*child);
   StandbyProcess* self = s.get();
   s->route_->to = [self](const ExitStatus& st) {
-    if (self->events_.on_exit) self->events_.on_exit(st);
+    // A copy: the handler may destroy the standby, and with it events_.
+    auto on_exit = self->events_.on_exit;
+    if (on_exit) on_exit(st);
   };
   s->Read();
   return s;
