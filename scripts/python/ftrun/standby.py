@@ -210,6 +210,24 @@ def _restore_signals():
         pass
 
 
+def _set_cmdline(argv):
+    """/proc/self/cmdline as a cold start's (ps, pkill -f, monitoring see the worker): the
+    argument area is rewritten in place. It always fits: the standby was started with the
+    worker's script and arguments after its own. Best effort."""
+    try:
+        import ctypes
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2:].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+        new = b"".join(os.fsencode(a) + b"\0" for a in argv)
+        if start <= 0 or len(new) > end - start:
+            return
+        ctypes.memmove(start, new + b"\0" * (end - start - len(new)), end - start)
+    except (OSError, ValueError, IndexError, ImportError):
+        pass
+
+
 def _strip_traceback(tb):
     """The traceback without this file's frames (a cold start has none of them)."""
     here = os.path.realpath(__file__)
@@ -275,6 +293,7 @@ def main(sock_fd, main_dict):
     orig = getattr(sys, "orig_argv", None)
     if orig and __file__ in orig:  # the interpreter and its flags, then the worker's argv
         sys.orig_argv = orig[:orig.index(__file__)] + list(argv)
+        _set_cmdline(sys.orig_argv)
     sys.modules.pop("_ftrun_standby", None)
     main_dict.clear()
     main_dict.update(_FRESH_MAIN)

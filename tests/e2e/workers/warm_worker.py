@@ -40,6 +40,8 @@ def contract():
         "pid": os.getpid(),
         "argv": sys.argv,
         "orig_argv": getattr(sys, "orig_argv", []),
+        "cmdline": [os.fsdecode(a) for a in
+                    open("/proc/self/cmdline", "rb").read().rstrip(b"\0").split(b"\0")],
         "file": __file__,
         "name": __name__,
         "main_is_this": main.__dict__ is globals(),
