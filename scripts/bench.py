@@ -6,7 +6,7 @@ ratio ftrun/torchrun. A second table puts ftrun variants side by side on the sam
 pre-flight network check on and off (4 agents on loopback), and `ftrun dlrover-run` against
 plain ftrun. Not a test: a missed target is only reported. Exits non-zero only if a launcher
 run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
---only SECTION (torchrun, variants, save, scale, flash; repeatable) runs part of it.
+--only SECTION (torchrun, recovery, variants, save, scale, flash; repeatable) runs part of it.
 """
 import argparse
 import datetime
@@ -275,6 +275,71 @@ def startup(bench: Bench, launcher: list) -> float:
     return (max(starts) - spawned) / 1e6
 
 
+RECOVERY_SCRIPT = os.path.join(REPO, "tests", "bench", "recovery_train.py")
+PHASES = ("script started", "torch imported", "process group ready", "first step done")
+
+
+def recovery(bench: Bench, launcher: list) -> list:
+    """Ms from rank 2's SIGKILL to each phase of the next attempt (PHASES; the last rank to
+    reach it), 4 gloo ranks of tests/bench/recovery_train.py (plain torch). The crash comes once
+    every rank trains and, with --warm-restart, once the 4 standbys are ready."""
+    run_dir = tempfile.mkdtemp(dir=bench.root)
+    cmd = launcher + ["--nproc_per_node", "4", "--max_restarts", "1",
+                      "--master_port", str(free_port()), "--log_dir", f"{run_dir}/logs",
+                      RECOVERY_SCRIPT, run_dir]
+    env = dict(os.environ, TMPDIR=run_dir, PYTHON_EXEC=PYTHON)
+    console = os.path.join(run_dir, "console")
+    with open(console, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env)
+    warm = "--warm-restart" in launcher
+    deadline = time.monotonic() + 120
+    def ready():
+        if not all(os.path.exists(f"{run_dir}/running.0.{r}") for r in range(4)):
+            return False
+        return not warm or open(console).read().count(" ready after ") >= 4
+    while not ready() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # steady state
+    open(f"{run_dir}/go", "w").close()
+    try:
+        rc = proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        rc = proc.wait()
+    if rc != 0:
+        raise LauncherFailed(f"exit {rc}: {' '.join(cmd)}\n{open(console).read()[-3000:]}")
+    with open(f"{run_dir}/crash") as f:
+        crash = int(f.read())
+    stamps = [[int(x) for x in read_lines(f"{run_dir}/stamps.1.{r}")[0].split()] for r in range(4)]
+    if warm and open(console).read().count("starts on standby") != 4:
+        raise LauncherFailed(f"--warm-restart: not every rank started on a standby in {run_dir}")
+    return [(max(s[i] for s in stamps) - crash) / 1e6 for i in range(len(PHASES))]
+
+
+def print_recovery(rows: list):
+    print()
+    print("recovery, 4 gloo ranks of a plain torch script on one node, runs alternated: "
+          "rank 2 SIGKILLed -> the next attempt, median (min) ms; ratio = x/torchrun")
+    names = [name for name, _ in rows]
+    print("phase (last rank)".ljust(22) + "".join(n.rjust(22) for n in names) +
+          "ratio".rjust(8) + "target".rjust(10))
+    for i, phase in enumerate(PHASES):
+        cells = []
+        for _, samples in rows:
+            v = [s[i] for s in samples]
+            cells.append(f"{statistics.median(v):.1f} ({min(v):.1f})")
+        line = phase.ljust(22) + "".join(c.rjust(22) for c in cells)
+        if i == len(PHASES) - 1:
+            t = statistics.median(s[i] for s in rows[0][1])
+            w = statistics.median(s[i] for s in rows[-1][1])
+            line += f"{w / t:8.2f}" + "<= 0.15".rjust(10)
+            line += "  ok" if w / t <= 0.15 else "  MISSED"
+        print(line)
+    for name, samples in rows[1:]:
+        t = statistics.median(s[-1] for s in rows[0][1])
+        print(f"  {name}: {statistics.median(s[-1] for s in samples) / t:.2f} of torchrun's")
+
+
 def read_lines(path: str) -> list:
     with open(path) as f:
         return [l for l in f.read().splitlines() if l.strip()]
@@ -407,7 +472,7 @@ def header(bench: Bench, ftrun_path: str):
     print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
 
 
-SECTIONS = ("torchrun", "variants", "save", "scale", "flash")
+SECTIONS = ("torchrun", "recovery", "variants", "save", "scale", "flash")
 
 
 def main() -> int:
@@ -419,6 +484,7 @@ def main() -> int:
                    help="simulated agents per rendezvous scale run (default 100,1000,10000)")
     p.add_argument("--only", action="append", choices=SECTIONS,
                    help="run only this section (repeatable): torchrun (ftrun vs torchrun), "
+                        "recovery (crash -> first step, torchrun vs ftrun vs --warm-restart), "
                         "variants (pre-flight check, dlrover-run vs ftrun), save, scale, "
                         "flash (memory snapshots vs torch.save; scripts/bench_flash.py); "
                         "default: all")
@@ -432,13 +498,24 @@ def main() -> int:
 
     sections = set(opts.only or SECTIONS)
     bench = Bench(opts.ftrun, opts.fake_worker, opts.runs)
-    results, pairs, scale, saves = [], [], [], []
+    results, pairs, scale, saves, recoveries = [], [], [], [], []
     try:
         header(bench, opts.ftrun)  # also warms the page cache for torch
         for row in ROWS if "torchrun" in sections else []:
             t = bench.samples(row.measure, bench.torchrun(row.monitor_interval))
             f = bench.samples(row.measure, bench.ftrun_cmd())
             results.append((row, t, f))
+        if "recovery" in sections:
+            launchers = [("torchrun (mi 0.1)", bench.torchrun(0.1)),
+                         ("ftrun", [bench.ftrun, "--log-level", "warning"]),
+                         ("ftrun --warm-restart", [bench.ftrun, "--log-level", "info",
+                                                   "--warm-restart"])]
+            recoveries = [(name, []) for name, _ in launchers]
+            for i in range(bench.runs):
+                for (name, launcher), (_, out) in zip(launchers, recoveries):
+                    print(f"  recovery [{name}] run {i + 1}/{bench.runs}", file=sys.stderr,
+                          flush=True)
+                    out.append(recovery(bench, launcher))
         for row in PAIR_ROWS if "variants" in sections else []:
             pairs.append((row, *bench.paired_samples(row.measure, row.left[1](bench),
                                                       row.right[1](bench))))
@@ -474,6 +551,8 @@ def main() -> int:
             line += "  ok" if row.met(tm, fm) else "  MISSED"
         print(line)
 
+    if recoveries:
+        print_recovery(recoveries)
     if pairs:
         print_pair_rows(bench, pairs)
 

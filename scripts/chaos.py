@@ -217,8 +217,10 @@ class Job:
         out = []
         for p in pids_with(self.out):
             args = cmdline(p)
+            # Not a --warm-restart standby still waiting (its command line names the script).
             if args and b"python" in os.path.basename(args[0]) and any(
-                    a.endswith(b"train.py") for a in args):
+                    a.endswith(b"train.py") for a in args) and not any(
+                    a.endswith(b"ftrun/standby.py") for a in args):
                 out.append(p)
         return out
 

@@ -304,6 +304,7 @@ void Agent::Finish(int exit_code) {
   metrics_.Stop();
   preflight_.Cancel();
   coordinator_->Shutdown();
+  spawner_.Shutdown();  // --warm-restart's standbys
   if (result_) {
     if (!result_->succeeded && !attempt_dir_.empty()) {
       // torchrun's layout: <run dir>/attempt_<n>; msrun's: the log directory itself.

@@ -2,6 +2,7 @@
 // transitions are in agent.cc.
 #include "common/log.h"
 #include "launcher/agent/agent.h"
+#include "launcher/standby/warm_spawner.h"
 
 namespace ftrun::launcher {
 
@@ -10,7 +11,7 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
     : io_(io),
       opts_(std::move(options)),
       config_(*opts_.config),
-      own_spawner_(opts_.spawner ? nullptr : MakeProcessSpawner(io)),
+      own_spawner_(opts_.spawner ? nullptr : MakeSpawner(io, config_)),
       own_clock_(opts_.clock ? nullptr : MakeSteadyClock(io)),
       spawner_(opts_.spawner ? *opts_.spawner : *own_spawner_),
       clock_(opts_.clock ? *opts_.clock : *own_clock_),

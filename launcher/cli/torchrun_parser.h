@@ -111,6 +111,14 @@ class TorchrunParser {
     Opt(shared::kRestartBackoff, a.restart_backoff, g);
     Opt(shared::kExcludeAfter, a.exclude_after, g);
     Opt(shared::kFlashMemoryBudget, a.flash_memory_budget, g);
+    Flag("warm-restart", a.warm_restart,
+         "Keep a standby interpreter per local rank, modules preloaded, that becomes the next "
+         "attempt's worker (env FTRUN_WARM_RESTART=1)",
+         g);
+    Opt("preload", a.preload,
+        "With --warm-restart: comma-separated modules the standbys import in advance; they "
+        "must not read per-rank variables at import [default: torch]",
+        g, "MODULES");
 
     g = "Operations (ftrun)";
     Opt(shared::kEventLog, a.event_log, g);

@@ -397,6 +397,12 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (auto s = ParseEntryPoint(a, env, c); !s) return s.error();
   if (auto s = ParseLogs(a, env, c); !s) return s.error();
   if (auto s = BuildPreflightConfig(a, env, c.python, c.preflight); !s) return s.error();
+  const bool python_workers = c.entry == EntryKind::kPython || c.entry == EntryKind::kModule;
+  if (auto s = BuildWarmRestartConfig(a.warm_restart, a.preload, env, python_workers,
+                                      c.warm_restart, c.warnings);
+      !s) {
+    return s.error();
+  }
   return c;
 }
 

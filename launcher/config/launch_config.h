@@ -17,6 +17,7 @@
 #include "common/signals.h"
 #include "launcher/config/preflight_config.h"
 #include "launcher/config/torchrun_options.h"
+#include "launcher/config/warm_restart_config.h"
 #include "rendezvous/rendezvous_conf.h"
 #include "rendezvous/topology.h"
 
@@ -56,6 +57,7 @@ struct LaunchConfig {
   // After a failure the surviving workers run on this long, to save (MindIO TTP) and exit by
   // themselves, before they are stopped; 0: stop them at once. Set by the msrun personality.
   std::chrono::duration<double> survivor_grace{0};
+  WarmRestartConfig warm_restart;  // --warm-restart, --preload
 
   // Rendezvous.
   RendezvousBackend backend = RendezvousBackend::kStatic;

@@ -61,6 +61,9 @@ struct TorchrunArgs : SupervisionOptions {
   std::string redirects = "0";
   std::string tee = "0";
   std::string local_ranks_filter;
+  // Warm restart (ftrun): standby interpreters, and the modules they import in advance.
+  bool warm_restart = false;
+  std::string preload = "torch";
   // Pre-flight checks (ftrun; also dlrover-run's).
   bool network_check = false;
   std::string network_check_bytes = "64MiB";

@@ -43,6 +43,7 @@ struct ProcessSpec {
   // ownership (close them after Spawn returns).
   int stdout_fd = -1;
   int stderr_fd = -1;
+  int stdin_fd = -1;  // likewise for stdin (a standby's socket to the agent)
 };
 
 // A started child, as the worker group and the agent see it.
@@ -67,6 +68,9 @@ class Spawner {
   // behind outside their process groups (orphan_reaper.h), then calls `done` (on the loop; the
   // default has nothing to collect and calls it at once).
   virtual void CollectStrays(std::function<void()> done) { done(); }
+  // The job is over for this agent: stop what was kept for later attempts (the standbys of
+  // --warm-restart). Children already returned by Spawn are the caller's.
+  virtual void Shutdown() {}
 };
 
 // Real processes (WorkerProcess) whose exits are events on `io`. The agent that makes one

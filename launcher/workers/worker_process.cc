@@ -161,6 +161,7 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(boost::asio::io_cont
   bp::process_stdio stdio{{}, {}, {}};
   if (spec.stdout_fd >= 0) stdio.out = spec.stdout_fd;
   if (spec.stderr_fd >= 0) stdio.err = spec.stderr_fd;
+  if (spec.stdin_fd >= 0) stdio.in = spec.stdin_fd;
 
   bp::error_code ec;
   bp::posix::default_launcher launcher;

@@ -22,6 +22,7 @@ root=$scratch/root
 for f in usr/bin/ftrun usr/share/man/man1/ftrun.1 usr/share/man/man7/ftrun-control.7 \
          usr/share/man/man7/ftrun-flash-checkpoint.7 \
          usr/lib/python3/dist-packages/ftrun/__init__.py \
+         usr/lib/python3/dist-packages/ftrun/standby.py \
          usr/lib/python3/dist-packages/ftrun/flash_checkpoint/ddp.py; do
   [ -e "$root/$f" ] || fail "$f is not in the package"
 done
@@ -34,4 +35,14 @@ out=$("$root/usr/bin/ftrun" --log-dir "$scratch/logs" --log-level warning --no-p
 PYTHONPATH="$root/usr/lib/python3/dist-packages" /usr/bin/python3 -c \
   'import ftrun; assert ftrun.latest_checkpoint("/nonexistent") is None' ||
   fail "the packaged Python helper does not import"
+# --warm-restart finds the packaged standby: attempt 1 runs on it.
+cat >"$scratch/w.py" <<'PY'
+import os, sys, time
+if os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+    time.sleep(2)
+    sys.exit(1)
+PY
+err=$(PYTHON_EXEC=/usr/bin/python3 "$root/usr/bin/ftrun" --log-dir "$scratch/logs" --max-restarts 1 \
+      --warm-restart --preload '' "$scratch/w.py" 2>&1) || fail "warm-restart job: $err"
+[[ "$err" == *"starts on standby"* ]] || fail "the packaged standby was not used: $err"
 echo "PASS"
