@@ -7,6 +7,7 @@
 #include "common/endpoint.h"
 #include "common/log.h"
 #include "launcher/config/host.h"
+#include "launcher/coordinator/etcd_coordinator.h"
 #include "launcher/coordinator/local_coordinator.h"
 #include "launcher/coordinator/remote_coordinator.h"
 #include "rendezvous/credentials.h"
@@ -81,6 +82,7 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
     local.node.node_rank = local.job.static_ranks ? 0 : -1;
     return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
   }
+  if (c.backend == RendezvousBackend::kEtcd) return MakeEtcdCoordinator(io, c, env, fqdn, node_id);
   auto log = LauncherLog();
   RemoteCoordinatorOptions opts;
   opts.role = c.role;
