@@ -13,6 +13,7 @@
 
 #include "common/endpoint.h"
 #include "common/log.h"
+#include "rendezvous/etcd/etcd_conf.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -123,6 +124,10 @@ Status ParseRendezvous(const TorchrunArgs& a, LaunchConfig& c) {
       c.etcd_endpoints.push_back(ep->ToString());
     }
     if (c.etcd_endpoints.empty()) return Error{"--rdzv-endpoint: no etcd member given"};
+    // A bad etcd key or file is a usage error (the environment's credentials come later).
+    if (auto etcd = rendezvous::etcd::ResolveEtcdConf(c.rdzv, c.etcd_endpoints, {}); !etcd) {
+      return etcd.error();
+    }
     c.endpoint_host = ParseEndpoint(c.etcd_endpoints.front(), 2379, "--rdzv-endpoint")->host;
     c.endpoint_port = ParseEndpoint(c.etcd_endpoints.front(), 2379, "--rdzv-endpoint")->port;
   } else {

@@ -26,8 +26,7 @@ EtcdCoordinator::EtcdCoordinator(boost::asio::io_context& io, EtcdCoordinatorOpt
       opts_(std::move(options)),
       start_timer_(io),
       keepalive_timer_(io),
-      report_timer_(io),
-      watch_timer_{boost::asio::steady_timer(io), boost::asio::steady_timer(io)} {}
+      report_timer_(io) {}
 
 EtcdCoordinator::~EtcdCoordinator() { *alive_ = false; }
 
@@ -157,39 +156,26 @@ void EtcdCoordinator::Follow() {
     if (!Contact(st) || resp.responses_size() != 2) {
       return After(start_timer_, Duration(0.2), [this] { Follow(); });
     }
-    next_rev_[0] = next_rev_[1] = resp.header().revision() + 1;
+    const int64_t next = resp.header().revision() + 1;
     const auto& view = resp.responses(0).response_range();
     if (view.kvs_size() == 1) OnView(view.kvs(0).value());
-    WatchKey(0);
-    WatchKey(1);
+    watches_[0] = std::make_unique<rendezvous::etcd::EtcdWatch>(
+        io_, *opts_.client, opts_.keys.view(opts_.node.node_id), "", next,
+        [this](const std::vector<pb::Event>& events) {
+          last_contact_ = Clock::now();
+          for (const auto& e : events) {
+            if (e.type() == pb::Event::PUT) OnView(e.kv().value());
+          }
+        });
+    watches_[1] = std::make_unique<rendezvous::etcd::EtcdWatch>(
+        io_, *opts_.client, opts_.keys.leader(), "", next,
+        [this](const std::vector<pb::Event>& events) {
+          for (const auto& e : events) OnLeaderEvent(e.type() == pb::Event::DELETE);
+        },
+        // The leader may have gone while we were not watching.
+        [this] { Campaign(); });
     if (resp.responses(1).response_range().kvs_size() == 0) Campaign();
   });
-}
-
-void EtcdCoordinator::WatchKey(int which) {
-  if (shutting_down_ || failed_) return;
-  pb::WatchCreateRequest create;
-  create.set_key(which == 0 ? opts_.keys.view(opts_.node.node_id) : opts_.keys.leader());
-  create.set_start_revision(next_rev_[which]);
-  watches_[which] = opts_.client->Watch(
-      create,
-      [this, which](const pb::WatchResponse& resp) {
-        last_contact_ = Clock::now();
-        for (const auto& e : resp.events()) {
-          next_rev_[which] = std::max(next_rev_[which], e.kv().mod_revision() + 1);
-          if (which == 0 && e.type() == pb::Event::PUT) OnView(e.kv().value());
-          if (which == 1) OnLeaderEvent(e.type() == pb::Event::DELETE);
-        }
-      },
-      [this, which](const EtcdStatus& st) {
-        if (st.cancelled() || shutting_down_) return;
-        LauncherLog()->debug("etcd watch ended ({}); watching again", st.ToString());
-        After(watch_timer_[which], Duration(0.1), [this, which] {
-          WatchKey(which);
-          // The leader may have gone while we were not watching.
-          if (which == 1) Campaign();
-        });
-      });
 }
 
 void EtcdCoordinator::OnView(const std::string& value) {
@@ -301,7 +287,6 @@ void EtcdCoordinator::Shutdown() {
   shutting_down_ = true;
   start_timer_.cancel();
   report_timer_.cancel();
-  for (auto& t : watch_timer_) t.cancel();
   for (auto& w : watches_) w.reset();
   if (opts_.probe_server) opts_.probe_server->Stop();
   if (leader_ && !failed_) {

@@ -30,6 +30,7 @@
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_keys.h"
 #include "rendezvous/etcd/etcd_leader.h"
+#include "rendezvous/etcd/etcd_watch.h"
 
 namespace ftrun::launcher {
 
@@ -64,7 +65,6 @@ class EtcdCoordinator : public Coordinator {
   void KeepAlive();
   void PutNode();
   void Follow();
-  void WatchKey(int which);
   void OnView(const std::string& value);
   void OnLeaderEvent(bool deleted);
   void Campaign();
@@ -87,9 +87,7 @@ class EtcdCoordinator : public Coordinator {
   boost::asio::steady_timer start_timer_;
   boost::asio::steady_timer keepalive_timer_;
   boost::asio::steady_timer report_timer_;
-  boost::asio::steady_timer watch_timer_[2];
-  std::unique_ptr<rendezvous::etcd::EtcdStream> watches_[2];  // my view, the leader key
-  int64_t next_rev_[2] = {0, 0};
+  std::unique_ptr<rendezvous::etcd::EtcdWatch> watches_[2];  // my view, the leader key
   rendezvous::TimePoint started_;
   rendezvous::TimePoint last_contact_;
   int64_t lease_id_ = 0;

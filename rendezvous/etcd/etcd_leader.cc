@@ -70,45 +70,20 @@ void EtcdLeader::Start() {
         }
         OnReports(evs);
       }
-      next_rev_[0] = next_rev_[1] = rev + 1;
       started_ = true;
-      StartWatch(0);
-      StartWatch(1);
+      for (int which : {0, 1}) {
+        const std::string dir = which == 0 ? opts_.keys.nodes() : opts_.keys.reports();
+        watches_[which] =
+            std::make_unique<EtcdWatch>(io_, client_, dir, PrefixEnd(dir), rev + 1,
+                                        [this, which](const std::vector<pb::Event>& events) {
+                                          if (stopped_) return;
+                                          which == 0 ? OnNodes(events) : OnReports(events);
+                                          AfterEvent();
+                                        });
+      }
       AfterEvent();
     });
   });
-}
-
-void EtcdLeader::StartWatch(int which) {
-  if (stopped_) return;
-  pb::WatchCreateRequest create;
-  const std::string dir = which == 0 ? opts_.keys.nodes() : opts_.keys.reports();
-  create.set_key(dir);
-  create.set_range_end(PrefixEnd(dir));
-  create.set_start_revision(next_rev_[which]);
-  watches_[which] = client_.Watch(
-      create,
-      [this, which](const pb::WatchResponse& resp) {
-        if (stopped_) return;
-        if (resp.compact_revision() > 0) next_rev_[which] = resp.compact_revision();
-        std::vector<pb::Event> events(resp.events().begin(), resp.events().end());
-        for (const auto& e : events) {
-          next_rev_[which] = std::max(next_rev_[which], e.kv().mod_revision() + 1);
-        }
-        if (events.empty()) return;
-        which == 0 ? OnNodes(events) : OnReports(events);
-        AfterEvent();
-      },
-      [this, which](const EtcdStatus& st) {
-        if (stopped_ || st.cancelled()) return;
-        RendezvousLog()->debug("etcd watch ended ({}); watching again from revision {}",
-                               st.ToString(), next_rev_[which]);
-        auto t = std::make_shared<boost::asio::steady_timer>(io_, std::chrono::milliseconds(100));
-        std::weak_ptr<bool> alive = alive_;
-        t->async_wait([this, which, t, alive](const boost::system::error_code& ec) {
-          if (!ec && !alive.expired()) StartWatch(which);
-        });
-      });
 }
 
 void EtcdLeader::OnNodes(const std::vector<pb::Event>& events) {

@@ -22,6 +22,7 @@
 
 #include "rendezvous/etcd/etcd_client.h"
 #include "rendezvous/etcd/etcd_keys.h"
+#include "rendezvous/etcd/etcd_watch.h"
 #include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::rendezvous::etcd {
@@ -51,7 +52,6 @@ class EtcdLeader {
   void OnNodes(const std::vector<pb::Event>& events);
   void NodePut(const std::string& id, const std::string& value);
   void OnReports(const std::vector<pb::Event>& events);
-  void StartWatch(int which);
   void AfterEvent();
   void LogTransitions();
   void Publish();
@@ -67,8 +67,7 @@ class EtcdLeader {
   boost::asio::steady_timer timer_;
   boost::asio::steady_timer retry_timer_;
   boost::asio::steady_timer linger_timer_;
-  std::unique_ptr<EtcdStream> watches_[2];  // nodes/, reports/
-  int64_t next_rev_[2] = {0, 0};
+  std::unique_ptr<EtcdWatch> watches_[2];  // nodes/, reports/
   bool started_ = false;
   bool stopped_ = false;
 

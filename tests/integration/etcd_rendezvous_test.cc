@@ -1,0 +1,235 @@
+// Real ftrun agents forming jobs through a real etcd (1 member, or a 3-member cluster) on
+// loopback: the job's semantics, the loss of etcd members (fail-over), etcd down for less and
+// for more than the lease TTL, two run ids on one etcd, and a crashed job's keys.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "launcher/config/host.h"
+#include "tests/support/etcd_cluster.h"
+#include "tests/support/test_support.h"
+
+namespace ftrun::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+constexpr const char* kPrefix = "/ftrun/rdzv/";
+
+class EtcdRendezvous : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!EtcdCluster::Available()) GTEST_SKIP() << "etcd-server is not installed";
+  }
+  // ftrun --nnodes 2 --nproc-per-node 2 --rdzv-backend etcd ... --no-python fake_worker ...
+  std::vector<std::string> Cmd(const std::string& endpoints, const std::string& run_id,
+                               const std::vector<std::string>& actions,
+                               std::vector<std::string> extra = {},
+                               const std::string& conf = "last_call_timeout=0.5,lease_ttl=3",
+                               const std::string& backend = "etcd") {
+    std::vector<std::string> o = {"--nnodes",        "2",       "--rdzv-backend", backend,
+                                  "--rdzv-endpoint", endpoints, "--rdzv-id",      run_id,
+                                  "--rdzv-conf",     conf};
+    o.insert(o.end(), extra.begin(), extra.end());
+    return FakeWorkerJob({"--log-dir", dir_ / ("logs-" + run_id), "--nproc-per-node", "2"}, o,
+                         actions);
+  }
+  std::vector<std::string> Records(const std::string& name = "records") {
+    return Lines(ReadFile(dir_ / name));
+  }
+  int Count(const std::string& needle, const std::string& name = "records") {
+    int n = 0;
+    for (const auto& l : Records(name)) n += l.find(needle) != std::string::npos;
+    return n;
+  }
+  bool WaitStarted(int workers, std::chrono::milliseconds timeout,
+                   const std::string& name = "records") {
+    return WaitFor([&] { return Count("attempt=0", name) >= workers; }, timeout);
+  }
+
+  TempDir dir_;
+};
+
+TEST_F(EtcdRendezvous, TwoNodesFormOneJobAndLeaveNoKeys) {
+  EtcdCluster etcd(1);
+  std::vector<std::string> w = {"record", dir_ / "records", "env", dir_ / "env"};
+  ChildRun a(FtrunBinary(),
+             Cmd(etcd.Endpoint(0), "job", w, {}, "last_call_timeout=0.5", "etcd-v2"));
+  ChildRun b(FtrunBinary(),
+             Cmd(etcd.Endpoint(0), "job", w, {}, "last_call_timeout=0.5", "etcd-v3"));
+  auto ra = a.Wait(60s), rb = b.Wait(60s);
+  ASSERT_EQ(ra.exit_code, 0) << ra.err;
+  ASSERT_EQ(rb.exit_code, 0) << rb.err;
+  std::string port;
+  for (int rank = 0; rank < 4; ++rank) {
+    auto env = ParseEnvFile(dir_ / ("env." + std::to_string(rank)));
+    EXPECT_EQ(env["WORLD_SIZE"], "4");
+    EXPECT_EQ(env["GROUP_WORLD_SIZE"], "2");
+    EXPECT_EQ(env["LOCAL_RANK"], std::to_string(rank % 2));
+    if (rank == 0) port = env["MASTER_PORT"];
+    EXPECT_EQ(env["MASTER_PORT"], port) << "one MASTER_PORT per round";
+  }
+  EXPECT_NE(ra.err.find("rendezvous in etcd endpoints=" + etcd.Endpoint(0)), std::string::npos)
+      << ra.err;
+  // Every key was bound to an agent's lease, revoked at exit.
+  EXPECT_TRUE(WaitFor([&] { return etcd.CountKeys(kPrefix) == 0; }, 10s))
+      << *etcd.CountKeys(kPrefix);
+}
+
+TEST_F(EtcdRendezvous, WorkerFailureRestartsBothNodesOnce) {
+  EtcdCluster etcd(1);
+  std::vector<std::string> w = {
+      "record", dir_ / "records", "if-attempt", "0",     "if-rank", "3", "exit",
+      "3",      "if-attempt",     "0",          "sleep", "30"};
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {"--max-restarts", "2"}));
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {"--max-restarts", "2"}));
+  auto ra = a.Wait(60s), rb = b.Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(Count("attempt=1"), 4) << ReadFile(dir_ / "records");
+  EXPECT_EQ(Count("attempt=2"), 0);
+  for (const auto* err : {&ra.err, &rb.err}) {
+    EXPECT_NE(err->find("Worker group FAILED. 2/2 attempts left"), std::string::npos) << *err;
+  }
+}
+
+TEST_F(EtcdRendezvous, ANodeWithOtherNnodesIsRefused) {
+  EtcdCluster etcd(1);
+  std::vector<std::string> w = {"sleep", "30"};
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w));
+  ASSERT_TRUE(WaitFor([&] { return a.Err().find("joined the job") != std::string::npos; }, 20s));
+  // The first agent leads (it found no leader); a second one asking for 3 nodes is refused.
+  auto args = Cmd(etcd.Endpoint(0), "job", w);
+  *(std::find(args.begin(), args.end(), "--nnodes") + 1) = "3";
+  auto r = RunFtrun(args, {}, 30s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("--nnodes 3:3 on"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("differs from the job's 2:2"), std::string::npos) << r.err;
+}
+
+// A 3-member cluster loses one member that is not the one the agents talk to, then (another
+// job) the one they talk to: the jobs go on without spending a restart.
+TEST_F(EtcdRendezvous, ClusterMemberKilledMidJobCostsNothing) {
+  EtcdCluster etcd(3);
+  for (int victim : {2, 0}) {
+    SCOPED_TRACE("killed member " + std::to_string(victim));
+    const std::string name = "records" + std::to_string(victim);
+    const std::string run = "job" + std::to_string(victim);
+    std::vector<std::string> w = {"record", dir_ / name, "sleep", "6"};
+    ChildRun a(FtrunBinary(), Cmd(etcd.Endpoints(), run, w));
+    ChildRun b(FtrunBinary(), Cmd(etcd.Endpoints(), run, w));
+    ASSERT_TRUE(WaitStarted(4, 30s, name)) << a.Err() << b.Err();
+    etcd.Kill(victim);
+    auto ra = a.Wait(60s), rb = b.Wait(60s);
+    EXPECT_EQ(ra.exit_code, 0) << ra.err;
+    EXPECT_EQ(rb.exit_code, 0) << rb.err;
+    EXPECT_EQ(Count("attempt=1", name), 0) << "no restart spent";
+    etcd.Start(victim);
+    ASSERT_TRUE(etcd.WaitServing(20s, victim)) << etcd.Log(victim);
+  }
+}
+
+TEST_F(EtcdRendezvous, EtcdDownForLessThanTheLeaseTtlCostsNothing) {
+  EtcdCluster etcd(1);
+  std::vector<std::string> w = {"record", dir_ / "records", "sleep", "8"};
+  const std::string conf = "last_call_timeout=0.5,lease_ttl=10";
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, conf));
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, conf));
+  ASSERT_TRUE(WaitStarted(4, 30s)) << a.Err() << b.Err();
+  etcd.Kill(0);
+  std::this_thread::sleep_for(3s);  // the outage (not an assertion's wait)
+  etcd.Start(0);
+  auto ra = a.Wait(60s), rb = b.Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(Count("attempt=1"), 0) << "no restart spent";
+}
+
+TEST_F(EtcdRendezvous, EtcdDownForLongerThanTheLeaseTtlStopsTheJobClearly) {
+  EtcdCluster etcd(1);
+  std::vector<std::string> w = {"pidfile", dir_.path(), "record", dir_ / "records", "sleep", "120"};
+  const std::string conf = "last_call_timeout=0.5,lease_ttl=2";
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, conf));
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, conf));
+  ASSERT_TRUE(WaitStarted(4, 30s)) << a.Err() << b.Err();
+  etcd.Kill(0);
+  auto ra = a.Wait(30s), rb = b.Wait(30s);
+  for (const auto* r : {&ra, &rb}) {
+    EXPECT_FALSE(r->timed_out);
+    EXPECT_EQ(r->exit_code, 1) << r->err;
+    EXPECT_NE(r->err.find("lost contact with etcd at " + etcd.Endpoint(0)), std::string::npos)
+        << r->err;
+  }
+  for (int rank = 0; rank < 4; ++rank) {
+    pid_t pid = ReadPid(dir_ / (std::to_string(rank) + ".pid"));
+    ASSERT_GT(pid, 0);
+    EXPECT_TRUE(WaitFor([&] { return !ProcessAlive(pid); }, 5s)) << "worker " << rank;
+  }
+}
+
+TEST_F(EtcdRendezvous, TwoRunIdsOnOneEtcdDoNotMeet) {
+  EtcdCluster etcd(1);
+  std::vector<std::unique_ptr<ChildRun>> runs;
+  for (const std::string run : {"alpha", "beta"}) {
+    std::vector<std::string> w = {"record", dir_ / ("records-" + run), "sleep", "1"};
+    for (int i = 0; i < 2; ++i) {
+      runs.push_back(std::make_unique<ChildRun>(FtrunBinary(), Cmd(etcd.Endpoint(0), run, w)));
+    }
+  }
+  for (auto& r : runs) {
+    auto res = r->Wait(60s);
+    EXPECT_EQ(res.exit_code, 0) << res.err;
+  }
+  for (const std::string run : {"alpha", "beta"}) {
+    EXPECT_EQ(Count("world=4 attempt=0", "records-" + run), 4)
+        << ReadFile(dir_ / ("records-" + run));
+  }
+}
+
+TEST_F(EtcdRendezvous, ACrashedJobsKeysGoWithItsLeases) {
+  EtcdCluster etcd(1);
+  std::vector<std::string> w = {"record", dir_ / "records", "sleep", "120"};
+  const std::string conf = "last_call_timeout=0.5,lease_ttl=2";
+  {
+    ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, conf));
+    ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, conf));
+    ASSERT_TRUE(WaitStarted(4, 30s)) << a.Err() << b.Err();
+    EXPECT_GT(etcd.CountKeys(kPrefix).value_or(0), 0);
+    a.Signal(SIGKILL);
+    b.Signal(SIGKILL);
+  }  // their process groups (the workers) are killed too
+  EXPECT_TRUE(WaitFor([&] { return etcd.CountKeys(kPrefix) == 0; }, 15s))
+      << "keys left: " << etcd.CountKeys(kPrefix).value_or(-1);
+  // The same run id starts afresh.
+  std::vector<std::string> w2 = {"record", dir_ / "records2"};
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w2, {}, conf));
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w2, {}, conf));
+  auto ra = a.Wait(60s), rb = b.Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(Count("world=4", "records2"), 4);
+}
+
+TEST_F(EtcdRendezvous, BadSettingsAreUsageErrors) {
+  auto r = RunFtrun(Cmd("127.0.0.1:1", "job", {"exit", "0"}, {}, "protocol=ftp"), {}, 30s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("protocol must be http or https, got 'ftp'"), std::string::npos) << r.err;
+  r = RunFtrun(Cmd("127.0.0.1:1", "job", {"exit", "0"}, {}, "lease_ttl=1"), {}, 30s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("lease_ttl needs whole seconds from 2 to 3600, got '1'"), std::string::npos)
+      << r.err;
+}
+
+TEST_F(EtcdRendezvous, UnreachableEtcdEndsTheJobAfterTimeout) {
+  const std::string port = std::to_string(launcher::PickFreePort().value());
+  auto r = RunFtrun(Cmd("127.0.0.1:" + port, "job", {"exit", "0"}, {}, "timeout=1.5"), {}, 30s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot reach etcd at 127.0.0.1:" + port + " within timeout=1.5s"),
+            std::string::npos)
+      << r.err;
+}
+
+}  // namespace
+}  // namespace ftrun::testing
