@@ -2,6 +2,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/ip/address.hpp>
 #include <boost/asio/ip/tcp.hpp>
@@ -69,6 +70,8 @@ namespace {
 
 using WorkGuard = boost::asio::executor_work_guard<boost::asio::io_context::executor_type>;
 
+std::atomic<uint64_t> calls_started{0};
+
 EtcdStatus FromGrpc(const grpc::Status& s) {
   return {static_cast<int>(s.error_code()), s.error_message()};
 }
@@ -107,6 +110,7 @@ class StreamReactor : public grpc::ClientBidiReactor<Req, Resp> {
 
   template <class StartFn>
   void Begin(StartFn start) {
+    calls_started.fetch_add(1, std::memory_order_relaxed);
     const std::string token = shared_->Token();
     if (!token.empty()) ctx_.AddMetadata("token", token);
     if (!shared_->Register(&ctx_)) {
@@ -257,6 +261,8 @@ std::string EtcdClient::endpoints_text() const {
   return s;
 }
 
+uint64_t EtcdClient::CallsStarted() { return calls_started.load(std::memory_order_relaxed); }
+
 void EtcdClient::CancelAll() {
   std::lock_guard lock(shared_->mu);
   for (auto* ctx : shared_->in_flight) ctx->TryCancel();
@@ -264,6 +270,7 @@ void EtcdClient::CancelAll() {
 
 template <class Req, class Resp, class Method>
 void EtcdClient::Call(Method method, Req req, Done<Resp> done, Seconds timeout) {
+  calls_started.fetch_add(1, std::memory_order_relaxed);
   auto call = std::make_shared<UnaryCall<Req, Resp>>();
   call->req = std::move(req);
   call->ctx.set_deadline(std::chrono::system_clock::now() +

@@ -86,6 +86,8 @@ class EtcdClient {
                                     std::function<void(const pb::WatchResponse&)> event,
                                     std::function<void(const EtcdStatus&)> ended);
   void CancelAll();
+  // Calls and streams started by every client of this process (for the load benchmark).
+  static uint64_t CallsStarted();
 
   struct Shared;  // state shared with gRPC's threads
 
