@@ -212,6 +212,34 @@ TEST_F(EtcdRendezvous, ACrashedJobsKeysGoWithItsLeases) {
   EXPECT_EQ(Count("world=4", "records2"), 4);
 }
 
+// The agent holding the leader key is lost (SIGKILL, with its workers): its key goes with its
+// lease, another agent takes it and carries the job on with the two left, no restart spent.
+TEST_F(EtcdRendezvous, LosingTheLeadingAgentReformsWithoutARestart) {
+  EtcdCluster etcd(1);
+  std::vector<std::string> w = {"record", dir_ / "records", "sleep", "4"};
+  std::vector<std::unique_ptr<ChildRun>> agents;
+  for (int i = 0; i < 3; ++i) {
+    auto args = Cmd(etcd.Endpoint(0), "job", w);
+    *(std::find(args.begin(), args.end(), "--nnodes") + 1) = "2:3";
+    agents.push_back(std::make_unique<ChildRun>(FtrunBinary(), args));
+  }
+  ASSERT_TRUE(WaitFor([&] { return Count("world=6") >= 6; }, 30s));
+  int leader = -1;
+  for (int i = 0; i < 3; ++i) {
+    if (agents[i]->Err().find("leading the rendezvous in etcd") != std::string::npos) leader = i;
+  }
+  ASSERT_GE(leader, 0);
+  ::kill(-agents[leader]->pid(), SIGKILL);  // the agent and its workers (its process group)
+  for (int i = 0; i < 3; ++i) {
+    if (i == leader) continue;
+    auto r = agents[i]->Wait(60s);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    EXPECT_NE(r.err.find("the rendezvous leader in etcd is gone"), std::string::npos) << r.err;
+  }
+  EXPECT_EQ(Count("world=4 attempt=0"), 4) << ReadFile(dir_ / "records");
+  EXPECT_EQ(Count("attempt=1"), 0) << "no restart spent";
+}
+
 TEST_F(EtcdRendezvous, BadSettingsAreUsageErrors) {
   auto r = RunFtrun(Cmd("127.0.0.1:1", "job", {"exit", "0"}, {}, "protocol=ftp"), {}, 30s);
   EXPECT_EQ(r.exit_code, 2) << r.err;
