@@ -55,8 +55,17 @@ void EtcdCoordinator::Start(Listener* listener) {
 }
 
 bool EtcdCoordinator::Contact(const EtcdStatus& st) {
-  if (st.ok()) last_contact_ = Clock::now();
-  return st.ok();
+  if (st.ok()) {
+    last_contact_ = Clock::now();
+    return true;
+  }
+  // etcd answered, and retrying will not change its mind: a bad user or password, or a user
+  // without permission on the job's prefix.
+  constexpr int kInvalidArgument = 3, kPermissionDenied = 7, kUnauthenticated = 16;
+  if (st.code == kInvalidArgument || st.code == kPermissionDenied || st.code == kUnauthenticated) {
+    Fail(Where() + " refused this agent: " + st.message);
+  }
+  return false;
 }
 
 void EtcdCoordinator::Grant() {

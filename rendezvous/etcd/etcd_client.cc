@@ -178,6 +178,24 @@ class StreamHandle : public EtcdStream {
   std::shared_ptr<bool> alive_;
 };
 
+// gRPC 1.51 frees its callback completion queue with the last channel that used it, and a
+// channel that uses one while the freed queue's thread winds down aborts the process
+// (ref_counted "prior > 0"; seen when a test process made a client after its last had gone).
+// So one channel, never freed, makes one callback call at the first client and keeps the
+// queue for the process.
+void KeepCallbackQueue() {
+  static const bool kept = [] {
+    auto* channel = new std::shared_ptr<grpc::Channel>(
+        grpc::CreateChannel("127.0.0.1:1", grpc::InsecureChannelCredentials()));
+    auto* stub = new std::unique_ptr<pb::KV::Stub>(pb::KV::NewStub(*channel));
+    auto* call = new UnaryCall<pb::RangeRequest, pb::RangeResponse>();
+    call->ctx.set_deadline(std::chrono::system_clock::now());
+    (*stub)->async()->Range(&call->ctx, &call->req, &call->resp, [](grpc::Status) {});
+    return true;
+  }();
+  (void)kept;
+}
+
 // "host:port" with an IP literal for gRPC's ipv4:/ipv6: target lists.
 Result<std::string> ResolveEndpoint(const std::string& text) {
   auto ep = ParseEndpoint(text, 2379, "--rdzv-endpoint");
@@ -203,6 +221,7 @@ Result<std::string> ResolveEndpoint(const std::string& text) {
 Result<std::unique_ptr<EtcdClient>> EtcdClient::Create(boost::asio::io_context& io,
                                                        EtcdClientOptions options) {
   if (options.endpoints.empty()) return Error{"--rdzv-endpoint: no etcd endpoint given"};
+  KeepCallbackQueue();
   std::vector<std::string> v4, v6;
   std::string tls_name;
   for (const auto& e : options.endpoints) {

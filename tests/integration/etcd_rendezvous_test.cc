@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <fstream>
 #include <thread>
 
 #include "launcher/config/host.h"
@@ -238,6 +239,29 @@ TEST_F(EtcdRendezvous, LosingTheLeadingAgentReformsWithoutARestart) {
   }
   EXPECT_EQ(Count("world=4 attempt=0"), 4) << ReadFile(dir_ / "records");
   EXPECT_EQ(Count("attempt=1"), 0) << "no restart spent";
+}
+
+// etcd's authentication on: agents log in with a user and a password file; a wrong password
+// is a clear, immediate error.
+TEST_F(EtcdRendezvous, AgentsAuthenticateToEtcd) {
+  EtcdCluster etcd(1);
+  ASSERT_TRUE(etcd.EnableAuth("s3cret"));
+  { std::ofstream(dir_ / "pw") << "s3cret\n"; }
+  std::vector<std::string> w = {"record", dir_ / "records"};
+  const std::map<std::string, std::string> env = {{"FTRUN_ETCD_USER", "root"},
+                                                  {"FTRUN_ETCD_PASSWORD_FILE", dir_ / "pw"}};
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w), env);
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w), env);
+  auto ra = a.Wait(60s), rb = b.Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(Count("world=4"), 4);
+
+  auto r = RunFtrun(Cmd(etcd.Endpoint(0), "job2", w, {}, "last_call_timeout=0.5,user=root"),
+                    {{"FTRUN_ETCD_PASSWORD", "wrong"}}, 30s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("refused this agent: etcd authentication as user 'root'"), std::string::npos)
+      << r.err;
 }
 
 TEST_F(EtcdRendezvous, BadSettingsAreUsageErrors) {

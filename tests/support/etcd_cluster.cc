@@ -1,10 +1,12 @@
 #include "tests/support/etcd_cluster.h"
 
+#include <grpcpp/grpcpp.h>
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
 #include <stdexcept>
 
+#include "etcd/rpc.grpc.pb.h"
 #include "launcher/config/host.h"
 #include "rendezvous/etcd/etcd_client.h"
 
@@ -116,6 +118,35 @@ bool EtcdCluster::WaitServing(std::chrono::milliseconds timeout, std::optional<i
 
 std::optional<int64_t> EtcdCluster::CountKeys(const std::string& prefix) const {
   return Count(-1, prefix);
+}
+
+}  // namespace ftrun::testing
+
+namespace ftrun::testing {
+
+bool EtcdCluster::EnableAuth(const std::string& root_password) {
+  auto stub = etcdserverpb::Auth::NewStub(
+      grpc::CreateChannel(Endpoint(0), grpc::InsecureChannelCredentials()));
+  auto call = [](auto method) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+    return method(&ctx).ok();
+  };
+  etcdserverpb::AuthUserAddRequest add;
+  add.set_name("root");
+  add.set_password(root_password);
+  etcdserverpb::AuthUserAddResponse add_resp;
+  etcdserverpb::AuthUserGrantRoleRequest grant;
+  grant.set_user("root");
+  grant.set_role("root");
+  etcdserverpb::AuthUserGrantRoleResponse grant_resp;
+  etcdserverpb::AuthEnableResponse enable_resp;
+  clients_.clear();  // their calls would need the token from now on
+  return call([&](grpc::ClientContext* c) { return stub->UserAdd(c, add, &add_resp); }) &&
+         call([&](grpc::ClientContext* c) { return stub->UserGrantRole(c, grant, &grant_resp); }) &&
+         call([&](grpc::ClientContext* c) {
+           return stub->AuthEnable(c, etcdserverpb::AuthEnableRequest{}, &enable_resp);
+         });
 }
 
 }  // namespace ftrun::testing

@@ -38,6 +38,8 @@ class EtcdCluster {
   // The number of keys under `prefix` (nullopt: etcd did not answer).
   std::optional<int64_t> CountKeys(const std::string& prefix) const;
   std::string Log(int i) const;
+  // Turns etcd's authentication on with one user, root (etcd requires it), and its password.
+  bool EnableAuth(const std::string& root_password);
 
  private:
   struct Member {
