@@ -264,6 +264,44 @@ TEST_F(EtcdRendezvous, AgentsAuthenticateToEtcd) {
       << r.err;
 }
 
+// protocol=https with torchrun's cacert, cert and key: etcd requires client certificates; an
+// agent without one cannot join.
+TEST_F(EtcdRendezvous, AgentsSpeakTlsToEtcd) {
+  if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl CLI";
+  const std::string d = dir_.path();
+  const std::string script =
+      "set -e; cd '" + d +
+      "'; openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
+      "  -keyout ca.key -out ca.pem 2>/dev/null; "
+      "for who in server client; do "
+      "  openssl req -newkey rsa:2048 -nodes -subj /CN=$who -keyout $who.key -out $who.csr "
+      "    2>/dev/null; "
+      "  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > $who.ext; "
+      "  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+      "    -extfile $who.ext -out $who.pem 2>/dev/null; "
+      "done";
+  std::ofstream(dir_ / "make-certs.sh") << script;
+  ASSERT_EQ(std::system(("bash " + dir_ / "make-certs.sh").c_str()), 0);
+  const EtcdTlsFiles client{dir_ / "client.pem", dir_ / "client.key", dir_ / "ca.pem"};
+  EtcdCluster etcd(1, EtcdTlsFiles{dir_ / "server.pem", dir_ / "server.key", dir_ / "ca.pem"},
+                   client);
+  const std::string tls = "last_call_timeout=0.5,protocol=https,cacert=" + dir_ / "ca.pem";
+  std::vector<std::string> w = {"record", dir_ / "records"};
+  const std::string conf = tls + ",cert=" + client.cert + ",key=" + client.key;
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, conf));
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, conf));
+  auto ra = a.Wait(60s), rb = b.Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(Count("world=4"), 4);
+  // Without a client certificate etcd does not let the agent in.
+  auto r = RunFtrun(Cmd(etcd.Endpoint(0), "job2", w, {}, tls + ",timeout=2"), {}, 30s);
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_NE(r.err.find("cannot reach etcd at " + etcd.Endpoint(0) + " within timeout=2s"),
+            std::string::npos)
+      << r.err;
+}
+
 TEST_F(EtcdRendezvous, BadSettingsAreUsageErrors) {
   auto r = RunFtrun(Cmd("127.0.0.1:1", "job", {"exit", "0"}, {}, "protocol=ftp"), {}, 30s);
   EXPECT_EQ(r.exit_code, 2) << r.err;

@@ -20,7 +20,11 @@ namespace etcd = rendezvous::etcd;
 
 bool EtcdCluster::Available() { return ::access(kEtcd, X_OK) == 0; }
 
-EtcdCluster::EtcdCluster(int members) : io_(std::make_unique<boost::asio::io_context>()) {
+EtcdCluster::EtcdCluster(int members, std::optional<EtcdTlsFiles> tls,
+                         std::optional<EtcdTlsFiles> client_tls)
+    : tls_(std::move(tls)),
+      client_tls_(std::move(client_tls)),
+      io_(std::make_unique<boost::asio::io_context>()) {
   for (int i = 0; i < members; ++i) {
     Member m;
     m.name = "m" + std::to_string(i);
@@ -48,15 +52,24 @@ std::vector<std::string> EtcdCluster::Args(int i) const {
     cluster +=
         (cluster.empty() ? "" : ",") + o.name + "=http://127.0.0.1:" + std::to_string(o.peer_port);
   }
-  const std::string client = "http://127.0.0.1:" + std::to_string(m.client_port);
+  const std::string client =
+      (tls_ ? "https://127.0.0.1:" : "http://127.0.0.1:") + std::to_string(m.client_port);
   const std::string peer = "http://127.0.0.1:" + std::to_string(m.peer_port);
-  return {"--name", m.name, "--data-dir", dir_ / m.name, "--listen-client-urls", client,
-          "--advertise-client-urls", client, "--listen-peer-urls", peer,
-          "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
-          "--initial-cluster-state", "new", "--initial-cluster-token", "ftrun-test",
-          // Quick elections on loopback: a killed leader is replaced within a second.
-          "--heartbeat-interval", "50", "--election-timeout", "500", "--log-level", "warn",
-          "--logger", "zap"};
+  std::vector<std::string> tls;
+  if (tls_) {
+    tls = {"--cert-file",       tls_->cert, "--key-file",        tls_->key,
+           "--trusted-ca-file", tls_->ca,   "--client-cert-auth"};
+  }
+  std::vector<std::string> args = {
+      "--name", m.name, "--data-dir", dir_ / m.name, "--listen-client-urls", client,
+      "--advertise-client-urls", client, "--listen-peer-urls", peer,
+      "--initial-advertise-peer-urls", peer, "--initial-cluster", cluster,
+      "--initial-cluster-state", "new", "--initial-cluster-token", "ftrun-test",
+      // Quick elections on loopback: a killed leader is replaced within a second.
+      "--heartbeat-interval", "50", "--election-timeout", "500", "--log-level", "warn", "--logger",
+      "zap"};
+  args.insert(args.end(), tls.begin(), tls.end());
+  return args;
 }
 
 void EtcdCluster::Start(int i) { members_[i].proc = std::make_unique<ChildRun>(kEtcd, Args(i)); }
@@ -72,7 +85,8 @@ bool EtcdCluster::Running(int i) const {
 }
 
 std::string EtcdCluster::Endpoint(int i) const {
-  return "127.0.0.1:" + std::to_string(members_[i].client_port);
+  // A name the test certificates hold (as DNS name) when etcd speaks TLS.
+  return (tls_ ? "localhost:" : "127.0.0.1:") + std::to_string(members_[i].client_port);
 }
 
 std::string EtcdCluster::Endpoints() const {
@@ -93,6 +107,12 @@ std::optional<int64_t> EtcdCluster::Count(int member, const std::string& prefix)
       if (member < 0 || member == i) o.endpoints.push_back(Endpoint(i));
     }
     o.call_timeout = std::chrono::seconds(2);
+    if (client_tls_) {
+      o.https = true;
+      o.tls.cert = ReadFile(client_tls_->cert);
+      o.tls.key = ReadFile(client_tls_->key);
+      o.tls.ca = ReadFile(client_tls_->ca);
+    }
     auto c = etcd::EtcdClient::Create(*io_, o);
     if (!c) return std::nullopt;
     client = std::move(*c);

@@ -20,10 +20,19 @@
 
 namespace ftrun::testing {
 
+// PEM files for etcd's TLS: its certificate and key, and the CA that signs clients'
+// certificates (etcd then requires one).
+struct EtcdTlsFiles {
+  std::string cert;
+  std::string key;
+  std::string ca;
+};
+
 class EtcdCluster {
  public:
   static bool Available();
-  explicit EtcdCluster(int members = 1);
+  explicit EtcdCluster(int members = 1, std::optional<EtcdTlsFiles> tls = std::nullopt,
+                       std::optional<EtcdTlsFiles> client_tls = std::nullopt);
   ~EtcdCluster();
 
   int size() const { return static_cast<int>(members_.size()); }
@@ -53,6 +62,8 @@ class EtcdCluster {
   std::optional<int64_t> Count(int member, const std::string& prefix) const;
 
   TempDir dir_;
+  std::optional<EtcdTlsFiles> tls_;
+  std::optional<EtcdTlsFiles> client_tls_;  // what the cluster's own client presents
   std::vector<Member> members_;
   // One client per member set (-1: all), kept: a new channel per poll is wasteful.
   mutable std::map<int, std::unique_ptr<rendezvous::etcd::EtcdClient>> clients_;
