@@ -298,12 +298,14 @@ void EtcdCoordinator::Shutdown() {
   report_timer_.cancel();
   for (auto& w : watches_) w.reset();
   if (opts_.probe_server) opts_.probe_server->Stop();
-  if (leader_ && !failed_) {
+  if (leader_ && !failed_ && leader_->state().finished()) {
     // The others must read the job's end from their views before this lease takes them.
-    leader_->FinishAndStop("the agent leading the rendezvous (" + opts_.node.host + ") stopped",
-                           opts_.linger, [this] { Revoke(); });
+    leader_->FinishAndStop("", opts_.linger, [this] { Revoke(); });
     return;
   }
+  // A job still going is not ended by its leader leaving: the lease goes, another agent
+  // takes the leader key and the round re-forms without this node.
+  if (leader_) leader_->Stop();
   Revoke();
 }
 

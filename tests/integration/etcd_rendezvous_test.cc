@@ -213,32 +213,41 @@ TEST_F(EtcdRendezvous, ACrashedJobsKeysGoWithItsLeases) {
   EXPECT_EQ(Count("world=4", "records2"), 4);
 }
 
-// The agent holding the leader key is lost (SIGKILL, with its workers): its key goes with its
-// lease, another agent takes it and carries the job on with the two left, no restart spent.
+// The agent holding the leader key is lost (SIGKILL, with its workers) or stops (SIGTERM):
+// its key goes with its lease, another agent takes it and carries the job on with the two
+// left, no restart spent.
 TEST_F(EtcdRendezvous, LosingTheLeadingAgentReformsWithoutARestart) {
   EtcdCluster etcd(1);
-  std::vector<std::string> w = {"record", dir_ / "records", "sleep", "4"};
-  std::vector<std::unique_ptr<ChildRun>> agents;
-  for (int i = 0; i < 3; ++i) {
-    auto args = Cmd(etcd.Endpoint(0), "job", w);
-    *(std::find(args.begin(), args.end(), "--nnodes") + 1) = "2:3";
-    agents.push_back(std::make_unique<ChildRun>(FtrunBinary(), args));
+  for (int sig : {SIGKILL, SIGTERM}) {
+    SCOPED_TRACE(sig == SIGKILL ? "SIGKILL" : "SIGTERM");
+    const std::string name = "records" + std::to_string(sig);
+    std::vector<std::string> w = {"record", dir_ / name, "sleep", "4"};
+    std::vector<std::unique_ptr<ChildRun>> agents;
+    for (int i = 0; i < 3; ++i) {
+      auto args = Cmd(etcd.Endpoint(0), "job" + std::to_string(sig), w);
+      *(std::find(args.begin(), args.end(), "--nnodes") + 1) = "2:3";
+      agents.push_back(std::make_unique<ChildRun>(FtrunBinary(), args));
+    }
+    ASSERT_TRUE(WaitFor([&] { return Count("world=6", name) >= 6; }, 30s));
+    int leader = -1;
+    for (int i = 0; i < 3; ++i) {
+      if (agents[i]->Err().find("leading the rendezvous in etcd") != std::string::npos) leader = i;
+    }
+    ASSERT_GE(leader, 0);
+    if (sig == SIGKILL) {
+      ::kill(-agents[leader]->pid(), SIGKILL);  // the agent and its workers (its process group)
+    } else {
+      agents[leader]->Signal(SIGTERM);
+    }
+    for (int i = 0; i < 3; ++i) {
+      if (i == leader) continue;
+      auto r = agents[i]->Wait(60s);
+      EXPECT_EQ(r.exit_code, 0) << r.err;
+      EXPECT_NE(r.err.find("the rendezvous leader in etcd is gone"), std::string::npos) << r.err;
+    }
+    EXPECT_EQ(Count("world=4 attempt=0", name), 4) << ReadFile(dir_ / name);
+    EXPECT_EQ(Count("attempt=1", name), 0) << "no restart spent";
   }
-  ASSERT_TRUE(WaitFor([&] { return Count("world=6") >= 6; }, 30s));
-  int leader = -1;
-  for (int i = 0; i < 3; ++i) {
-    if (agents[i]->Err().find("leading the rendezvous in etcd") != std::string::npos) leader = i;
-  }
-  ASSERT_GE(leader, 0);
-  ::kill(-agents[leader]->pid(), SIGKILL);  // the agent and its workers (its process group)
-  for (int i = 0; i < 3; ++i) {
-    if (i == leader) continue;
-    auto r = agents[i]->Wait(60s);
-    EXPECT_EQ(r.exit_code, 0) << r.err;
-    EXPECT_NE(r.err.find("the rendezvous leader in etcd is gone"), std::string::npos) << r.err;
-  }
-  EXPECT_EQ(Count("world=4 attempt=0"), 4) << ReadFile(dir_ / "records");
-  EXPECT_EQ(Count("attempt=1"), 0) << "no restart spent";
 }
 
 // etcd's authentication on: agents log in with a user and a password file; a wrong password
