@@ -96,6 +96,22 @@ TEST_F(EtcdRendezvous, WorkerFailureRestartsBothNodesOnce) {
   }
 }
 
+// dlrover-run's pre-flight network check runs through etcd like the rest of the state
+// machine: orders in the views, results as reports.
+TEST_F(EtcdRendezvous, TheNetworkCheckRunsThroughEtcd) {
+  EtcdCluster etcd(1);
+  std::vector<std::string> w = {"record", dir_ / "records"};
+  std::vector<std::string> extra = {"--network-check", "--local-addr", "127.0.0.1"};
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, extra));
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, extra));
+  auto ra = a.Wait(60s), rb = b.Wait(60s);
+  for (const auto* r : {&ra, &rb}) {
+    EXPECT_EQ(r->exit_code, 0) << r->err;
+    EXPECT_NE(r->err.find("network check 1 results:"), std::string::npos) << r->err;
+  }
+  EXPECT_EQ(Count("world=4"), 4);
+}
+
 TEST_F(EtcdRendezvous, ANodeWithOtherNnodesIsRefused) {
   EtcdCluster etcd(1);
   std::vector<std::string> w = {"sleep", "30"};
