@@ -231,6 +231,7 @@ void EtcdCoordinator::Campaign() {
     lo.lease_id = lease_id_;
     lo.epoch = resp.header().revision();
     lo.self = opts_.node.node_id;
+    lo.event_log = opts_.event_log;
     leader_ = std::make_unique<rendezvous::etcd::EtcdLeader>(
         io_, *opts_.client, lo, [this](const std::string& why) {
           boost::asio::post(io_, [this, why, alive = std::weak_ptr<bool>(alive_)] {

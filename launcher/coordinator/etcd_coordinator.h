@@ -22,6 +22,7 @@
 #include <string>
 
 #include "common/environment.h"
+#include "common/event_log.h"
 #include "common/result.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/coordinator/coordinator.h"
@@ -44,6 +45,7 @@ struct EtcdCoordinatorOptions {
   rendezvous::Duration linger{10};            // leading: wait for every node to see the end
   std::unique_ptr<ProbeServer> probe_server;  // --network-check: answers the other agents
   std::string role = "default";
+  std::shared_ptr<EventLog> event_log;  // leading: the state machine's records (may be null)
 };
 
 class EtcdCoordinator : public Coordinator {
@@ -109,6 +111,7 @@ class EtcdCoordinator : public Coordinator {
 Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context& io,
                                                          const LaunchConfig& config,
                                                          const EnvMap& env, const std::string& fqdn,
-                                                         const std::string& node_id);
+                                                         const std::string& node_id,
+                                                         std::shared_ptr<EventLog> event_log);
 
 }  // namespace ftrun::launcher

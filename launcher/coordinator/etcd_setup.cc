@@ -9,7 +9,8 @@ namespace ftrun::launcher {
 Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context& io,
                                                          const LaunchConfig& c, const EnvMap& env,
                                                          const std::string& fqdn,
-                                                         const std::string& node_id) {
+                                                         const std::string& node_id,
+                                                         std::shared_ptr<EventLog> event_log) {
   auto conf = rendezvous::etcd::ResolveEtcdConf(c.rdzv, c.etcd_endpoints, env);
   if (!conf) return conf.error();
   auto client = rendezvous::etcd::EtcdClient::Create(io, conf->client);
@@ -26,6 +27,7 @@ Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context
   opts.lease_ttl = conf->lease_ttl;
   opts.connect_timeout = c.rdzv.timeout;
   opts.role = c.role;
+  opts.event_log = std::move(event_log);
   opts.node.node_id = node_id;
   opts.node.addr = c.local_addr.empty() ? fqdn : c.local_addr;
   opts.node.host = fqdn;

@@ -82,7 +82,9 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
     local.node.node_rank = local.job.static_ranks ? 0 : -1;
     return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
   }
-  if (c.backend == RendezvousBackend::kEtcd) return MakeEtcdCoordinator(io, c, env, fqdn, node_id);
+  if (c.backend == RendezvousBackend::kEtcd) {
+    return MakeEtcdCoordinator(io, c, env, fqdn, node_id, event_log);
+  }
   auto log = LauncherLog();
   RemoteCoordinatorOptions opts;
   opts.role = c.role;

@@ -24,7 +24,8 @@ EtcdLeader::EtcdLeader(boost::asio::io_context& io, EtcdClient& client, EtcdLead
       state_(opts_.job, Clock::now()),
       timer_(io),
       retry_timer_(io),
-      linger_timer_(io) {}
+      linger_timer_(io),
+      transitions_(opts_.event_log) {}
 
 EtcdLeader::~EtcdLeader() { *alive_ = false; }
 
@@ -170,30 +171,10 @@ void EtcdLeader::AfterEvent() {
     }
   }
   state_.Tick(now);
-  LogTransitions();
+  transitions_.Log(state_);
   Publish();
   ArmTimer();
   CheckLinger();
-}
-
-void EtcdLeader::LogTransitions() {
-  for (const StateEvent& e : state_.TakeEvents()) {
-    if (const auto* n = std::get_if<NodeEvent>(&e)) {
-      RendezvousLog()->info("{} node={} host={} nodes={}{}", NodeEventName(n->kind),
-                            Printable(n->node, 256), Printable(n->host, 256), state_.node_count(),
-                            n->why.empty() ? "" : " why=" + Printable(n->why, 1024));
-    } else if (const auto* r = std::get_if<RoundFormed>(&e)) {
-      RendezvousLog()->info("round formed round={} nodes={} world_size={}", state_.round(),
-                            r->members.size(), state_.world_size());
-    }
-  }
-  if (state_.phase() != logged_phase_ || state_.round() != logged_round_) {
-    logged_phase_ = state_.phase();
-    logged_round_ = state_.round();
-    const NodeView v = state_.View("");
-    RendezvousLog()->info("job phase={} round={} restart_count={}{}", PhaseName(v.phase), v.round,
-                          v.restart_count, v.reason.empty() ? "" : " reason=" + v.reason);
-  }
 }
 
 void EtcdLeader::Publish() {

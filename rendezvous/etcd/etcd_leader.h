@@ -24,15 +24,17 @@
 #include "rendezvous/etcd/etcd_keys.h"
 #include "rendezvous/etcd/etcd_watch.h"
 #include "rendezvous/rendezvous_state.h"
+#include "rendezvous/transition_log.h"
 
 namespace ftrun::rendezvous::etcd {
 
 struct EtcdLeaderOptions {
   EtcdKeys keys{"/ftrun/rdzv", "none"};
   JobSpec job;
-  int64_t lease_id = 0;  // the leader's lease: its views are bound to it
-  int64_t epoch = 0;     // the leader key's create revision
-  std::string self;      // this agent's node id
+  int64_t lease_id = 0;                 // the leader's lease: its views are bound to it
+  int64_t epoch = 0;                    // the leader key's create revision
+  std::string self;                     // this agent's node id
+  std::shared_ptr<EventLog> event_log;  // the agent's --event-log (may be null)
 };
 
 class EtcdLeader {
@@ -53,7 +55,6 @@ class EtcdLeader {
   void NodePut(const std::string& id, const std::string& value);
   void OnReports(const std::vector<pb::Event>& events);
   void AfterEvent();
-  void LogTransitions();
   void Publish();
   void ArmTimer();
   void CheckLinger();
@@ -78,8 +79,7 @@ class EtcdLeader {
   std::vector<std::string> applied_reports_;    // keys to delete
   bool publishing_ = false;
   bool dirty_ = false;
-  Phase logged_phase_ = Phase::kForming;
-  uint64_t logged_round_ = 0;
+  TransitionLog transitions_;
   std::function<void()> on_lingered_;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

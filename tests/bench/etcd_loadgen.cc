@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
   const auto t0 = Clock::now();
   for (int i = 0; i < nodes; ++i) {
     auto c = launcher::MakeEtcdCoordinator(io, *config, {}, "sim" + std::to_string(i),
-                                           "sim" + std::to_string(i) + ":" + run_id);
+                                           "sim" + std::to_string(i) + ":" + run_id, nullptr);
     if (!c) {
       std::cerr << c.error().message << "\n";
       return 1;

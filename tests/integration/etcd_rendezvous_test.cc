@@ -56,10 +56,10 @@ class EtcdRendezvous : public ::testing::Test {
 TEST_F(EtcdRendezvous, TwoNodesFormOneJobAndLeaveNoKeys) {
   EtcdCluster etcd(1);
   std::vector<std::string> w = {"record", dir_ / "records", "env", dir_ / "env"};
-  ChildRun a(FtrunBinary(),
-             Cmd(etcd.Endpoint(0), "job", w, {}, "last_call_timeout=0.5", "etcd-v2"));
-  ChildRun b(FtrunBinary(),
-             Cmd(etcd.Endpoint(0), "job", w, {}, "last_call_timeout=0.5", "etcd-v3"));
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {"--event-log", dir_ / "events.a"},
+                                "last_call_timeout=0.5", "etcd-v2"));
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {"--event-log", dir_ / "events.b"},
+                                "last_call_timeout=0.5", "etcd-v3"));
   auto ra = a.Wait(60s), rb = b.Wait(60s);
   ASSERT_EQ(ra.exit_code, 0) << ra.err;
   ASSERT_EQ(rb.exit_code, 0) << rb.err;
@@ -74,6 +74,12 @@ TEST_F(EtcdRendezvous, TwoNodesFormOneJobAndLeaveNoKeys) {
   }
   EXPECT_NE(ra.err.find("rendezvous in etcd endpoints=" + etcd.Endpoint(0)), std::string::npos)
       << ra.err;
+  // The agent that led wrote the state machine's records to its event log.
+  const bool a_led = ra.err.find("leading the rendezvous in etcd") != std::string::npos;
+  const std::string events = ReadFile(dir_ / (a_led ? "events.a" : "events.b"));
+  for (const char* want : {"node_joined", "round_formed", "job_finished"}) {
+    EXPECT_NE(events.find(want), std::string::npos) << want << " in " << events;
+  }
   // Every key was bound to an agent's lease, revoked at exit.
   EXPECT_TRUE(WaitFor([&] { return etcd.CountKeys(kPrefix) == 0; }, 10s))
       << *etcd.CountKeys(kPrefix);
