@@ -80,7 +80,8 @@ RendezvousServer::RendezvousServer(boost::asio::io_context& io, ServerOptions op
       state_(opts_.job, Clock::now()),
       service_(std::make_unique<Service>(io, this)),
       timer_(io),
-      linger_timer_(io) {}
+      linger_timer_(io),
+      transitions_(opts_.event_log) {}
 
 RendezvousServer::~RendezvousServer() {
   if (shutdown_thread_.joinable()) shutdown_thread_.join();

@@ -32,6 +32,7 @@
 #include "common/result.h"
 #include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_state.h"
+#include "rendezvous/transition_log.h"
 
 namespace grpc {
 class Server;
@@ -132,10 +133,7 @@ class RendezvousServer {
   std::set<std::string> informed_;  // nodes that were sent the job's final view
   std::function<void()> on_all_informed_;
   std::function<void(const NodeView&)> on_finished_;
-  Phase logged_phase_ = Phase::kForming;
-  std::string logged_save_;
-  TimePoint save_started_;
-  uint64_t logged_round_ = 0;
+  TransitionLog transitions_;
 };
 
 }  // namespace ftrun::rendezvous

@@ -6,7 +6,7 @@ ratio ftrun/torchrun. A second table puts ftrun variants side by side on the sam
 pre-flight network check on and off (4 agents on loopback), and `ftrun dlrover-run` against
 plain ftrun. Not a test: a missed target is only reported. Exits non-zero only if a launcher
 run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
---only SECTION (torchrun, recovery, variants, save, scale, flash; repeatable) runs part of it.
+--only SECTION (torchrun, recovery, variants, save, scale, flash, etcd; repeatable) runs part of it.
 """
 import argparse
 import datetime
@@ -472,7 +472,7 @@ def header(bench: Bench, ftrun_path: str):
     print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
 
 
-SECTIONS = ("torchrun", "recovery", "variants", "save", "scale", "flash")
+SECTIONS = ("torchrun", "recovery", "variants", "save", "scale", "flash", "etcd")
 
 
 def main() -> int:
@@ -480,13 +480,15 @@ def main() -> int:
     p.add_argument("--ftrun", default=os.path.join(REPO, "build/launcher/ftrun"))
     p.add_argument("--fake-worker", default=os.path.join(REPO, "build/tests/fake_worker"))
     p.add_argument("--loadgen", default=os.path.join(REPO, "build/tests/rendezvous_loadgen"))
+    p.add_argument("--etcd-loadgen", default=os.path.join(REPO, "build/tests/etcd_loadgen"))
     p.add_argument("--scale", default="100,1000,10000",
                    help="simulated agents per rendezvous scale run (default 100,1000,10000)")
     p.add_argument("--only", action="append", choices=SECTIONS,
                    help="run only this section (repeatable): torchrun (ftrun vs torchrun), "
                         "recovery (crash -> first step, torchrun vs ftrun vs --warm-restart), "
                         "variants (pre-flight check, dlrover-run vs ftrun), save, scale, "
-                        "flash (memory snapshots vs torch.save; scripts/bench_flash.py); "
+                        "flash (memory snapshots vs torch.save; scripts/bench_flash.py), "
+                        "etcd (the etcd backend vs built-in, 1000 agents; scripts/bench_etcd.py); "
                         "default: all")
     n = p.add_mutually_exclusive_group()
     n.add_argument("--runs", type=int, default=7, help="runs per launcher and row (default 7)")
@@ -560,6 +562,16 @@ def main() -> int:
         print_saves(saves)
     if scale:
         print_scale(scale)
+    if "etcd" in sections:
+        import bench_etcd
+        try:
+            bench = Bench(opts.ftrun, opts.fake_worker, opts.runs)
+            bench_etcd.run(bench, opts.etcd_loadgen, [100, 1000])
+        except (RuntimeError, LauncherFailed) as e:
+            print(f"etcd benchmark failed: {e}", file=sys.stderr)
+            return 1
+        finally:
+            bench.close()
     if "flash" in sections:
         import bench_flash
         try:

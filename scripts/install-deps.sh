@@ -15,6 +15,8 @@ packages=(
   python3 python3-torch python3-yaml shellcheck iproute2 procps
   # tests: the rendezvous TLS tests make their certificates with the openssl CLI
   openssl
+  # tests and benchmarks of --rdzv-backend etcd: a real etcd (3.4), started on loopback
+  etcd-server
   # formatting check (scripts/check-format.sh, run by scripts/test.sh)
   clang-format
   # packaging (cpack -G DEB): dpkg-shlibdeps

@@ -128,7 +128,8 @@ class TorchrunParser {
     g = "Rendezvous";
     Flag("standalone", a.standalone,
          "Single-node job: local rendezvous, a fresh run id; ignores the --rdzv-* options", g);
-    Opt("rdzv-backend", a.rdzv_backend, "static, c10d (also spelled ftrun)", g, "NAME");
+    Opt("rdzv-backend", a.rdzv_backend,
+        "static, c10d (also spelled ftrun), etcd (etcd-v2, etcd-v3: etcd's v3 API)", g, "NAME");
     Opt("rdzv-endpoint", a.rdzv_endpoint, "host[:port] of the rendezvous server (c10d)", g,
         "HOST:PORT");
     Opt("rdzv-id", a.rdzv_id, "Job id shared by all nodes (TORCHELASTIC_RUN_ID)", g, "ID");

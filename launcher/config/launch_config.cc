@@ -13,6 +13,7 @@
 
 #include "common/endpoint.h"
 #include "common/log.h"
+#include "rendezvous/etcd/etcd_conf.h"
 #include "rendezvous/topology.h"
 
 namespace ftrun::launcher {
@@ -141,11 +142,28 @@ Status ParseRendezvous(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
     if (!ep) return ep.error();
     c.endpoint_host = ep->host;
     c.endpoint_port = ep->port;
-  } else if (b == "etcd" || b == "etcd-v2") {
-    return Error{"--rdzv-backend: '" + b +
-                 "' is not supported; use c10d (ftrun serves the rendezvous itself, no etcd)"};
+  } else if (b == "etcd" || b == "etcd-v2" || b == "etcd-v3") {
+    // All three are served through etcd's v3 gRPC API (rendezvous/etcd/).
+    c.backend = RendezvousBackend::kEtcd;
+    if (a.rdzv_endpoint.empty()) {
+      return Error{"--rdzv-endpoint: required with --rdzv-backend " + b +
+                   " (host:port of etcd, or a comma-separated list of its members)"};
+    }
+    for (const auto& member : SplitCommaList(a.rdzv_endpoint)) {
+      auto ep = ParseEndpoint(member, 2379, "--rdzv-endpoint");
+      if (!ep) return ep.error();
+      c.etcd_endpoints.push_back(ep->ToString());
+    }
+    if (c.etcd_endpoints.empty()) return Error{"--rdzv-endpoint: no etcd member given"};
+    // A bad etcd key or file is a usage error (the environment's credentials come later).
+    if (auto etcd = rendezvous::etcd::ResolveEtcdConf(c.rdzv, c.etcd_endpoints, {}); !etcd) {
+      return etcd.error();
+    }
+    c.endpoint_host = ParseEndpoint(c.etcd_endpoints.front(), 2379, "--rdzv-endpoint")->host;
+    c.endpoint_port = ParseEndpoint(c.etcd_endpoints.front(), 2379, "--rdzv-endpoint")->port;
   } else {
-    return Error{"--rdzv-backend: unknown backend '" + b + "' (expected static or c10d)"};
+    return Error{"--rdzv-backend: unknown backend '" + b +
+                 "' (expected static, c10d, etcd, etcd-v2 or etcd-v3)"};
   }
   return {};
 }

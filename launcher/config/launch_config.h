@@ -28,7 +28,7 @@ enum StdMask : int { kStdNone = 0, kStdOut = 1, kStdErr = 2, kStdAll = 3 };
 
 enum class EntryKind { kPython, kModule, kNoPython, kRunPath };
 
-enum class RendezvousBackend { kStatic, kDynamic };
+enum class RendezvousBackend { kStatic, kDynamic, kEtcd };
 
 struct LaunchConfig {
   // Nodes and workers.
@@ -62,7 +62,8 @@ struct LaunchConfig {
   // Rendezvous.
   RendezvousBackend backend = RendezvousBackend::kStatic;
   bool standalone = false;
-  std::string endpoint_host;  // static: --master-addr; dynamic: --rdzv-endpoint
+  std::string endpoint_host;                // static: --master-addr; dynamic: --rdzv-endpoint
+  std::vector<std::string> etcd_endpoints;  // etcd: --rdzv-endpoint's members, as given
   int endpoint_port = 29500;
   // Host the rendezvous where endpoint_host names this host (the first agent there), whatever
   // the backend, rather than on static node rank 0 (msrun: the master node hosts it).

@@ -11,6 +11,7 @@
 #include "common/log.h"
 #include "launcher/config/host.h"
 #include "launcher/coordinator/endpoint_probe.h"
+#include "launcher/coordinator/etcd_coordinator.h"
 #include "launcher/coordinator/local_coordinator.h"
 #include "launcher/coordinator/remote_coordinator.h"
 #include "rendezvous/credentials.h"
@@ -125,6 +126,9 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
     LocalCoordinatorOptions local{JobSpecFrom(c), Node(c, fqdn, node_id), c.role};
     local.node.node_rank = local.job.static_ranks ? 0 : -1;
     return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
+  }
+  if (c.backend == RendezvousBackend::kEtcd) {
+    return MakeEtcdCoordinator(io, c, env, fqdn, node_id, event_log);
   }
   auto log = LauncherLog();
   RemoteCoordinatorOptions opts;

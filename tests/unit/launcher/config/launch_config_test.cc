@@ -144,8 +144,30 @@ TEST(LaunchConfig, Rendezvous) {
   EXPECT_EQ(c->rdzv.is_host, true);
   EXPECT_EQ(Build({"--rdzv-backend", "ftrun", "--rdzv-endpoint", "h:1"})->backend,
             RendezvousBackend::kDynamic);
-  EXPECT_NE(ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:1"}).find("not supported"),
+  // etcd, etcd-v2 and etcd-v3 all go to etcd's v3 API; the endpoint may list members.
+  for (const char* name : {"etcd", "etcd-v2", "etcd-v3"}) {
+    auto e = Build({"--rdzv-backend", name, "--rdzv-endpoint", "e0:2379,e1,[::1]:2381"});
+    ASSERT_TRUE(e) << name << ": " << e.error().message;
+    EXPECT_EQ(e->backend, RendezvousBackend::kEtcd);
+    EXPECT_EQ(e->etcd_endpoints, (std::vector<std::string>{"e0:2379", "e1:2379", "[::1]:2381"}));
+  }
+  EXPECT_NE(ErrorOf({"--rdzv-backend", "etcd"}).find("--rdzv-endpoint: required"),
             std::string::npos);
+  EXPECT_NE(
+      ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:99999"}).find("not a port number"),
+      std::string::npos);
+  EXPECT_NE(ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h", "--rdzv-conf",
+                     "protocol=https,cert=/c"})
+                .find("cert and key go together"),
+            std::string::npos);
+  EXPECT_NE(ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h", "--rdzv-conf",
+                     "protocol=https,cacert=/nonexistent/ca.pem"})
+                .find("cannot read '/nonexistent/ca.pem'"),
+            std::string::npos);
+  EXPECT_NE(
+      ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h", "--rdzv-conf", "etcd_prefix=nope"})
+          .find("etcd_prefix must start with '/'"),
+      std::string::npos);
   EXPECT_NE(ErrorOf({"--rdzv-backend", "zk"}).find("unknown backend"), std::string::npos);
   EXPECT_NE(
       ErrorOf({"--rdzv-backend", "c10d", "--rdzv-endpoint", "h:99999"}).find("--rdzv-endpoint"),
