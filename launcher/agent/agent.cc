@@ -6,6 +6,7 @@
 #include <csignal>
 
 #include "common/log.h"
+#include "launcher/agent/agent_store.h"
 #include "launcher/agent/outcome.h"
 
 namespace ftrun::launcher {
@@ -237,6 +238,13 @@ void Agent::OnGroupExited() {
     case AfterStop::kReportStopped:
       Enter(AgentState::kWaiting, "the workers stopped");
       after_stop_ = AfterStop::kNothing;
+      // The next round cannot start before this report, so a round that keeps the attempt
+      // number (a membership change) starts from an empty /worker/attempt_<n> prefix.
+      if (opts_.store) {
+        if (size_t n = opts_.store->DropPrefix(kWorkerKeysPrefix)) {
+          LauncherLog()->debug("agent store: dropped {} keys of the stopped workers", n);
+        }
+      }
       coordinator_->WorkersStopped();
       break;
     case AfterStop::kFinish:
@@ -290,6 +298,7 @@ void Agent::Finish(int exit_code) {
   metrics_.Stop();
   preflight_.Cancel();
   coordinator_->Shutdown();
+  if (opts_.store) opts_.store->Stop();
   if (result_) ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
   // A failed job keeps its newest memory snapshots: the loop runs until they are stored.
   if (exit_code_ != 0) flash_.PersistForExit([] {});

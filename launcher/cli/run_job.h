@@ -26,6 +26,9 @@ struct JobHooks {
   // agent waits for its first round (several nodes).
   std::function<void()> on_ready;
   std::string watchdog_fifo;  // torch's FileTimerClient FIFO ("" = off)
+  // Host the workers' c10d store in the agent (launcher/agent/agent_store.h); msrun's workers
+  // use none.
+  bool agent_store = true;
 };
 
 // --dry-run's common lines (nodes, workers, rendezvous, restarts, fault tolerance,
