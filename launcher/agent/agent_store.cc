@@ -32,7 +32,9 @@ Result<std::unique_ptr<store::StoreServer>> StartAgentStore(boost::asio::io_cont
                                   : c.local_addr.empty()                  ? fqdn
                                                                           : c.local_addr;
   store::StoreServerOptions o;
-  o.address = ListenAddressFor(master_addr).addr;
+  // Not this host's address (static, node rank > 0): every address, as this node leads no
+  // round then unless it takes over group rank 0.
+  o.address = IsThisHost(master_addr, fqdn) ? ListenAddressFor(master_addr).addr : "";
   o.port = static_cast<uint16_t>(settings.port);
   auto server = store::StoreServer::Listen(io, o);
   if (!server) {
