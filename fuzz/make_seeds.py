@@ -205,6 +205,34 @@ PROBE = {
     "unexpected_type": probe(2, b"pong"),
 }
 
+# --- the agent's c10d store (fuzz_store_wire): chunks "<conn> <length> <bytes>" ----------
+
+
+def store_str(b):
+    return len(b).to_bytes(8, "little") + b
+
+
+def store_chunk(conn, b):
+    out = b""
+    while b:
+        out += bytes([conn, min(255, len(b))]) + b[:255]
+        b = b[255:]
+    return out
+
+
+STORE = {
+    "torch_session": store_chunk(0, b"\x03" + store_str(b"init/") + (1).to_bytes(8, "little"))
+    + store_chunk(1, b"\x05" + (1).to_bytes(8, "little") + store_str(b"/k"))
+    + store_chunk(0, b"\x00" + store_str(b"/k") + store_str(b"v1"))
+    + store_chunk(1, b"\x02" + store_str(b"/k")) + store_chunk(0, b"\x06"),
+    "cas_watch_delete": store_chunk(2, b"\x07" + store_str(b"/w"))
+    + store_chunk(0, b"\x01" + store_str(b"/w") + store_str(b"") + store_str(b"new"))
+    + store_chunk(0, b"\x08" + store_str(b"/w"))
+    + store_chunk(0, b"\x04" + (2).to_bytes(8, "little") + store_str(b"/w") + store_str(b"/x")),
+    "newer_torch": store_chunk(0, b"\x00\xce\xf7\x85\x3c\x0d" + bytes(8)),
+    "oversized": store_chunk(3, b"\x02" + (1 << 40).to_bytes(8, "little")),
+}
+
 # --- protobuf messages (fuzz_rdzv_wire: first byte picks the message) ----------------------
 
 HEADER = ('header { protocol_version: 2 run_id: "job42" token: "s3cret" node_id: "host-a:123:0a" '
@@ -349,7 +377,8 @@ def main():
     for target, seeds in [("fuzz_torchrun_args", TORCHRUN), ("fuzz_dlrover_args", DLROVER),
                           ("fuzz_msrun_args", MSRUN), ("fuzz_rdzv_conf", RDZV_CONF),
                           ("fuzz_control_channel", CONTROL), ("fuzz_file_timer", FILE_TIMER),
-                          ("fuzz_switchbox", SWITCHBOX), ("fuzz_probe_wire", PROBE)]:
+                          ("fuzz_switchbox", SWITCHBOX), ("fuzz_probe_wire", PROBE),
+                          ("fuzz_store_wire", STORE)]:
         for name, data in seeds.items():
             write(target, name, data)
     for name, (kind, message, text) in WIRE.items():

@@ -26,7 +26,8 @@
   X(fuzz_rdzv_wire)           \
   X(fuzz_rdzv_state)          \
   X(fuzz_switchbox)           \
-  X(fuzz_probe_wire)
+  X(fuzz_probe_wire)          \
+  X(fuzz_store_wire)
 // clang-format on
 
 #define FTRUN_DECLARE(name)                        \

@@ -6,7 +6,8 @@ ratio ftrun/torchrun. A second table puts ftrun variants side by side on the sam
 pre-flight network check on and off (4 agents on loopback), and `ftrun dlrover-run` against
 plain ftrun. Not a test: a missed target is only reported. Exits non-zero only if a launcher
 run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
---only SECTION (torchrun, recovery, variants, save, scale, flash, etcd; repeatable) runs part of it.
+--only SECTION (torchrun, store, recovery, variants, save, scale, flash, etcd; repeatable) runs part of
+it.
 """
 import argparse
 import datetime
@@ -340,6 +341,44 @@ def print_recovery(rows: list):
         print(f"  {name}: {statistics.median(s[-1] for s in samples) / t:.2f} of torchrun's")
 
 
+STORE_WORKER = os.path.join(REPO, "tests", "bench", "store_worker.py")
+
+
+def store_stamps(run_dir: str) -> list:
+    return [(int(a), int(r), what, int(ns))
+            for a, r, what, ns in (l.split() for l in read_lines(f"{run_dir}/stamps"))]
+
+
+def pg_init(bench: Bench, launcher: list) -> float:
+    """Ms inside the workers: from the last of 4 gloo ranks entering dist.init_process_group
+    (env://, the store the launcher arranges) to the last one leaving it. From the last entry,
+    so that the ranks' start-up skew (4 interpreters importing torch) is not counted."""
+    run_dir = bench.run(launcher, 4, [STORE_WORKER, "{dir}"], worker=PYTHON).dir
+    s = store_stamps(run_dir)
+    begin = {r: ns for _, r, what, ns in s if what == "init0"}
+    end = {r: ns for _, r, what, ns in s if what == "init1"}
+    if len(end) != 4:
+        raise LauncherFailed(f"expected 4 ranks to form the group in {run_dir}: {s}")
+    return (max(end.values()) - max(begin.values())) / 1e6
+
+
+def crash_to_step(bench: Bench, launcher: list) -> float:
+    """Ms from rank 1's crash (after 3 steps of attempt 0) to the last of the 4 ranks of the
+    next attempt completing its first step: the whole recovery, interpreters, `import torch`
+    and init_process_group included."""
+    run_dir = bench.run(launcher, 4, [STORE_WORKER, "{dir}", "crash"], worker=PYTHON,
+                        max_restarts=1).dir
+    s = store_stamps(run_dir)
+    (crash,) = [ns for a, _, what, ns in s if what == "crash"]
+    first = {}
+    for a, r, what, ns in s:
+        if a >= 1 and what == "step":
+            first[r] = min(first.get(r, ns), ns)
+    if len(first) != 4:
+        raise LauncherFailed(f"expected 4 ranks to step in the next attempt in {run_dir}: {s}")
+    return (max(first.values()) - crash) / 1e6
+
+
 def read_lines(path: str) -> list:
     with open(path) as f:
         return [l for l in f.read().splitlines() if l.strip()]
@@ -370,6 +409,16 @@ ROWS = [
 ]
 
 
+# The process group's store: torchrun 1.13's static backend hosts it in its agent; so does
+# ftrun's (TORCHELASTIC_USE_AGENT_STORE=True). Target: ftrun no slower than torchrun.
+STORE_ROWS = [
+    Row("init_process_group, 4 gloo ranks*", pg_init, 0.1, "ms", "<= 1",
+        lambda t, f: f <= t * 1.1),
+    Row("crash -> 1st step of next attempt", crash_to_step, 0.1, "ms", "<= 1",
+        lambda t, f: f <= t * 1.1),
+]
+
+
 @dataclass
 class PairRow:
     """Two ftrun variants side by side on the same job (no torchrun involved)."""
@@ -397,6 +446,16 @@ PAIR_ROWS = [
             ("ftrun", lambda b: b.ftrun_cmd()),
             ("ftrun dlrover-run", lambda b: b.ftrun_cmd("dlrover-run")), "s",
             "= 1 (0.9-1.1)", lambda a, b: 0.9 <= b / a <= 1.1),
+]
+
+
+# The same rows, ftrun against itself with the store hosted by worker rank 0 (the first
+# rounds' behaviour, still there with FTRUN_AGENT_STORE=0).
+STORE_PAIR_ROWS = [
+    PairRow("init_process_group, 4 gloo ranks*", pg_init,
+            ("worker rank 0 hosts", lambda b: ["/usr/bin/env", "FTRUN_AGENT_STORE=0",
+                                               *b.ftrun_cmd()]),
+            ("agent store", lambda b: b.ftrun_cmd()), "ms"),
 ]
 
 
@@ -472,7 +531,7 @@ def header(bench: Bench, ftrun_path: str):
     print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
 
 
-SECTIONS = ("torchrun", "recovery", "variants", "save", "scale", "flash", "etcd")
+SECTIONS = ("torchrun", "store", "recovery", "variants", "save", "scale", "flash", "etcd")
 
 
 def main() -> int:
@@ -485,6 +544,8 @@ def main() -> int:
                    help="simulated agents per rendezvous scale run (default 100,1000,10000)")
     p.add_argument("--only", action="append", choices=SECTIONS,
                    help="run only this section (repeatable): torchrun (ftrun vs torchrun), "
+                        "store (the process group's store: init_process_group and crash -> "
+                        "first step of the next attempt, 4 gloo ranks, vs torchrun), "
                         "recovery (crash -> first step, torchrun vs ftrun vs --warm-restart), "
                         "variants (pre-flight check, dlrover-run vs ftrun), save, scale, "
                         "flash (memory snapshots vs torch.save; scripts/bench_flash.py), "
@@ -507,6 +568,13 @@ def main() -> int:
             t = bench.samples(row.measure, bench.torchrun(row.monitor_interval))
             f = bench.samples(row.measure, bench.ftrun_cmd())
             results.append((row, t, f))
+        for row in STORE_ROWS if "store" in sections else []:
+            t = bench.samples(row.measure, bench.torchrun(row.monitor_interval))
+            f = bench.samples(row.measure, bench.ftrun_cmd())
+            results.append((row, t, f))
+        for row in STORE_PAIR_ROWS if "store" in sections else []:
+            pairs.append((row, *bench.paired_samples(row.measure, row.left[1](bench),
+                                                      row.right[1](bench))))
         if "recovery" in sections:
             launchers = [("torchrun (mi 0.1)", bench.torchrun(0.1)),
                          ("ftrun", [bench.ftrun, "--log-level", "warning"]),
@@ -557,6 +625,8 @@ def main() -> int:
         print_recovery(recoveries)
     if pairs:
         print_pair_rows(bench, pairs)
+    if "store" in sections:
+        print("* from the last rank entering init_process_group to the last leaving it")
 
     if saves:
         print_saves(saves)

@@ -6,6 +6,7 @@
 #include <csignal>
 
 #include "common/log.h"
+#include "launcher/agent/agent_store.h"
 #include "launcher/agent/outcome.h"
 #include "rendezvous/credentials.h"
 
@@ -242,6 +243,13 @@ void Agent::OnGroupExited() {
     case AfterStop::kReportStopped:
       Enter(AgentState::kWaiting, "the workers stopped");
       after_stop_ = AfterStop::kNothing;
+      // The next round cannot start before this report, so a round that keeps the attempt
+      // number (a membership change) starts from an empty /worker/attempt_<n> prefix.
+      if (opts_.store) {
+        if (size_t n = opts_.store->DropPrefix(kWorkerKeysPrefix)) {
+          LauncherLog()->debug("agent store: dropped {} keys of the stopped workers", n);
+        }
+      }
       coordinator_->WorkersStopped();
       break;
     case AfterStop::kFinish:
@@ -305,6 +313,7 @@ void Agent::Finish(int exit_code) {
   preflight_.Cancel();
   coordinator_->Shutdown();
   spawner_.Shutdown();  // --warm-restart's standbys
+  if (opts_.store) opts_.store->Stop();
   if (result_) {
     if (!result_->succeeded && !attempt_dir_.empty()) {
       // torchrun's layout: <run dir>/attempt_<n>; msrun's: the log directory itself.

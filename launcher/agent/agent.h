@@ -48,6 +48,7 @@
 #include "launcher/workers/spawner.h"
 #include "launcher/workers/worker_group.h"
 #include "launcher/workers/worker_plan.h"
+#include "store/store_server.h"
 
 namespace ftrun::launcher {
 
@@ -66,6 +67,9 @@ struct AgentOptions {
   // right after the first workers started (e.g. the demo's progress line).
   std::function<int(int sig)> signal_exit_code;
   std::function<void()> on_workers_started;
+  // The workers' c10d store (agent_store.h; null: none). The agent drops the stopped
+  // workers' keys before it reports them stopped, and stops the store when it finishes.
+  std::unique_ptr<store::StoreServer> store;
   // Seams (null: real processes, real time). They must outlive the agent.
   Spawner* spawner = nullptr;
   Clock* clock = nullptr;

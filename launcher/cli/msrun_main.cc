@@ -195,6 +195,7 @@ int RunMsrun(const std::vector<std::string>& argv) {
       c.log_dir.empty() ? std::filesystem::current_path().string() : c.log_dir);
 
   JobHooks hooks;
+  hooks.agent_store = false;
   int ready_fd = -1;
   if (!c.join) {
     // Before any thread exists: fork() keeps only the calling thread.

@@ -6,6 +6,7 @@
 #include "common/event_log.h"
 #include "common/log.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/agent_store.h"
 #include "launcher/coordinator/job_setup.h"
 
 namespace ftrun::launcher {
@@ -81,7 +82,22 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
     events = *opened;
   }
   boost::asio::io_context io;
-  auto coordinator = MakeCoordinator(io, config, env, host.get(), node_id, events);
+  auto store_settings = AgentStoreSettingsFrom(env);
+  if (!store_settings) {
+    log->error("{}", store_settings.error().message);
+    return 2;
+  }
+  std::unique_ptr<store::StoreServer> store;
+  if (hooks.agent_store && store_settings->enabled) {
+    auto started = StartAgentStore(io, config, host.get(), *store_settings);
+    if (!started) {
+      log->error("{}", started.error().message);
+      return 1;
+    }
+    store = std::move(*started);
+  }
+  auto coordinator =
+      MakeCoordinator(io, config, env, host.get(), node_id, events, store ? store->port() : 0);
   if (!coordinator) {
     log->error("{}", coordinator.error().message);
     return 1;
@@ -99,6 +115,7 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   opts.watchdog_fifo = hooks.watchdog_fifo;
   opts.events = events;
   opts.signal_exit_code = hooks.signal_exit_code;
+  opts.store = std::move(store);
   std::function<void()> ready_with_workers = config.max_nodes == 1 ? hooks.on_ready : nullptr;
   if (config.max_nodes != 1 && hooks.on_ready) hooks.on_ready();
   opts.on_workers_started = [ready = std::move(ready_with_workers),

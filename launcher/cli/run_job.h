@@ -28,6 +28,9 @@ struct JobHooks {
   // Called once, when this node's first workers have started (whatever the job's shape).
   std::function<void()> on_workers_started;
   std::string watchdog_fifo;  // torch's FileTimerClient FIFO ("" = off)
+  // Host the workers' c10d store in the agent (launcher/agent/agent_store.h); msrun's workers
+  // use none.
+  bool agent_store = true;
 };
 
 // --dry-run's common lines (nodes, workers, rendezvous, restarts, fault tolerance,

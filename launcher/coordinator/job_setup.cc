@@ -117,14 +117,13 @@ std::string MakeNodeId(const std::string& fqdn) {
   return fmt::format("{}:{}:{:08x}", fqdn, ::getpid(), rd());
 }
 
-Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
-                                                     const LaunchConfig& c, const EnvMap& env,
-                                                     const std::string& fqdn,
-                                                     const std::string& node_id,
-                                                     std::shared_ptr<EventLog> event_log) {
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(
+    boost::asio::io_context& io, const LaunchConfig& c, const EnvMap& env, const std::string& fqdn,
+    const std::string& node_id, std::shared_ptr<EventLog> event_log, int store_port) {
   if (c.max_nodes == 1) {
     LocalCoordinatorOptions local{JobSpecFrom(c), Node(c, fqdn, node_id), c.role};
     local.node.node_rank = local.job.static_ranks ? 0 : -1;
+    local.store_port = store_port;
     return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
   }
   if (c.backend == RendezvousBackend::kEtcd) {
@@ -135,6 +134,7 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
   opts.role = c.role;
   opts.node = Node(c, fqdn, node_id);
   opts.node.switch_path = SwitchPath(c, opts.node);
+  opts.store_port = store_port;
   opts.connect_timeout = c.rdzv.timeout;
   opts.lost_after = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt;
   opts.watch_wait = c.rdzv.keep_alive_interval;

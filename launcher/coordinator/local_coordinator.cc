@@ -19,6 +19,10 @@ rendezvous::JobSpec OneNodeJob(rendezvous::JobSpec job) {
   return job;
 }
 
+Result<int> LocalCoordinator::MasterPort() const {
+  return opts_.store_port > 0 ? Ok(opts_.store_port) : PickFreePort();
+}
+
 uint64_t LocalCoordinator::Round() const {
   return follower_->started_round().value_or(state_->round());
 }
@@ -28,12 +32,12 @@ void LocalCoordinator::Start(Listener* listener) {
       listener,
       [this](uint64_t round) {
         auto stopped = rendezvous::RoundReport::Of(rendezvous::ReportKind::kStopped, round);
-        if (auto port = PickFreePort()) stopped.free_port = *port;
+        if (auto port = MasterPort()) stopped.free_port = *port;
         Apply(stopped);
       },
       opts_.role);
   state_.emplace(opts_.job, Now());
-  if (auto port = PickFreePort()) opts_.node.free_port = *port;
+  if (auto port = MasterPort()) opts_.node.free_port = *port;
   if (auto refusal = state_->Join(opts_.node, Now())) {
     LauncherLog()->error("{}", refusal->message);  // cannot happen with one node
   }

@@ -30,6 +30,7 @@ struct LocalCoordinatorOptions {
   rendezvous::JobSpec job;  // min = max = 1
   rendezvous::NodeInfo node;
   std::string role = "default";
+  int store_port = 0;  // > 0: every report's free_port (the agent store); else a free port
 };
 
 class LocalCoordinator : public Coordinator {
@@ -42,6 +43,8 @@ class LocalCoordinator : public Coordinator {
   bool HostsRendezvous() const override { return true; }
 
  private:
+  // The agent store's port, else a port free now.
+  Result<int> MasterPort() const;
   // Every report goes straight to the in-process state machine.
   void Report(rendezvous::RoundReport report) override;
   // Into the state machine (the same ApplyReport as the server's), then the new view out.

@@ -31,7 +31,8 @@ RemoteCoordinator::RemoteCoordinator(boost::asio::io_context& io, RemoteCoordina
                   last_contact_ = Clock::now();
                   Apply(view);
                 },
-                [this](const RpcOutcome& out) { return ServerLost(out); }}) {}
+                [this](const RpcOutcome& out) { return ServerLost(out); }},
+               opts_.store_port) {}
 
 RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 
@@ -54,7 +55,11 @@ uint64_t RemoteCoordinator::CurrentRound() const {
 void RemoteCoordinator::Join() {
   if (shutting_down_) return;
   ++join_attempts_;
-  if (auto port = PickFreePort()) opts_.node.free_port = *port;
+  if (opts_.store_port > 0) {
+    opts_.node.free_port = opts_.store_port;
+  } else if (auto port = PickFreePort()) {
+    opts_.node.free_port = *port;
+  }
   if (auto round = follower_->started_round()) {  // a server that forgot us goes on from here
     opts_.node.next_round = *round + 1;
     opts_.node.restart_count = follower_->last_view().restart_count;

@@ -26,6 +26,7 @@ namespace ftrun::launcher {
 struct RemoteCoordinatorOptions {
   rendezvous::ClientOptions client;
   rendezvous::NodeInfo node;
+  int store_port = 0;  // > 0: every join's and report's free_port (the agent store)
   rendezvous::Duration connect_timeout{900};  // the server is not reachable yet
   rendezvous::Duration lost_after{15};        // the server stopped answering
   rendezvous::Duration watch_wait{5};

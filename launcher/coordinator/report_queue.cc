@@ -5,8 +5,8 @@
 namespace ftrun::launcher {
 
 ReportQueue::ReportQueue(boost::asio::io_context& io, rendezvous::RendezvousClient& client,
-                         Callbacks callbacks)
-    : client_(client), callbacks_(std::move(callbacks)), retry_(io) {}
+                         Callbacks callbacks, int store_port)
+    : client_(client), callbacks_(std::move(callbacks)), store_port_(store_port), retry_(io) {}
 
 ReportQueue::~ReportQueue() {
   *alive_ = false;
@@ -29,7 +29,11 @@ void ReportQueue::SendNext() {
   in_flight_ = true;
   rendezvous::RoundReport& r = reports_.front();
   if (r.kind == rendezvous::ReportKind::kStopped) {
-    if (auto port = PickFreePort()) r.free_port = *port;
+    if (store_port_ > 0) {
+      r.free_port = store_port_;
+    } else if (auto port = PickFreePort()) {
+      r.free_port = *port;
+    }
   }
   client_.Report(r, [this, alive = std::weak_ptr<bool>(alive_)](const rendezvous::RpcOutcome& out) {
     if (auto a = alive.lock(); a && *a) OnAnswer(out);

@@ -26,8 +26,9 @@ class ReportQueue {
     std::function<bool(const rendezvous::RpcOutcome&)> lost;    // true: stop retrying
   };
 
+  // `store_port` > 0: a stopped report's free_port (the agent store); else a port free then.
   ReportQueue(boost::asio::io_context& io, rendezvous::RendezvousClient& client,
-              Callbacks callbacks);
+              Callbacks callbacks, int store_port = 0);
   ~ReportQueue();
 
   void Push(rendezvous::RoundReport report);
@@ -40,6 +41,7 @@ class ReportQueue {
 
   rendezvous::RendezvousClient& client_;
   Callbacks callbacks_;
+  int store_port_ = 0;
   boost::asio::steady_timer retry_;
   std::deque<rendezvous::RoundReport> reports_;
   bool in_flight_ = false;

@@ -8,6 +8,7 @@
 #include <map>
 
 #include "common/log.h"
+#include "launcher/workers/worker_env.h"
 
 namespace ftrun::launcher {
 
@@ -128,6 +129,14 @@ void CheckRunner::StartCommand(const std::shared_ptr<Task>& t, const rendezvous:
                                           {"MASTER_PORT", std::to_string(spec->master_port)},
                                           {"FTRUN_NETWORK_CHECK_PEER", spec->peer_host}}) {
     ps.env[k] = v;
+  }
+  if (AgentStoreEnabled(env_)) {
+    // MASTER_PORT is then the listener agent's store (launcher/agent/agent_store.h), which
+    // holds the port: both ranks are its clients, under a prefix no attempt of the workers
+    // uses (torch's env:// puts them under /worker/attempt_<TORCHELASTIC_RESTART_COUNT>).
+    ps.env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+    ps.env["TORCHELASTIC_RESTART_COUNT"] =
+        "netcheck_" + std::to_string(order_id_) + "_" + std::to_string(spec->index);
   }
   t->started = std::chrono::steady_clock::now();
   t->command_pending = true;

@@ -1,5 +1,6 @@
 #include "launcher/workers/worker_env.h"
 
+#include <cctype>
 #include <vector>
 
 namespace ftrun::launcher {
@@ -15,6 +16,15 @@ bool ApplyOmpNumThreadsRule(EnvMap& agent_env, int nproc_per_node) {
   if (agent_env.count("OMP_NUM_THREADS") != 0 || nproc_per_node <= 1) return false;
   agent_env["OMP_NUM_THREADS"] = "1";
   return true;
+}
+
+bool AgentStoreEnabled(const EnvMap& agent_env) {
+  auto v = Lookup(agent_env, "FTRUN_AGENT_STORE");
+  if (!v) return true;
+  std::string lower;
+  for (char ch : *v)
+    lower.push_back(static_cast<char>(std::tolower(static_cast<unsigned char>(ch))));
+  return !(lower == "0" || lower == "false" || lower == "off" || lower == "no");
 }
 
 EnvMap BuildWorkerEnv(const WorkerEnvInputs& in) {
@@ -37,8 +47,10 @@ EnvMap BuildWorkerEnv(const WorkerEnvInputs& in) {
   set("TORCHELASTIC_RESTART_COUNT", std::to_string(a.restart_count));
   set("TORCHELASTIC_MAX_RESTARTS", std::to_string(a.max_restarts));
   set("TORCHELASTIC_RUN_ID", c.run_id);
-  // Worker rank 0 hosts torch's TCPStore on MASTER_PORT (the agent runs no c10d store).
-  set("TORCHELASTIC_USE_AGENT_STORE", "False");
+  // Every rank is a client of the group-rank-0 agent's store at MASTER_ADDR:MASTER_PORT,
+  // under /worker/attempt_<TORCHELASTIC_RESTART_COUNT> (torch's env:// and tcp://); with
+  // FTRUN_AGENT_STORE=0, worker rank 0 hosts torch's TCPStore there instead.
+  set("TORCHELASTIC_USE_AGENT_STORE", AgentStoreEnabled(in.agent_env) ? "True" : "False");
   // torch <= 2.1 reads the first name, later versions the second; the agent's value wins.
   for (const char* k : {"NCCL_ASYNC_ERROR_HANDLING", "TORCH_NCCL_ASYNC_ERROR_HANDLING"}) {
     env[k] = in.agent_env.count(k) ? in.agent_env.at(k) : "1";

@@ -20,6 +20,10 @@ struct WorkerEnvInputs {
 
 EnvMap BuildWorkerEnv(const WorkerEnvInputs& in);
 
+// Whether the agent hosts the workers' c10d store (launcher/agent/agent_store.h): on unless
+// FTRUN_AGENT_STORE is 0, false, off or no.
+bool AgentStoreEnabled(const EnvMap& agent_env);
+
 // torchrun's rule: when OMP_NUM_THREADS is unset and more than one worker runs per node, set
 // it to 1 for everyone. Returns true when it did (the caller prints torchrun's banner).
 bool ApplyOmpNumThreadsRule(EnvMap& agent_env, int nproc_per_node);

@@ -117,12 +117,10 @@ TEST_F(TorchE2E, WorkerEnvironmentMatchesTorchrunKeyByKey) {
     for (const std::string& k : keys) {
       const std::string tv = Str(te, k), fv = Str(fe, k);
       if (k == "MASTER_PORT") {
-        // By design: a fresh free port per round, not --master-port (see ftrun(1)).
+        // By design: the agent store's own port, not --master-port, which is the agent's
+        // rendezvous (see ftrun(1)). Both agents host the workers' store there.
         EXPECT_EQ(tv, "29500");
         EXPECT_NE(fv, "29500");
-      } else if (k == "TORCHELASTIC_USE_AGENT_STORE") {
-        EXPECT_EQ(tv, "True");  // torchrun's agent hosts a c10d store; ftrun's does not
-        EXPECT_EQ(fv, "False");
       } else if (k == "TORCHELASTIC_ERROR_FILE") {
         std::string tail =
             "/logs/e2e_[a-z0-9_]{8}/attempt_0/" + std::to_string(rank) + "/error.json";

@@ -114,7 +114,8 @@ TEST(HelpAndManPage, ManPageDocumentsExitCodesAndDifferences) {
   for (const char* section :
        {".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH DIFFERENCES FROM TORCHRUN", ".SH FILES",
         ".SH SIGNALS", ".SH MULTI\\-NODE JOBS", ".SH FTRUN MASTER", ".SH FTRUN STATUS",
-        ".SH EVENT LOG", ".SH METRICS", ".SH FAULT\\-TIME CHECKPOINTS"}) {
+        ".SH EVENT LOG", ".SH METRICS", ".SH FAULT\\-TIME CHECKPOINTS", ".SH THE WORKERS' STORE",
+        ".SS The workers' store", ".B FTRUN_AGENT_STORE\n", ".B FTRUN_AGENT_STORE_PORT\n"}) {
     EXPECT_NE(man.find(section), std::string::npos) << section;
   }
 }

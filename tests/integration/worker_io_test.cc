@@ -1,6 +1,10 @@
 // What workers see and where their output goes: environment, inherited fds, ${local_rank},
 // the log directory layout, redirects, tee prefixes, rank filters and duplicate filters.
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -56,7 +60,7 @@ TEST_F(WorkerIo, EnvironmentOfEveryRank) {
     EXPECT_EQ(env["TORCHELASTIC_RESTART_COUNT"], "0");
     EXPECT_EQ(env["TORCHELASTIC_MAX_RESTARTS"], "2");
     EXPECT_EQ(env["TORCHELASTIC_RUN_ID"], "job7");
-    EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "False");
+    EXPECT_EQ(env["TORCHELASTIC_USE_AGENT_STORE"], "True");
     EXPECT_EQ(env["NCCL_ASYNC_ERROR_HANDLING"], "1");
     EXPECT_EQ(env["TORCH_NCCL_ASYNC_ERROR_HANDLING"], "1");
     EXPECT_EQ(env["OMP_NUM_THREADS"], "1");
@@ -65,12 +69,48 @@ TEST_F(WorkerIo, EnvironmentOfEveryRank) {
                                  std::regex(logs() + "/job7_[a-z0-9_]{8}/attempt_0/" +
                                             std::to_string(rank) + "/error.json")))
         << env["TORCHELASTIC_ERROR_FILE"];
-    // A port the agent picked for this round: the same for all ranks, not --master-port.
+    // The agent store's port: the same for all ranks, not --master-port.
     if (rank == 0) master_port = env["MASTER_PORT"];
     EXPECT_EQ(env["MASTER_PORT"], master_port);
   }
   EXPECT_NE(master_port, "29500");
   EXPECT_GT(std::stoi(master_port), 0);
+  EXPECT_NE(r.err.find("agent store listening address=127.0.0.1 port=" + master_port + " "),
+            std::string::npos)
+      << r.err;
+}
+
+// FTRUN_AGENT_STORE_PORT: a port in use is one error naming it (exit 1); a value that is not a
+// port is a usage error (exit 2); FTRUN_AGENT_STORE=0 gives torch 1.13's c10d contract back.
+TEST_F(WorkerIo, AgentStorePortHeldMalformedOrOff) {
+  int held = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(held, reinterpret_cast<sockaddr*>(&a), sizeof(a)), 0);
+  ASSERT_EQ(::listen(held, 1), 0);
+  socklen_t len = sizeof(a);
+  ::getsockname(held, reinterpret_cast<sockaddr*>(&a), &len);
+  const std::string port = std::to_string(ntohs(a.sin_port));
+  auto r = RunFtrun(Cmd({"--nproc-per-node", "1"}, {"env", dir_ / "env"}),
+                    {{"FTRUN_AGENT_STORE_PORT", port}});
+  ::close(held);
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("agent store: cannot listen on 127.0.0.1:" + port +
+                       ": Address already in use (FTRUN_AGENT_STORE_PORT)"),
+            std::string::npos)
+      << r.err;
+  auto bad = RunFtrun(Cmd({"--nproc-per-node", "1"}, {"env", dir_ / "env"}),
+                      {{"FTRUN_AGENT_STORE_PORT", "70000"}});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("FTRUN_AGENT_STORE_PORT: expected a port from 1 to 65535, got '70000'"),
+            std::string::npos)
+      << bad.err;
+  auto off =
+      RunFtrun(Cmd({"--nproc-per-node", "1"}, {"env", dir_ / "off"}), {{"FTRUN_AGENT_STORE", "0"}});
+  ASSERT_EQ(off.exit_code, 0) << off.err;
+  EXPECT_EQ(ParseEnvFile(dir_ / "off.0")["TORCHELASTIC_USE_AGENT_STORE"], "False");
+  EXPECT_EQ(off.err.find("agent store listening"), std::string::npos);
 }
 
 TEST_F(WorkerIo, OmpBannerOnlyWhenUnsetAndSeveralWorkers) {

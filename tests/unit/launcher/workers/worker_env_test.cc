@@ -57,13 +57,29 @@ TEST(WorkerEnv, TorchrunVariables) {
       {"TORCHELASTIC_RESTART_COUNT", "2"},
       {"TORCHELASTIC_MAX_RESTARTS", "5"},
       {"TORCHELASTIC_RUN_ID", "job42"},
-      {"TORCHELASTIC_USE_AGENT_STORE", "False"},
+      {"TORCHELASTIC_USE_AGENT_STORE", "True"},
       {"NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"TORCH_NCCL_ASYNC_ERROR_HANDLING", "1"},
       {"TORCHELASTIC_ERROR_FILE", "/logs/attempt_2/1/error.json"},
       {"TORCHELASTIC_SIGNALS_TO_HANDLE", "SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1,SIGUSR2"},
   };
   EXPECT_EQ(env, expected);
+}
+
+// The agent hosts the workers' store unless FTRUN_AGENT_STORE turns it off (then worker rank 0
+// hosts torch's store, as torchrun's c10d backend does in torch 1.13).
+TEST(WorkerEnv, AgentStoreCanBeTurnedOff) {
+  LaunchConfig c = Config({"--nproc-per-node", "2"});
+  auto a = TwoNodesSecond();
+  for (const char* off : {"0", "false", "OFF", "no"}) {
+    EnvMap agent = {{"FTRUN_AGENT_STORE", off}};
+    EXPECT_FALSE(AgentStoreEnabled(agent)) << off;
+    EXPECT_EQ(BuildWorkerEnv({agent, c, a, 0, ""}).at("TORCHELASTIC_USE_AGENT_STORE"), "False");
+  }
+  for (const char* on : {"1", "true", ""}) {
+    EnvMap agent = {{"FTRUN_AGENT_STORE", on}};
+    EXPECT_TRUE(AgentStoreEnabled(agent)) << on;
+  }
 }
 
 TEST(WorkerEnv, AgentValuesOfNcclVariablesWin) {
