@@ -19,10 +19,12 @@ struct MasterArgs {
   int nproc_per_node = 0;   // 0 : whatever the first agent says
   double save_timeout = 0;  // 0 : TTP_OT or 180
   std::string fault_save = "on";
-  std::string log_level;  // "" : LOGLEVEL, else info
-  std::string event_log;  // "" : FTRUN_EVENT_LOG, else none
-  int metrics_port = -1;  // -1 : no metrics
-  int node_unit = 1;      // a round's node count is a multiple of this
+  double restart_backoff = 1;  // seconds; 0: off (the agents' --restart-backoff)
+  int exclude_after = 3;       // 0: never (the agents' --exclude-after)
+  std::string log_level;       // "" : LOGLEVEL, else info
+  std::string event_log;       // "" : FTRUN_EVENT_LOG, else none
+  int metrics_port = -1;       // -1 : no metrics
+  int node_unit = 1;           // a round's node count is a multiple of this
   // The pre-flight network check the agents run (their --network-check options).
   bool network_check = false;
   std::string network_check_bytes = "64MiB";

@@ -94,6 +94,10 @@ int RunMaster(const std::vector<std::string>& argv) {
     if (!ttp) return UsageError(kProgram, ttp.error().message);
     if (*ttp) job.save_timeout = **ttp;
   }
+  if (!(a.restart_backoff >= 0)) return UsageError(kProgram, "--restart-backoff: must be >= 0");
+  if (a.exclude_after < 0) return UsageError(kProgram, "--exclude-after: must be >= 0");
+  job.restart_backoff = std::chrono::duration<double>(a.restart_backoff);
+  job.exclude_after = a.exclude_after;
   so.job = JobSpecFrom(job);
 
   std::string event_log =

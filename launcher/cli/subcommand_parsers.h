@@ -59,6 +59,14 @@ class MasterParser : public OptionsParser<MasterArgs> {
     add("save-timeout", a.save_timeout, "Seconds the fault-time save may take (0: TTP_OT or 180)",
         "SECONDS");
     add("fault-save", a.fault_save, "on: save before a stopping round restarts; off", "on|off");
+    add("restart-backoff", a.restart_backoff,
+        "Seconds the next round waits when a node caused a restart before within 10 minutes, "
+        "doubled for each repeat up to 30 s (0: off)",
+        "SECONDS");
+    add("exclude-after", a.exclude_after,
+        "Leave a node out once it caused this many restarts within 10 minutes, while a spare or "
+        "--nnodes MIN allows (0: never)",
+        "N");
     add("log-level", a.log_level, "debug, info, warning, error [default: LOGLEVEL or info]",
         "LEVEL");
     add("node-unit", a.node_unit, "A round's node count is a multiple of this", "N");

@@ -118,7 +118,11 @@ void EtcdCoordinator::KeepAlive() {
 
 void EtcdCoordinator::PutNode() {
   if (shutting_down_) return;
-  if (auto port = PickFreePort()) opts_.node.free_port = *port;
+  if (opts_.store_port > 0) {
+    opts_.node.free_port = opts_.store_port;
+  } else if (auto port = PickFreePort()) {
+    opts_.node.free_port = *port;
+  }
   if (auto round = follower_->started_round()) {
     opts_.node.next_round = *round + 1;
     opts_.node.restart_count = follower_->last_view().restart_count;
@@ -254,7 +258,11 @@ void EtcdCoordinator::SendReport() {
   report_in_flight_ = true;
   rendezvous::RoundReport& r = reports_.front();
   if (r.kind == ReportKind::kStopped) {
-    if (auto port = PickFreePort()) r.free_port = *port;
+    if (opts_.store_port > 0) {
+      r.free_port = opts_.store_port;
+    } else if (auto port = PickFreePort()) {
+      r.free_port = *port;
+    }
   }
   ::ftrun::v1::ReportRequest wire;
   rendezvous::ToWire(r, &wire);

@@ -46,6 +46,7 @@ struct EtcdCoordinatorOptions {
   std::unique_ptr<ProbeServer> probe_server;  // --network-check: answers the other agents
   std::string role = "default";
   std::shared_ptr<EventLog> event_log;  // leading: the state machine's records (may be null)
+  int store_port = 0;                   // > 0: every join's and stop's free_port (agent store)
 };
 
 class EtcdCoordinator : public Coordinator {
@@ -107,11 +108,11 @@ class EtcdCoordinator : public Coordinator {
 };
 
 // Builds it from the agent's options (--rdzv-endpoint's members, --rdzv-conf's etcd keys and
-// the environment's credentials). Blocking (DNS, files) at start-up only.
-Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context& io,
-                                                         const LaunchConfig& config,
-                                                         const EnvMap& env, const std::string& fqdn,
-                                                         const std::string& node_id,
-                                                         std::shared_ptr<EventLog> event_log);
+// the environment's credentials) and this node's description. `store_port` > 0: the agent
+// store's port, reported as the node's free_port (the workers' MASTER_PORT when it leads the
+// round); else a port free at the time. Blocking (DNS, files) at start-up only.
+Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(
+    boost::asio::io_context& io, const LaunchConfig& config, const EnvMap& env,
+    rendezvous::NodeInfo node, std::shared_ptr<EventLog> event_log, int store_port);
 
 }  // namespace ftrun::launcher

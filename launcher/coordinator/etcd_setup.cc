@@ -8,9 +8,9 @@ namespace ftrun::launcher {
 
 Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context& io,
                                                          const LaunchConfig& c, const EnvMap& env,
-                                                         const std::string& fqdn,
-                                                         const std::string& node_id,
-                                                         std::shared_ptr<EventLog> event_log) {
+                                                         rendezvous::NodeInfo node,
+                                                         std::shared_ptr<EventLog> event_log,
+                                                         int store_port) {
   auto conf = rendezvous::etcd::ResolveEtcdConf(c.rdzv, c.etcd_endpoints, env);
   if (!conf) return conf.error();
   auto client = rendezvous::etcd::EtcdClient::Create(io, conf->client);
@@ -28,11 +28,9 @@ Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context
   opts.connect_timeout = c.rdzv.timeout;
   opts.role = c.role;
   opts.event_log = std::move(event_log);
-  opts.node.node_id = node_id;
-  opts.node.addr = c.local_addr.empty() ? fqdn : c.local_addr;
-  opts.node.host = fqdn;
+  opts.node = std::move(node);
   opts.node.node_rank = -1;
-  opts.node.nproc_per_node = c.nproc_per_node;
+  opts.store_port = store_port;
   if (c.preflight.network_check) {
     auto probe = ProbeServer::Listen(io, "", static_cast<uint16_t>(c.preflight.probe_port));
     if (!probe) return Error{probe.error().message + " (--network-check-port)"};

@@ -127,7 +127,9 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
     return std::unique_ptr<Coordinator>(std::make_unique<LocalCoordinator>(io, std::move(local)));
   }
   if (c.backend == RendezvousBackend::kEtcd) {
-    return MakeEtcdCoordinator(io, c, env, fqdn, node_id, event_log);
+    auto node = Node(c, fqdn, node_id);
+    node.switch_path = SwitchPath(c, node);
+    return MakeEtcdCoordinator(io, c, env, std::move(node), event_log, store_port);
   }
   auto log = LauncherLog();
   RemoteCoordinatorOptions opts;

@@ -82,8 +82,11 @@ int main(int argc, char** argv) {
   std::vector<std::unique_ptr<launcher::Coordinator>> agents;
   const auto t0 = Clock::now();
   for (int i = 0; i < nodes; ++i) {
-    auto c = launcher::MakeEtcdCoordinator(io, *config, {}, "sim" + std::to_string(i),
-                                           "sim" + std::to_string(i) + ":" + run_id, nullptr);
+    rendezvous::NodeInfo node;
+    node.node_id = "sim" + std::to_string(i) + ":" + run_id;
+    node.addr = node.host = "sim" + std::to_string(i);
+    node.nproc_per_node = config->nproc_per_node;
+    auto c = launcher::MakeEtcdCoordinator(io, *config, {}, std::move(node), nullptr, 0);
     if (!c) {
       std::cerr << c.error().message << "\n";
       return 1;
