@@ -11,16 +11,6 @@
 #include "rendezvous/rendezvous_server_call.h"
 
 namespace ftrun::rendezvous {
-namespace {
-
-template <class... F>
-struct Overloaded : F... {
-  using F::operator()...;
-};
-template <class... F>
-Overloaded(F...) -> Overloaded<F...>;
-
-}  // namespace
 
 std::string RendezvousServer::RenderMetrics() const {
   NodeView v = state_.View("");

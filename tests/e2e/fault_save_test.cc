@@ -1,36 +1,22 @@
 // Fault-time checkpoints end to end: real torch DDP (gloo) training with ftrun's Python
 // helper (scripts/demo/train.py). The data of a step depends only on (step, rank), so a run
 // that loses no step ends with the same weights as the uninterrupted run.
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <filesystem>
 
 #include "launcher/config/host.h"
+#include "tests/e2e/torch_support.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
 namespace {
 
-namespace pb = google::protobuf;
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-constexpr const char* kPython = "/usr/bin/python3";
 constexpr int kSteps = 30;
-
-std::vector<double> Weights(const std::string& result_file) {
-  pb::Struct s;
-  EXPECT_TRUE(pb::util::JsonStringToMessage(ReadFile(result_file), &s).ok()) << result_file;
-  std::vector<double> w;
-  if (!s.fields().count("weights")) return w;
-  for (const auto& v : s.fields().at("weights").list_value().values()) {
-    w.push_back(v.number_value());
-  }
-  return w;
-}
 
 class FaultSave : public ::testing::Test {
  protected:

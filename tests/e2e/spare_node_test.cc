@@ -4,33 +4,19 @@
 // change: the spare takes the lost node's place and the job finishes with --max-restarts 0,
 // losing no step (the survivors' fault-time save) and ending with the weights of a run
 // without faults.
-#include <google/protobuf/struct.pb.h>
-#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include "launcher/config/host.h"
+#include "tests/e2e/torch_support.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
 namespace {
 
-namespace pb = google::protobuf;
 using namespace std::chrono_literals;
 
-constexpr const char* kPython = "/usr/bin/python3";
 constexpr int kSteps = 40;
-
-std::vector<double> Weights(const std::string& result_file) {
-  pb::Struct s;
-  EXPECT_TRUE(pb::util::JsonStringToMessage(ReadFile(result_file), &s).ok()) << result_file;
-  std::vector<double> w;
-  if (!s.fields().count("weights")) return w;
-  for (const auto& v : s.fields().at("weights").list_value().values()) {
-    w.push_back(v.number_value());
-  }
-  return w;
-}
 
 int LastStep(const std::string& progress_file) {
   auto lines = Lines(ReadFile(progress_file));

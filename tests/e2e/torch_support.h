@@ -2,7 +2,12 @@
 // it is there (the python3 first on PATH may have no torch).
 #pragma once
 
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
 #include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
 
 #include "tests/support/test_support.h"
 
@@ -16,6 +21,19 @@ inline ::testing::AssertionResult DebianTorchAvailable() {
   if (r.exit_code == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure()
          << "Debian's python3-torch is required (scripts/install-deps.sh): " << r.err;
+}
+
+// The "weights" list of a result file that scripts/demo/train.py (or a script like it) wrote.
+inline std::vector<double> Weights(const std::string& result_file) {
+  google::protobuf::Struct s;
+  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(result_file), &s).ok())
+      << result_file;
+  std::vector<double> w;
+  if (!s.fields().count("weights")) return w;
+  for (const auto& v : s.fields().at("weights").list_value().values()) {
+    w.push_back(v.number_value());
+  }
+  return w;
 }
 
 }  // namespace ftrun::testing
