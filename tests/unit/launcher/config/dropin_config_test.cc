@@ -9,6 +9,7 @@
 
 #include "launcher/cli/torchrun_args.h"
 #include "launcher/config/launch_config.h"
+#include "tests/support/test_support.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -32,10 +33,7 @@ std::string ErrorOf(std::vector<std::string> argv, EnvMap env = {}) {
 class FakeDevices : public ::testing::Test {
  protected:
   void SetUp() override {
-    root_ =
-        fs::temp_directory_path() /
-        ("ftrun_fake_devices_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()));
-    fs::remove_all(root_);
+    root_ = dir_.path();  // its own directory: ctest runs these tests side by side
     Card("card0", "0x8086", "i915");
     Card("card1", "0x8086", "xe");
     Card("card2", "0x1002", "amdgpu");
@@ -50,8 +48,6 @@ class FakeDevices : public ::testing::Test {
     paths_.drm_dir = (root_ / "drm").string();
     paths_.dev_dir = (root_ / "dev").string();
   }
-  void TearDown() override { fs::remove_all(root_); }
-
   void Card(const std::string& name, const std::string& vendor, const std::string& driver) {
     const fs::path device = root_ / "drm" / name / "device";
     fs::create_directories(device);
@@ -67,6 +63,7 @@ class FakeDevices : public ::testing::Test {
     return c->nproc_per_node;
   }
 
+  testing::TempDir dir_;
   fs::path root_;
   DevicePaths paths_;
 };
