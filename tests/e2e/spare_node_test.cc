@@ -93,8 +93,12 @@ TEST_P(SpareNode, ANodeLossPromotesTheSpareAndSpendsNoRestart) {
   // With --max-restarts 0 the job lives only if the loss spent no restart.
   EXPECT_NE(ra.err.find("round formed round=1 nodes=2 restart_count=0"), std::string::npos)
       << ra.err;
-  if (plain) {  // the survivors' failures came first and were given back
-    EXPECT_NE(ra.err.find("no restart spent"), std::string::npos) << ra.err;
+  if (plain) {
+    // Either the survivors' failures came first and their restart was given back, or (a slow
+    // machine) the loss was seen first and the failures were only listed.
+    const bool given_back = ra.err.find("no restart spent") != std::string::npos;
+    const bool loss_first = ra.err.find("round=0 reason=\"node ") != std::string::npos;
+    EXPECT_TRUE(given_back || loss_first) << ra.err;
   } else {  // the survivors waited in guard() and saved the newest step
     EXPECT_NE(ra.err.find("saved step"), std::string::npos) << "no fault-time save: " << ra.err;
   }
