@@ -14,15 +14,7 @@
 namespace ftrun::testing {
 namespace {
 
-namespace pb = google::protobuf;
 using namespace std::chrono_literals;
-
-pb::Struct ReadJson(const std::string& path) {
-  pb::Struct s;
-  auto status = pb::util::JsonStringToMessage(ReadFile(path), &s);
-  EXPECT_TRUE(status.ok()) << path << ": " << status.message();
-  return s;
-}
 
 class AgentStoreE2E : public ::testing::Test {
  protected:

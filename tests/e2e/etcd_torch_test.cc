@@ -12,15 +12,7 @@
 namespace ftrun::testing {
 namespace {
 
-namespace pb = google::protobuf;
 using namespace std::chrono_literals;
-
-pb::Struct ReadJson(const std::string& path) {
-  pb::Struct s;
-  auto status = pb::util::JsonStringToMessage(ReadFile(path), &s);
-  EXPECT_TRUE(status.ok()) << path << ": " << status.message();
-  return s;
-}
 
 TEST(EtcdTorchE2E, TwoNodesOfGlooRanksTrainThroughEtcd) {
   ASSERT_TRUE(DebianTorchAvailable());

@@ -23,12 +23,19 @@ inline ::testing::AssertionResult DebianTorchAvailable() {
          << "Debian's python3-torch is required (scripts/install-deps.sh): " << r.err;
 }
 
+// A JSON file a worker wrote, parsed (a parse error is a test failure naming the file).
+inline google::protobuf::Struct ReadJson(const std::string& path) {
+  google::protobuf::Struct s;
+  auto status = google::protobuf::util::JsonStringToMessage(ReadFile(path), &s);
+  EXPECT_TRUE(status.ok()) << path << ": " << status.message();
+  return s;
+}
+
 // The "weights" list of a result file that scripts/demo/train.py (or a script like it) wrote.
 inline std::vector<double> Weights(const std::string& result_file) {
-  google::protobuf::Struct s;
-  EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(ReadFile(result_file), &s).ok())
-      << result_file;
+  const google::protobuf::Struct s = ReadJson(result_file);
   std::vector<double> w;
+  EXPECT_TRUE(s.fields().count("weights")) << result_file << " has no weights";
   if (!s.fields().count("weights")) return w;
   for (const auto& v : s.fields().at("weights").list_value().values()) {
     w.push_back(v.number_value());

@@ -19,25 +19,9 @@ namespace {
 namespace pb = google::protobuf;
 using namespace std::chrono_literals;
 
-pb::Struct ReadJson(const std::string& path) {
-  pb::Struct s;
-  auto status = pb::util::JsonStringToMessage(ReadFile(path), &s);
-  EXPECT_TRUE(status.ok()) << path << ": " << status.message();
-  return s;
-}
-
 std::string Str(const pb::Struct& s, const std::string& key) {
   auto it = s.fields().find(key);
   return it == s.fields().end() ? "<unset>" : it->second.string_value();
-}
-
-std::vector<double> Weights(const std::string& result_file) {
-  std::vector<double> w;
-  const pb::Struct result = ReadJson(result_file);
-  for (const auto& v : result.fields().at("weights").list_value().values()) {
-    w.push_back(v.number_value());
-  }
-  return w;
 }
 
 class TorchE2E : public ::testing::Test {

@@ -21,13 +21,6 @@ namespace {
 namespace pb = google::protobuf;
 using namespace std::chrono_literals;
 
-pb::Struct ReadJson(const std::string& path) {
-  pb::Struct s;
-  auto status = pb::util::JsonStringToMessage(ReadFile(path), &s);
-  EXPECT_TRUE(status.ok()) << path << ": " << status.message();
-  return s;
-}
-
 // The pids in "<what> pid=N" lines of ftrun's log, in order.
 std::vector<pid_t> Pids(const std::string& log, const std::string& what) {
   std::vector<pid_t> out;

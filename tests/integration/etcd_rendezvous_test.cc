@@ -299,20 +299,7 @@ TEST_F(EtcdRendezvous, AgentsAuthenticateToEtcd) {
 // agent without one cannot join.
 TEST_F(EtcdRendezvous, AgentsSpeakTlsToEtcd) {
   if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl CLI";
-  const std::string d = dir_.path();
-  const std::string script =
-      "set -e; cd '" + d +
-      "'; openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
-      "  -keyout ca.key -out ca.pem 2>/dev/null; "
-      "for who in server client; do "
-      "  openssl req -newkey rsa:2048 -nodes -subj /CN=$who -keyout $who.key -out $who.csr "
-      "    2>/dev/null; "
-      "  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > $who.ext; "
-      "  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
-      "    -extfile $who.ext -out $who.pem 2>/dev/null; "
-      "done";
-  std::ofstream(dir_ / "make-certs.sh") << script;
-  ASSERT_EQ(std::system(("bash " + dir_ / "make-certs.sh").c_str()), 0);
+  ASSERT_TRUE(MakeTestCertificates(dir_.path()));
   const EtcdTlsFiles client{dir_ / "client.pem", dir_ / "client.key", dir_ / "ca.pem"};
   EtcdCluster etcd(1, EtcdTlsFiles{dir_ / "server.pem", dir_ / "server.key", dir_ / "ca.pem"},
                    client);

@@ -24,25 +24,8 @@ class RendezvousTls : public ::testing::Test {
   void SetUp() override {
     port_ = std::to_string(launcher::PickFreePort().value());
     if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl CLI";
-    // A CA, a server certificate for localhost/127.0.0.1 and a client certificate.
-    const std::string d = dir_.path();
-    const std::string script =
-        "set -e; cd '" + d +
-        "'; "
-        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
-        "  -keyout ca.key -out ca.pem 2>/dev/null; "
-        "for who in server client; do "
-        "  openssl req -newkey rsa:2048 -nodes -subj /CN=$who -keyout $who.key -out $who.csr "
-        "    2>/dev/null; "
-        "  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > $who.ext; "
-        "  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
-        "    -extfile $who.ext -out $who.pem 2>/dev/null; "
-        "done; "
-        // A CA the job does not trust, with a client certificate of its own.
-        "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=other-ca "
-        "  -keyout other.key -out other.pem 2>/dev/null";
-    std::ofstream(dir_ / "make-certs.sh") << script;
-    ASSERT_EQ(std::system(("bash " + dir_ / "make-certs.sh").c_str()), 0);
+    // A CA, server and client certificates for localhost/127.0.0.1, and a CA not trusted.
+    ASSERT_TRUE(MakeTestCertificates(dir_.path(), /*other_ca=*/true));
     ASSERT_TRUE(FileExists(dir_ / "server.pem") && FileExists(dir_ / "client.key"));
   }
   std::string Conf(bool mutual) {

@@ -191,4 +191,25 @@ RunResult RunFtrun(const std::vector<std::string>& args,
   return run.Wait(timeout);
 }
 
+bool MakeTestCertificates(const std::string& dir, bool other_ca) {
+  std::string script =
+      "set -e; cd '" + dir +
+      "'; openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=test-ca "
+      "  -keyout ca.key -out ca.pem 2>/dev/null; "
+      "for who in server client; do "
+      "  openssl req -newkey rsa:2048 -nodes -subj /CN=$who -keyout $who.key -out $who.csr "
+      "    2>/dev/null; "
+      "  printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\\n' > $who.ext; "
+      "  openssl x509 -req -in $who.csr -CA ca.pem -CAkey ca.key -CAcreateserial -days 1 "
+      "    -extfile $who.ext -out $who.pem 2>/dev/null; "
+      "done";
+  if (other_ca) {
+    script +=
+        "; openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=other-ca "
+        "  -keyout other.key -out other.pem 2>/dev/null";
+  }
+  std::ofstream(dir + "/make-certs.sh") << script;
+  return std::system(("bash '" + dir + "/make-certs.sh'").c_str()) == 0;
+}
+
 }  // namespace ftrun::testing

@@ -51,6 +51,11 @@ class TempDir {
 bool WaitFor(const std::function<bool()>& cond, std::chrono::milliseconds timeout);
 
 std::string ReadFile(const std::string& path);
+// Writes into `dir` a test CA (ca.pem, ca.key) and server and client certificates signed by
+// it for localhost/127.0.0.1 ({server,client}.{pem,key}); with `other_ca`, also a CA the job
+// does not trust (other.pem, other.key). False when the openssl CLI failed.
+bool MakeTestCertificates(const std::string& dir, bool other_ca = false);
+
 bool FileExists(const std::string& path);
 std::vector<std::string> Lines(const std::string& text);
 // KEY=VALUE lines into a map.
