@@ -67,7 +67,7 @@ class DlroverRunE2E : public ::testing::Test {
 };
 
 TEST_F(DlroverRunE2E, TwoAgentsPrecheckTwoNodeUnitSaveAtBreakpointAndARestart) {
-  const std::string port = std::to_string(launcher::PickFreePort().value());
+  const std::string port = std::to_string(TestPort());
   const std::string out = dir_ / "out";
   std::filesystem::create_directories(out);
   const std::map<std::string, std::string> env = {{"PYTHON_EXEC", kPython},

@@ -119,7 +119,7 @@ TEST_F(FaultSave, FtrunKilledDuringASaveTheResumeIgnoresThePartialDirectory) {
 }
 
 TEST_F(FaultSave, WholeNodeLostThenBackSavesAndResumes) {
-  const std::string port = std::to_string(launcher::PickFreePort().value());
+  const std::string port = std::to_string(TestPort());
   auto node = [&](int rank) {
     std::vector<std::string> argv = {"--nnodes",
                                      "2",

@@ -21,7 +21,7 @@ class Preflight : public ::testing::Test {
  protected:
   void SetUp() override {
     ASSERT_TRUE(DebianTorchAvailable());
-    port_ = std::to_string(launcher::PickFreePort().value());
+    port_ = std::to_string(TestPort());
     std::filesystem::create_directories(dir_ / "out");
   }
   // One agent of a two-node job (one worker each) whose pair runs comm_check.py; the workers

@@ -51,7 +51,7 @@ TEST_P(SpareNode, ANodeLossPromotesTheSpareAndSpendsNoRestart) {
   auto clean = RunFtrun(clean_argv, {{"PYTHON_EXEC", kPython}}, 180s);
   ASSERT_EQ(clean.exit_code, 0) << "Debian's python3-torch is required: " << clean.err;
 
-  const std::string port = std::to_string(launcher::PickFreePort().value());
+  const std::string port = std::to_string(TestPort());
   auto agent = [&](const std::string& name) {
     std::vector<std::string> argv = {
         "--nproc-per-node",

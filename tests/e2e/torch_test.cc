@@ -137,7 +137,7 @@ TEST_F(TorchE2E, ModuleAndRunPathEntryPoints) {
 // Two agents of two ranks each: gloo all_reduce over WORLD_SIZE 4 (dump_env.py asserts the
 // sum), with the static and the dynamic rendezvous.
 TEST_F(TorchE2E, TwoAgentsTimesTwoRanksAllReduce) {
-  std::string port = std::to_string(launcher::PickFreePort().value());
+  std::string port = std::to_string(TestPort());
   const std::vector<std::vector<std::string>> shapes = {
       {"--nnodes", "2", "--master-addr", "127.0.0.1", "--master-port", port},
       {"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "127.0.0.1:" + port,

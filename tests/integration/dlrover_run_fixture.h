@@ -34,7 +34,7 @@ inline bool HostHasGpu() { return launcher::DetectHostFacts(CurrentEnvironment()
 
 class DlroverRun : public ::testing::Test {
  protected:
-  void SetUp() override { port_ = std::to_string(launcher::PickFreePort().value()); }
+  void SetUp() override { port_ = std::to_string(TestPort()); }
 
   // The variables dlrover-run reads, and every PET_*: the test's own environment must not
   // leak into the runs.

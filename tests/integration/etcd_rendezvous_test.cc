@@ -331,7 +331,7 @@ TEST_F(EtcdRendezvous, BadSettingsAreUsageErrors) {
 }
 
 TEST_F(EtcdRendezvous, UnreachableEtcdEndsTheJobAfterTimeout) {
-  const std::string port = std::to_string(launcher::PickFreePort().value());
+  const std::string port = std::to_string(TestPort());
   auto r = RunFtrun(Cmd("127.0.0.1:" + port, "job", {"exit", "0"}, {}, "timeout=1.5"), {}, 30s);
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_NE(r.err.find("cannot reach etcd at 127.0.0.1:" + port + " within timeout=1.5s"),

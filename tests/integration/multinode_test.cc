@@ -18,7 +18,7 @@ using namespace std::chrono_literals;
 
 class MultiNode : public ::testing::Test {
  protected:
-  void SetUp() override { port_ = std::to_string(launcher::PickFreePort().value()); }
+  void SetUp() override { port_ = std::to_string(TestPort()); }
 
   // ftrun <rendezvous options> <options> --no-python fake_worker <actions>
   std::vector<std::string> Cmd(std::vector<std::string> options,

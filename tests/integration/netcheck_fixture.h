@@ -48,7 +48,7 @@ inline std::vector<std::string> AgentArgs(const TempDir& dir, const std::string&
 
 class NetCheck : public ::testing::Test {
  protected:
-  void SetUp() override { port_ = std::to_string(launcher::PickFreePort().value()); }
+  void SetUp() override { port_ = std::to_string(TestPort()); }
 
   // ftrun <dynamic rendezvous on 127.0.0.1:port_> <options> --no-python fake_worker <actions>
   // (1 MiB each way per pair unless `bytes` says otherwise.)

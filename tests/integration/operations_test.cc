@@ -135,7 +135,7 @@ TEST_F(Operations, MetricsEndpoint) {
 }
 
 TEST_F(Operations, MasterWithEventLogMetricsAndStatus) {
-  const std::string port = std::to_string(launcher::PickFreePort().value());
+  const std::string port = std::to_string(TestPort());
   ChildRun master(FtrunBinary(),
                   {"master", "--port", port, "--nnodes", "2", "--rdzv-id", "sj", "--event-log",
                    dir_ / "master.jsonl", "--metrics-port", "0", "--rdzv-conf", "token=t0k"});
@@ -182,7 +182,7 @@ TEST_F(Operations, MasterWithEventLogMetricsAndStatus) {
 }
 
 TEST_F(Operations, StatusOfNothingIsOneLine) {
-  const std::string port = std::to_string(launcher::PickFreePort().value());
+  const std::string port = std::to_string(TestPort());
   auto r = RunFtrun({"status", "--timeout", "1", "127.0.0.1:" + port});
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_EQ(Lines(r.err).size(), 1u) << r.err;

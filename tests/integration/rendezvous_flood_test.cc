@@ -56,7 +56,7 @@ struct Flood {
 
 TEST(RendezvousFlood, PendingWatchesAndMemoryStayBounded) {
   TempDir dir;
-  const std::string port = std::to_string(launcher::PickFreePort().value());
+  const std::string port = std::to_string(TestPort());
   ChildRun master(FtrunBinary(), {"master", "--port", port, "--host", "127.0.0.1", "--nnodes", "2",
                                   "--rdzv-id", "job", "--log-level", "warning"});
   auto stub = v1::Rendezvous::NewStub(

@@ -22,7 +22,7 @@ namespace v1 = ftrun::v1;
 class RendezvousTls : public ::testing::Test {
  protected:
   void SetUp() override {
-    port_ = std::to_string(launcher::PickFreePort().value());
+    port_ = std::to_string(TestPort());
     if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl CLI";
     // A CA, server and client certificates for localhost/127.0.0.1, and a CA not trusted.
     ASSERT_TRUE(MakeTestCertificates(dir_.path(), /*other_ca=*/true));

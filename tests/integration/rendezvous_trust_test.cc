@@ -24,7 +24,7 @@ namespace v1 = ftrun::v1;
 
 class RendezvousTrust : public ::testing::Test {
  protected:
-  void SetUp() override { port_ = std::to_string(launcher::PickFreePort().value()); }
+  void SetUp() override { port_ = std::to_string(TestPort()); }
 
   std::vector<std::string> Agent(const std::string& endpoint_host, const std::string& conf) {
     return TwoNodeAgent(dir_, endpoint_host + ":" + port_, std::string(kFastConf) + conf);

@@ -44,7 +44,7 @@ class Topology : public ::testing::Test {
   }
 
   TempDir dir_;
-  std::string port_ = std::to_string(launcher::PickFreePort().value());
+  std::string port_ = std::to_string(TestPort());
 };
 
 TEST_F(Topology, GroupRanksFollowTheSwitchesFromTheEnvironmentAndTheFile) {

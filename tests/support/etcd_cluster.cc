@@ -28,8 +28,8 @@ EtcdCluster::EtcdCluster(int members, std::optional<EtcdTlsFiles> tls,
   for (int i = 0; i < members; ++i) {
     Member m;
     m.name = "m" + std::to_string(i);
-    m.client_port = launcher::PickFreePort().value();
-    m.peer_port = launcher::PickFreePort().value();
+    m.client_port = TestPort();
+    m.peer_port = TestPort();
     members_.push_back(std::move(m));
   }
   for (int i = 0; i < members; ++i) Start(i);

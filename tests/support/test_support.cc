@@ -5,10 +5,13 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/ip/v6_only.hpp>
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <thread>
 
@@ -68,6 +71,38 @@ std::string ReadFile(const std::string& path) {
   std::stringstream s;
   s << in.rdbuf();
   return s.str();
+}
+
+namespace {
+// True when `port` can be bound on every address of `protocol`; a machine without IPv6
+// counts as free there.
+bool Bindable(const boost::asio::ip::tcp& protocol, unsigned short port) {
+  boost::asio::io_context io;
+  boost::asio::ip::tcp::acceptor acceptor(io);
+  boost::system::error_code ec;
+  acceptor.open(protocol, ec);
+  if (ec) return protocol == boost::asio::ip::tcp::v6();
+  if (protocol == boost::asio::ip::tcp::v6())
+    acceptor.set_option(boost::asio::ip::v6_only(true), ec);
+  if (!ec) acceptor.bind({protocol, port}, ec);
+  return !ec;
+}
+}  // namespace
+
+int TestPort() {
+  int ephemeral_low = 32768;
+  std::ifstream("/proc/sys/net/ipv4/ip_local_port_range") >> ephemeral_low;
+  const int low = 10000;
+  const int high = std::max(low + 1000, ephemeral_low);
+  static std::mt19937 random(std::random_device{}() ^ static_cast<unsigned>(getpid()));
+  std::uniform_int_distribution<int> pick(low, high - 1);
+  for (int attempt = 0; attempt < 200; ++attempt) {
+    const auto port = static_cast<unsigned short>(pick(random));
+    if (Bindable(boost::asio::ip::tcp::v4(), port) && Bindable(boost::asio::ip::tcp::v6(), port)) {
+      return port;
+    }
+  }
+  throw std::runtime_error("TestPort: no free port below the ephemeral range");
 }
 
 bool FileExists(const std::string& path) {

@@ -57,6 +57,11 @@ std::string ReadFile(const std::string& path);
 bool MakeTestCertificates(const std::string& dir, bool other_ca = false);
 
 bool FileExists(const std::string& path);
+// A TCP port for a server a test starts itself (ftrun master, an agent's rendezvous, etcd):
+// free on 127.0.0.1 and ::1, and taken below the kernel's ephemeral range, so that no socket
+// the kernel numbers on its own (every outgoing connection of the tests running beside this
+// one) can take it between the pick and the bind. Throws when no port is free.
+int TestPort();
 std::vector<std::string> Lines(const std::string& text);
 // KEY=VALUE lines into a map.
 std::map<std::string, std::string> ParseEnvFile(const std::string& path);
