@@ -80,17 +80,22 @@ void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
       .name = r.name().empty() ? "state.bin" : r.name(),
       .tracker = r.tracker(),
       .world_size = static_cast<int>(std::clamp<int64_t>(r.world_size(), 1, 1 << 24))};
-  Status committed = r.step() < 0
-                         ? Status{Error{"a negative step"}}
-                         : store_.Commit(local_rank, static_cast<uint64_t>(r.step()), meta);
-  send_(local_rank,
-        JsonMessage("snapshot_committed")
-            .Set("id", r.id())
-            .Set("step", r.step())
-            .Set("ok", static_cast<bool>(committed))
-            .Set("error", committed ? std::string() : committed.error().message)
-            .str(),
-        -1);
+  Status committed =
+      r.step() < 0 || (r.has_begun() && r.begun() < 0) || (r.has_bytes() && r.bytes() <= 0)
+          ? Status{Error{"a negative step or size"}}
+          : store_.Commit(local_rank, static_cast<uint64_t>(r.step()), meta,
+                          r.has_begun() ? std::optional<uint64_t>(r.begun()) : std::nullopt,
+                          r.has_bytes() ? std::optional<size_t>(r.bytes()) : std::nullopt);
+  if (!r.has_answer() || r.answer()) {
+    send_(local_rank,
+            JsonMessage("snapshot_committed")
+              .Set("id", r.id())
+              .Set("step", r.step())
+              .Set("ok", static_cast<bool>(committed))
+              .Set("error", committed ? std::string() : committed.error().message)
+              .str(),
+          -1);
+  }
   if (!committed) {
     LauncherLog()->warn("flash checkpoint: {}", committed.error().message);
     return;

@@ -142,13 +142,23 @@ Result<SnapshotLease> SnapshotStore::Begin(int local_rank, uint64_t step, size_t
   return SnapshotLease{.fd = slot.buffer->fd(), .step = step, .bytes = bytes};
 }
 
-Status SnapshotStore::Commit(int local_rank, uint64_t step, SnapshotMeta meta) {
+Status SnapshotStore::Commit(int local_rank, uint64_t step, SnapshotMeta meta,
+                             std::optional<uint64_t> begun, std::optional<size_t> bytes) {
+  const std::string what = "commit of the memory snapshot of local rank " +
+                           std::to_string(local_rank) + " at step " + std::to_string(step);
   Rank* rank = RankAt(local_rank);
-  if (rank == nullptr || rank->begun != step) {
-    return Error{"commit of the memory snapshot of local rank " + std::to_string(local_rank) +
-                 " at step " + std::to_string(step) + ": no save of that step was begun"};
+  if (rank == nullptr || rank->begun != begun.value_or(step)) {
+    return Error{what + ": no save of that step was begun"};
   }
   int index = WriteSlot(*rank);
+  if (bytes) {
+    if (*bytes == 0 || *bytes > rank->slots[index].bytes) {
+      return Error{what + ": " + std::to_string(*bytes) + " bytes in a lease of " +
+                   std::to_string(rank->slots[index].bytes)};
+    }
+    rank->slots[index].bytes = *bytes;
+  }
+  rank->slots[index].step = step;
   rank->slots[index].meta = std::move(meta);
   rank->slots[index].complete = true;
   rank->newest = index;

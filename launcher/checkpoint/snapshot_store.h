@@ -109,9 +109,14 @@ class SnapshotStore {
   // range, zero bytes, the budget, the buffer being read by a view, or the kernel refusing the
   // memory (memfd_create/ftruncate/mmap, with errno's text).
   Result<SnapshotLease> Begin(int local_rank, uint64_t step, size_t bytes);
-  // Makes the begun save of `step` the rank's newest snapshot. Errors: no save of that step
-  // begun by that rank. The bytes are not checked here (Verify does, off the loop).
-  Status Commit(int local_rank, uint64_t step, SnapshotMeta meta);
+  // Makes the begun save the rank's newest snapshot, of `step`. `begun`: the step the save was
+  // begun with, when the worker took its lease ahead of knowing the step (default: `step`);
+  // `bytes`: the snapshot's size when smaller than the lease. Errors: no save begun with that
+  // step by that rank, or more bytes than the lease. The bytes are not checked here (Verify
+  // does, off the loop).
+  Status Commit(int local_rank, uint64_t step, SnapshotMeta meta,
+                std::optional<uint64_t> begun = std::nullopt,
+                std::optional<size_t> bytes = std::nullopt);
   // Whether the rank's next Begin would fail because its buffer is being read (pinned).
   bool Busy(int local_rank) const;
   // Abandons the rank's begun save, if any (e.g. its worker died).

@@ -52,6 +52,37 @@ def _log(msg: str):
     print(f"ftrun[{_rank()}]: {msg}", file=sys.stderr, flush=True)
 
 
+class PendingAnswer:
+    """A request sent to the agent whose answer has not been claimed yet."""
+
+    def __init__(self, controller, rid: int, kind: str):
+        self.slot = [threading.Event(), None, -1]
+        self._controller, self._rid, self._kind = controller, rid, kind
+
+    def wait(self, timeout: float = 60.0):
+        """(answer, fd) as Controller.request returns them; raises OSError likewise."""
+        c = self._controller
+        try:
+            if not self.slot[0].wait(timeout) or self.slot[1] is None:
+                raise OSError(f"no answer from the agent to '{self._kind}'"
+                              + (" (the channel closed)" if c._closed else f" in {timeout:g}s"))
+            return self.slot[1], self.slot[2]
+        finally:
+            self._forget()
+
+    def drop(self):
+        """Gives the request up: an answer that came (or comes) is discarded, its
+        descriptor closed."""
+        self._forget()
+        if self.slot[0].is_set() and self.slot[2] >= 0:
+            os.close(self.slot[2])
+            self.slot[2] = -1
+
+    def _forget(self):
+        with self._controller._answers_lock:
+            self._controller._answers.pop(self._rid, None)
+
+
 class Controller:
     """Connected to this worker's agent. Thread-safe."""
 
@@ -169,6 +200,11 @@ class Controller:
         with contextlib.suppress(OSError):
             self._sock.close()
 
+    @property
+    def closed(self) -> bool:
+        """True once the agent's channel is gone."""
+        return self._closed
+
     def post(self, msg: dict):
         """Sends a request whose answer nobody waits for (it is dropped when it comes).
         Raises OSError when the agent's channel is closed."""
@@ -182,26 +218,26 @@ class Controller:
         """Sends a request (an "id" is added) and waits for the agent's answer: (answer, fd),
         fd -1 when the answer carries none (the caller owns it otherwise). Raises OSError
         when the agent is gone or does not answer in time."""
+        return self.request_async(msg).wait(timeout)
+
+    def request_async(self, msg: dict, before: dict = None) -> "PendingAnswer":
+        """Sends a request now; its answer is waited for later (PendingAnswer.wait), so the
+        round trip overlaps with the caller's own work. `before`: a message whose answer
+        nobody waits for, sent first in the same write."""
         rid = next(self._ids)
-        slot = [threading.Event(), None, -1]
+        pending = PendingAnswer(self, rid, msg.get("type"))
         with self._answers_lock:
-            self._answers[rid] = slot
-        try:
-            if self._closed:
-                raise OSError("the agent's control channel is closed")
-            self._send(dict(msg, id=rid))
-            if not slot[0].wait(timeout) or slot[1] is None:
-                raise OSError(f"no answer from the agent to '{msg.get('type')}'"
-                              + (" (the channel closed)" if self._closed else f" in {timeout:g}s"))
-            return slot[1], slot[2]
-        finally:
-            with self._answers_lock:
-                self._answers.pop(rid, None)
+            self._answers[rid] = pending.slot
+        if not self._closed:
+            self._send(*([dict(before, id=next(self._ids))] if before else []), dict(msg, id=rid))
+        if self._closed:  # nothing will answer: wait() says so at once
+            pending.slot[0].set()
+        return pending
 
     # ---- the channel ----
 
-    def _send(self, msg: dict):
-        line = (json.dumps(msg, separators=(",", ":")) + "\n").encode()
+    def _send(self, *msgs: dict):
+        line = "".join(json.dumps(m, separators=(",", ":")) + "\n" for m in msgs).encode()
         with self._send_lock:
             if self._closed:
                 return

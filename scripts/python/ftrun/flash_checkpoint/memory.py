@@ -33,6 +33,7 @@ class AgentMemory:
         self.controller = controller
         self._maps = {}  # (st_dev, st_ino) -> mmap of that buffer, kept from save to save
         self._said = set()
+        self._ahead = None  # (PendingAnswer, step, group, bytes) of the next save's lease
 
     # ---- saving ----
 
@@ -44,30 +45,81 @@ class AgentMemory:
         wait_seconds, then MemoryRefused(busy=True); a state over the budget raises
         MemoryRefused naming it."""
         plan = snapshot.Plan(state, step, world_size)
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            answer, fd = self.controller.request({"type": "snapshot_begin", "step": step,
-                                          "bytes": plan.bytes, "group": group})
-            if answer.get("type") == "snapshot_lease" and fd >= 0:
-                break
-            if fd >= 0:
-                os.close(fd)
-            busy = bool(answer.get("busy"))
-            if not busy or time.monotonic() >= deadline:
-                raise MemoryRefused(answer.get("error") or f"unexpected answer {answer}", busy)
-            time.sleep(0.02)
+        lease = self._lease_taken_ahead(group, plan.bytes)
+        if lease is None:
+            lease = self._lease(step, group, plan.bytes, wait_seconds)
+        fd, begun = lease
         try:
             buffer = self._mapping(fd, plan.bytes)
         finally:
             os.close(fd)
         plan.write(buffer)
         commit = {"type": "snapshot_commit", "step": step, "persist": persist,
-                  "world_size": world_size}
+                  "world_size": world_size, "bytes": plan.bytes, "answer": False}
+        if begun != step:
+            commit["begun"] = begun
         commit.update(target or {})
         # Not waited for: once sent, the agent reads it even if this process dies the next
         # moment (the socket keeps it), and it handles it before any later request of ours.
         # A refusal (which only a broken protocol causes) is logged by the agent.
-        self.controller.post(commit)
+        if group == "":
+            self._take_lease_ahead(step + 1, group, plan.bytes, commit)
+        else:
+            self.controller.post(commit)
+
+    def _lease(self, step: int, group: str, size: int, wait_seconds: float):
+        """(fd, step the lease names) of a buffer for a save of `size` bytes, asked for now."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            answer, fd = self.controller.request({"type": "snapshot_begin", "step": step,
+                                                  "bytes": size, "group": group})
+            if answer.get("type") == "snapshot_lease" and fd >= 0:
+                return fd, step
+            if fd >= 0:
+                os.close(fd)
+            busy = bool(answer.get("busy"))
+            if not busy or time.monotonic() >= deadline:
+                raise MemoryRefused(answer.get("error") or f"unexpected answer {answer}", busy)
+            time.sleep(0.02)
+
+    # The one copy of a DDP job ("" group) asks for its next buffer as soon as a save is
+    # committed, so the next save finds it waiting instead of paying a round trip to the
+    # agent. Not for shards: the lease makes the older of the rank's two snapshots
+    # unrestorable until the next commit, and shards are restored only at a step every rank
+    # still holds, which one rank dying mid-save must leave in place.
+    def _take_lease_ahead(self, step: int, group: str, size: int, commit: dict):
+        """Sends `commit` and the next save's lease request in one write."""
+        self._drop_lease_ahead()
+        self._ahead = (self.controller.request_async({"type": "snapshot_begin", "step": step,
+                                                      "bytes": size, "group": group},
+                                                     before=commit), step, group, size)
+        if self.controller.closed:  # as post() says it: the commit did not reach the agent
+            raise OSError("the agent's control channel is closed")
+
+    def _lease_taken_ahead(self, group: str, size: int):
+        """(fd, step the lease names) of the lease asked for after the last save, when it was
+        granted and fits this save; else None (the caller asks again)."""
+        ahead, self._ahead = self._ahead, None
+        if ahead is None:
+            return None
+        pending, step, lease_group, lease_size = ahead
+        if lease_group != group or lease_size < size:
+            pending.drop()
+            return None
+        try:
+            answer, fd = pending.wait(60.0)
+        except OSError:
+            return None
+        if answer.get("type") == "snapshot_lease" and fd >= 0:
+            return fd, step
+        if fd >= 0:
+            os.close(fd)
+        return None
+
+    def _drop_lease_ahead(self):
+        ahead, self._ahead = getattr(self, "_ahead", None), None
+        if ahead is not None:
+            ahead[0].drop()
 
     def _mapping(self, fd: int, size: int):
         st = os.fstat(fd)

@@ -103,5 +103,34 @@ TEST_F(FlashServiceTest, BadRequestsAreRefusedWithAReason) {
   EXPECT_TRUE(Steps(1).empty());
 }
 
+// The one copy of a DDP job asks for its next buffer right after a commit, before it knows
+// the step it will save: the commit names both the step saved and the step the lease named.
+TEST_F(FlashServiceTest, ALeaseTakenAheadIsCommittedUnderTheStepSaved) {
+  Save(0, 1, "one");
+  const Sent& ahead = Begin(0, 2, 16);
+  ASSERT_EQ(ahead.type(), "snapshot_lease");
+  ASSERT_EQ(::pwrite(ahead.fd, "seven", 5, 0), 5);
+  auto commit = [&](int64_t step, int64_t begun, int64_t bytes) {
+    v1::ControlSnapshotCommit r;
+    r.set_id(++id_);
+    r.set_step(step);
+    r.set_begun(begun);
+    r.set_bytes(bytes);
+    service().Commit(0, r);
+    return sent_.back();
+  };
+  const Sent wrong_lease = commit(7, 3, 5);
+  EXPECT_FALSE(wrong_lease.flag("ok"));
+  EXPECT_NE(wrong_lease.error().find("no save of that step was begun"), std::string::npos);
+  const Sent too_big = commit(7, 2, 17);
+  EXPECT_FALSE(too_big.flag("ok"));
+  EXPECT_NE(too_big.error().find("17 bytes in a lease of 16"), std::string::npos)
+      << too_big.error();
+  ASSERT_TRUE(commit(7, 2, 5).flag("ok"));
+  EXPECT_EQ(Steps(0), (std::vector<int64_t>{7, 1}));
+  EXPECT_EQ(Get(0, 7), "seven");
+  EXPECT_EQ(service().store().Newest(0)->bytes, 5u);
+}
+
 }  // namespace
 }  // namespace ftrun::launcher
