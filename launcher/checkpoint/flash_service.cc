@@ -88,7 +88,7 @@ void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
                           r.has_bytes() ? std::optional<size_t>(r.bytes()) : std::nullopt);
   if (!r.has_answer() || r.answer()) {
     send_(local_rank,
-            JsonMessage("snapshot_committed")
+          JsonMessage("snapshot_committed")
               .Set("id", r.id())
               .Set("step", r.step())
               .Set("ok", static_cast<bool>(committed))
