@@ -1,13 +1,15 @@
 #include "common/log.h"
 
 #include <spdlog/cfg/env.h>
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <mutex>
 #include <stdexcept>
+
+#include "common/stderr_log_sink.h"
 
 namespace ftrun {
 
@@ -22,8 +24,19 @@ constexpr const char* kLoggerNames[] = {"launcher", "worker", "rendezvous"};
 std::mutex g_mu;
 spdlog::level::level_enum g_level = spdlog::level::info;
 
+// Never blocks on a stderr nobody reads (see stderr_log_sink.h).
+// Never destroyed, so that the exit-time flush and late log lines always find it.
+const std::shared_ptr<StderrLogSink>& Sink() {
+  static const auto* sink = [] {
+    auto* s = new std::shared_ptr<StderrLogSink>(std::make_shared<StderrLogSink>());
+    std::atexit([] { Sink()->FlushWithin(kLogExitFlush); });
+    return s;
+  }();
+  return *sink;
+}
+
 std::shared_ptr<spdlog::logger> MakeLogger(const std::string& name) {
-  static auto sink = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
+  const auto& sink = Sink();
   auto logger = std::make_shared<spdlog::logger>(name, sink);
   // Timestamp, level, logger and our pid: several agents often share one terminal.
   // %P: the pid when the line is written (a detached msrun supervisor is a forked child).

@@ -1,12 +1,19 @@
 #include "launcher/agent/outcome.h"
 
+#include <unistd.h>
+
 #include <fstream>
 #include <iostream>
+#include <sstream>
 
 #include "common/log.h"
+#include "common/nonblocking_output.h"
 #include "launcher/workers/failure_report.h"
 
 namespace ftrun::launcher {
+namespace {
+constexpr std::chrono::milliseconds kFailureReportWait{5000};
+}  // namespace
 
 void ReportOutcome(const JobResult& r, int exit_code, WorkerPlanner& planner,
                    const EnvMap& agent_env, AgentEvents& events) {
@@ -19,7 +26,15 @@ void ReportOutcome(const JobResult& r, int exit_code, WorkerPlanner& planner,
   LauncherLog()->error("job finished outcome=failed exit_code={} reason=\"{}\"", exit_code,
                        r.reason);
   if (r.failures.empty()) return;
-  planner.ReportFailure(r.failures, std::cerr);
+  // On a console nobody reads, the report must not keep ftrun from exiting: it is also in
+  // the fault record and the error file.
+  std::ostringstream report;
+  planner.ReportFailure(r.failures, report);
+  std::cerr.flush();
+  if (!WriteWithin(STDERR_FILENO, report.str(), kFailureReportWait)) {
+    LauncherLog()->warn("stderr did not take the failure report within {} s; see the fault record",
+                        kFailureReportWait.count() / 1000);
+  }
   if (auto path = Lookup(agent_env, "TORCHELASTIC_ERROR_FILE")) {
     const WorkerFailure& root = r.failures[RootCauseIndex(r.failures)];
     if (auto s = WriteAgentErrorFile(*path, root); !s) LauncherLog()->warn("{}", s.error().message);

@@ -55,70 +55,22 @@ ConsoleDrops TotalConsoleDrops() {
 
 std::string ConsoleWriter::Name() const { return fd_ == STDERR_FILENO ? "stderr" : "stdout"; }
 
-void ConsoleWriter::Open() {
-  struct stat st {};
-  if (::fstat(fd_, &st) != 0) {
-    mode_ = Mode::kBroken;
-    return;
-  }
-  opened_ = {st.st_dev, st.st_ino};
-  if (S_ISREG(st.st_mode)) {
-    mode_ = Mode::kDirect;
-  } else if (S_ISSOCK(st.st_mode)) {
-    mode_ = Mode::kSocket;
-  } else {
-    const std::string self = "/proc/self/fd/" + std::to_string(fd_);
-    own_fd_ = ::open(self.c_str(), O_WRONLY | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
-    if (own_fd_ >= 0) {
-      mode_ = Mode::kOwn;
-    } else {
-      mode_ = Mode::kDirect;
-      WorkerLog()->warn(
-          "console={} cannot be opened again non-blocking ({}): tee'd output may "
-          "wait for it",
-          Name(), std::strerror(errno));
-    }
-  }
-}
-
-ssize_t ConsoleWriter::TryWrite(const char* data, size_t n) {
-  for (;;) {
-    ssize_t w = -1;
-    switch (mode_) {
-      case Mode::kOwn:
-        w = ::write(own_fd_, data, n);
-        break;
-      case Mode::kSocket:
-        w = ::send(fd_, data, n, MSG_DONTWAIT | MSG_NOSIGNAL);
-        break;
-      case Mode::kDirect:
-        return WriteAll(fd_, data, n) ? static_cast<ssize_t>(n) : -1;
-      case Mode::kUnopened:
-      case Mode::kBroken:
-        return -1;
-    }
-    if (w >= 0) return w;
-    if (errno == EINTR) continue;
-    return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -1;
-  }
-}
-
 void ConsoleWriter::Write(const boost::asio::any_io_executor& executor, std::string_view text) {
-  if (mode_ != Mode::kUnopened && mode_ != Mode::kBroken) {
-    // The descriptor may have been pointed elsewhere since (msrun's background supervisor
-    // moves its stdout into its log file once the job runs): follow it.
-    struct stat st {};
-    if (::fstat(fd_, &st) == 0 && std::pair(st.st_dev, st.st_ino) != opened_) {
-      Flush();
-      if (own_fd_ >= 0) ::close(own_fd_);
-      own_fd_ = -1;
-      mode_ = Mode::kUnopened;
-    }
+  if (!broken_ && out_.Moved()) {
+    // The descriptor was pointed elsewhere (msrun's background supervisor moves its stdout
+    // into its log file once the job runs): follow it.
+    Flush();
+    out_.Reopen();
   }
-  if (mode_ == Mode::kUnopened) Open();
   if (buffered() > 0) Flush();
-  if (buffered() == 0 && mode_ != Mode::kBroken) {
-    const ssize_t w = TryWrite(text.data(), text.size());
+  if (buffered() == 0 && !broken_) {
+    const ssize_t w = out_.TryWrite(text.data(), text.size());
+    if (out_.reopen_error() != 0 && !reported_reopen_) {
+      reported_reopen_ = true;
+      WorkerLog()->warn(
+          "console={} cannot be opened again non-blocking ({}): tee'd output may wait for it",
+          Name(), std::strerror(out_.reopen_error()));
+    }
     if (w < 0) Fail();
     if (w >= 0) {
       if (static_cast<size_t>(w) == text.size()) return;
@@ -128,7 +80,7 @@ void ConsoleWriter::Write(const boost::asio::any_io_executor& executor, std::str
       return;
     }
   }
-  if (mode_ == Mode::kBroken || buffered() + text.size() > kConsoleBuffer) {
+  if (broken_ || buffered() + text.size() > kConsoleBuffer) {
     Drop(text.size(), CountLines(text));
     return;
   }
@@ -138,7 +90,7 @@ void ConsoleWriter::Write(const boost::asio::any_io_executor& executor, std::str
 
 void ConsoleWriter::Flush() {
   while (buffered() > 0) {
-    const ssize_t w = TryWrite(buffer_.data() + head_, buffered());
+    const ssize_t w = out_.TryWrite(buffer_.data() + head_, buffered());
     if (w == 0) break;
     if (w < 0) {
       Fail();
@@ -152,7 +104,7 @@ void ConsoleWriter::Flush() {
   if (buffered() == 0) {
     buffer_.clear();
     head_ = 0;
-    if (episode_.lines > 0 && mode_ != Mode::kBroken) {
+    if (episode_.lines > 0 && !broken_) {
       WorkerLog()->warn(
           "console={} takes output again; dropped_lines={} dropped_bytes={} of worker output "
           "while it did not",
@@ -171,7 +123,7 @@ void ConsoleWriter::Fail() {
     WorkerLog()->warn("console={} cannot be written ({}): tee'd output to it is dropped", Name(),
                       std::strerror(errno));
   }
-  mode_ = Mode::kBroken;
+  broken_ = true;
 }
 
 void ConsoleWriter::ScheduleRetry(const boost::asio::any_io_executor& executor) {
@@ -193,7 +145,7 @@ void ConsoleWriter::ScheduleRetry(const boost::asio::any_io_executor& executor) 
 }
 
 void ConsoleWriter::Drop(size_t bytes, uint64_t lines) {
-  if (episode_.lines == 0 && episode_.bytes == 0 && mode_ != Mode::kBroken) {
+  if (episode_.lines == 0 && episode_.bytes == 0 && !broken_) {
     WorkerLog()->warn(
         "console={} is not being read: worker output (--tee) that does not fit its {} KiB "
         "buffer is dropped until it is",
@@ -213,7 +165,7 @@ void ConsoleWriter::FlushAtExit() {
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline - std::chrono::steady_clock::now());
     if (left.count() <= 0) break;
-    pollfd p{mode_ == Mode::kOwn ? own_fd_ : fd_, POLLOUT, 0};
+    pollfd p{out_.poll_fd(), POLLOUT, 0};
     if (::poll(&p, 1, static_cast<int>(left.count())) <= 0) break;
   }
   if (buffered() > 0) {

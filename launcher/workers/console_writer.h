@@ -7,10 +7,7 @@
 // that does not fit is dropped whole and counted, and the log says
 // when dropping starts and how much was dropped once the console takes output again.
 //
-// How it avoids blocking depends on what the descriptor is: a pipe, FIFO or terminal is
-// opened again (/proc/self/fd/N) as a description of our own in non-blocking mode, so the
-// shared one that workers and the shell also use keeps its flags; a socket is written with
-// MSG_DONTWAIT; a regular file is written directly (it does not wait for a reader).
+// It writes through NonBlockingOutput (common/), as ftrun's own log lines do.
 //
 // Thread: loop only, except FlushAtExit (registered with atexit at first use). Ownership: one
 // writer per descriptor for the life of the process. Errors: a console that fails (EPIPE, a
@@ -25,6 +22,8 @@
 #include <string>
 #include <string_view>
 #include <utility>
+
+#include "common/nonblocking_output.h"
 
 namespace ftrun::launcher {
 
@@ -55,11 +54,7 @@ class ConsoleWriter {
   size_t buffered() const { return buffer_.size() - head_; }
 
  private:
-  enum class Mode { kUnopened, kOwn, kSocket, kDirect, kBroken };
-  explicit ConsoleWriter(int fd) : fd_(fd) {}
-  void Open();
-  // Bytes written, 0 when the console takes nothing now, -1 when it failed.
-  ssize_t TryWrite(const char* data, size_t n);
+  explicit ConsoleWriter(int fd) : fd_(fd), out_(fd) {}
   void Flush();
   void Fail();  // the console failed for good: say so once, drop from now on
   void ScheduleRetry(const boost::asio::any_io_executor& executor);
@@ -69,9 +64,9 @@ class ConsoleWriter {
   std::string Name() const;
 
   int fd_;
-  int own_fd_ = -1;
-  std::pair<dev_t, ino_t> opened_{};  // what fd_ was when opened
-  Mode mode_ = Mode::kUnopened;
+  NonBlockingOutput out_;
+  bool broken_ = false;  // failed for good: drop from now on
+  bool reported_reopen_ = false;
   std::string buffer_;
   size_t head_ = 0;  // buffer_[head_..] still to write
   bool retry_scheduled_ = false;

@@ -15,19 +15,6 @@ SharedFile::~SharedFile() {
   if (fd >= 0) ::close(fd);
 }
 
-bool WriteAll(int fd, const char* data, size_t n) {
-  while (n > 0) {
-    ssize_t w = ::write(fd, data, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    data += w;
-    n -= static_cast<size_t>(w);
-  }
-  return true;
-}
-
 int OpenLogFile(const std::string& path, bool append) {
   int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : O_TRUNC);
   return ::open(path.c_str(), flags, 0644);

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "common/nonblocking_output.h"
 #include "common/result.h"
 
 namespace ftrun::launcher {
@@ -82,9 +83,6 @@ class OutputTee {
   bool counted_ = false;  // a source of its console
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
-
-// Writes all of data to fd, retrying on EINTR and short writes. False on error.
-bool WriteAll(int fd, const char* data, size_t n);
 
 // Opens `path` for writing (created, truncated, close-on-exec). -1 and errno on failure.
 int OpenLogFile(const std::string& path, bool append = false);

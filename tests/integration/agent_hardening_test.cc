@@ -38,16 +38,23 @@ size_t Count(const std::string& text, const std::string& what) {
 // a file. Wait() records the agent's largest resident set while it runs.
 class UnreadConsoleRun {
  public:
-  UnreadConsoleRun(const TempDir& dir, const std::vector<std::string>& args)
+  // `unread`: which of ftrun's descriptors is the pipe nobody reads (the other goes to a
+  // file, Err()); `pipe_bytes`: the pipe's capacity (0: the kernel's default, 64 KiB).
+  UnreadConsoleRun(const TempDir& dir, const std::vector<std::string>& args,
+                   int unread = STDOUT_FILENO, int pipe_bytes = 0)
       : err_path_(dir / "ftrun.err") {
     int fds[2];
     EXPECT_EQ(::pipe2(fds, O_CLOEXEC), 0);
+    if (pipe_bytes > 0) {
+      EXPECT_GE(::fcntl(fds[1], F_SETPIPE_SZ, pipe_bytes), pipe_bytes);
+    }
     read_end_ = fds[0];
     const int err = ::open(err_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     posix_spawn_file_actions_t actions;
     posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-    posix_spawn_file_actions_adddup2(&actions, err, STDERR_FILENO);
+    posix_spawn_file_actions_adddup2(&actions, fds[1], unread);
+    posix_spawn_file_actions_adddup2(&actions, err,
+                                     unread == STDOUT_FILENO ? STDERR_FILENO : STDOUT_FILENO);
     std::vector<std::string> argv = {FtrunBinary()};
     argv.insert(argv.end(), args.begin(), args.end());
     std::vector<char*> c_argv;
@@ -79,6 +86,7 @@ class UnreadConsoleRun {
     return exited_ && WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   }
   long max_rss_kb() const { return max_rss_kb_; }
+  int read_end() const { return read_end_; }
   std::string Err() const { return ReadFile(err_path_); }
 
  private:
@@ -127,6 +135,27 @@ TEST_F(AgentHardening, UnreadConsoleNeitherDelaysACrashNorGrowsMemory) {
     EXPECT_LT(run.max_rss_kb(), kRssBoundKb);
   }
   std::cout << "agent max VmRSS under an unread console flood: " << run.max_rss_kb() << " kB\n";
+}
+
+// ftrun's own log lines (stderr) go to a pipe nobody reads, 4 KiB deep, while the agent
+// logs a lot (debug level, a restart every crash): the crashes are still seen and the job
+// still ends; the agent drops the lines stderr cannot take instead of waiting for it (before
+// the fix, its loop blocked in a log call once the pipe was full, and the job never ended).
+// The workers write to their log files (--redirects 3): a worker writing to a console that
+// is not read waits for it, under torchrun as under ftrun.
+TEST_F(AgentHardening, UnreadStderrNeverStallsTheAgent) {
+  UnreadConsoleRun run(dir_,
+                       Job({"--nproc-per-node", "2", "--max-restarts", "6", "--log-level", "debug",
+                            "--redirects", "3", "--restart-backoff", "0"},
+                           {"if-rank", "1", "exit", "3", "sleep", "60"}),
+                       STDERR_FILENO, 4096);
+  ASSERT_EQ(run.Wait(60s), 1) << "the agent did not finish with its stderr unread";
+  std::string unread(1 << 16, '\0');
+  const ssize_t n = ::read(run.read_end(), unread.data(), unread.size());
+  ASSERT_GT(n, 0);
+  unread.resize(static_cast<size_t>(n));
+  EXPECT_LE(unread.size(), 4096u) << "no more than the pipe holds was written";
+  EXPECT_NE(unread.find("[ftrun:"), std::string::npos) << unread;
 }
 
 // A line that never ends, to an unread console: memory stays bounded (it grew to 322 MB).
