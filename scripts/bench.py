@@ -6,7 +6,7 @@ ratio ftrun/torchrun. A second table puts ftrun variants side by side on the sam
 pre-flight network check on and off (4 agents on loopback), and `ftrun dlrover-run` against
 plain ftrun. Not a test: a missed target is only reported. Exits non-zero only if a launcher
 run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
---only SECTION (torchrun, store, recovery, variants, save, scale, flash, etcd; repeatable) runs part of
+--only SECTION (torchrun, store, recovery, nodeloss, variants, save, scale, flash, etcd; repeatable) runs part of
 it.
 """
 import argparse
@@ -341,6 +341,145 @@ def print_recovery(rows: list):
         print(f"  {name}: {statistics.median(s[-1] for s in samples) / t:.2f} of torchrun's")
 
 
+NODE_LOSS_SCRIPT = os.path.join(REPO, "tests", "bench", "node_loss_train.py")
+NODE_LOSS_PHASES = ("detect", "stop", "rendezvous", "spawn", "first step", "total",
+                    "launcher's own share")
+# Fast failure detection on loopback, as the spare-node tests use.
+NODE_LOSS_CONF = "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4"
+
+
+def wait_until(what: str, cond: Callable, procs: list, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            raise LauncherFailed(f"node loss: gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+def node_loss(bench: Bench, warm: bool) -> list:
+    """Ms of each NODE_LOSS_PHASES entry: three agents on loopback (2 ranks each, --nnodes 2,
+    the third a spare beyond MAX), 4 gloo ranks of tests/bench/node_loss_train.py; agent B and
+    its two workers SIGKILLed at once -> training again on the spare.
+      detect      kill -> the job knows (the first of round_stopping, node_lost)
+      stop        -> the survivor's workers all exited
+      rendezvous  -> the next round formed (after the loss is declared)
+      spawn       -> the last agent's workers_spawned
+      first step  -> the last rank's first completed step
+    The launcher's own share is detect + rendezvous + spawn; stop and first step are the
+    workers' (SIGTERM handling; interpreter, import torch, init_process_group, a step)."""
+    run_dir = tempfile.mkdtemp(dir=bench.root)
+    port = free_port()
+    env = dict(os.environ, TMPDIR=run_dir, PYTHON_EXEC=PYTHON)
+    procs, consoles = {}, {}
+
+    def start(name: str):
+        cmd = [bench.ftrun, "--nproc-per-node", "2", "--nnodes", "2", "--max-restarts", "0",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+               "--rdzv-id", "nodeloss", "--rdzv-conf", NODE_LOSS_CONF,
+               "--log-dir", f"{run_dir}/logs-{name}", "--event-log", f"{run_dir}/events-{name}"]
+        if warm:
+            cmd.append("--warm-restart")
+        consoles[name] = f"{run_dir}/console-{name}"
+        with open(consoles[name], "w") as out:
+            procs[name] = subprocess.Popen(cmd + [NODE_LOSS_SCRIPT, run_dir], stdout=out,
+                                           stderr=subprocess.STDOUT, env=env)
+
+    def console(name: str) -> str:
+        with open(consoles[name]) as f:
+            return f.read()
+
+    def started() -> list:
+        if not os.path.exists(f"{run_dir}/started"):
+            return []
+        return [l.split() for l in read_lines(f"{run_dir}/started")]
+
+    try:
+        start("a")  # hosts the rendezvous
+        wait_until("agent a to join", lambda: "joined the job" in console("a"), list(procs.values()))
+        start("b")
+        wait_until("4 ranks training", lambda: len(started()) >= 4, list(procs.values()))
+        start("spare")
+        wait_until("the spare", lambda: "waiting as a spare" in console("spare") and (
+            not warm or console("spare").count(" ready after ") >= 2), list(procs.values()))
+        time.sleep(1.0)  # steady state
+        b_pids = [int(l[0]) for l in started() if l[2] == "1"]
+        if len(b_pids) != 2:
+            raise LauncherFailed(f"node loss: expected agent b's two ranks in {run_dir}")
+        killed = time.time_ns()
+        procs["b"].kill()
+        for pid in b_pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        procs["b"].wait()
+        survivors = [procs["a"], procs["spare"]]
+        wait_until("training on the spare",
+                   lambda: len([l for l in started() if int(l[3]) > killed]) >= 4, survivors)
+        open(f"{run_dir}/stop", "w").close()
+        for name in ("a", "spare"):
+            try:
+                rc = procs[name].wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                procs[name].kill()
+                rc = procs[name].wait()
+            if rc != 0:
+                raise LauncherFailed(f"node loss: agent {name} exit {rc}\n{console(name)[-3000:]}")
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    ev = {name: [json.loads(l) for l in read_lines(f"{run_dir}/events-{name}")]
+          for name in ("a", "spare")}
+    after = lambda es, kind: [event_ns(e) for e in es if e["event"] == kind
+                              and event_ns(e) >= killed - 1_000_000]
+    known = after(ev["a"], "round_stopping") + after(ev["a"], "node_lost")
+    a_exits = after(ev["a"], "worker_exited")
+    formed = after(ev["a"], "round_formed")
+    spawned = after(ev["a"], "workers_spawned") + after(ev["spare"], "workers_spawned")
+    new = [l for l in started() if int(l[3]) > killed]
+    if not known or len(a_exits) < 2 or not formed or len(spawned) < 2 or len(new) < 4:
+        raise LauncherFailed(f"node loss: missing events in {run_dir}")
+    if warm and console("spare").count("starts on standby") != 2:
+        raise LauncherFailed(f"node loss: the spare did not start warm in {run_dir}")
+    if "no restart spent" not in console("a") and "reason=\"node " not in console("a"):
+        bench.notes.setdefault("node_loss_spent", []).append(run_dir)
+    t_known, t_stopped = min(known), max(sorted(a_exits)[:2])
+    t_formed, t_spawned = min(formed), max(spawned)
+    t_step = max(int(l[6]) for l in new)
+    ms = lambda a, b: (b - a) / 1e6
+    detect = ms(killed, t_known)
+    stop = ms(t_known, t_stopped)
+    rdzv = ms(max(t_stopped, t_known), t_formed)
+    spawn = ms(t_formed, t_spawned)
+    first = ms(t_spawned, t_step)
+    return [detect, stop, rdzv, spawn, first, ms(killed, t_step), detect + rdzv + spawn]
+
+
+def print_node_loss(rows: list):
+    print()
+    print("node loss, 3 agents on loopback (--nnodes 2, 2 gloo ranks each, the third a spare), "
+          "plain torch script: agent b and its workers SIGKILLed -> training on the spare, "
+          f"median (min) ms; --rdzv-conf {NODE_LOSS_CONF}")
+    print("phase".ljust(24) + "".join(name.rjust(26) for name, _ in rows) + "target".rjust(10))
+    targets = {"total": 10000, "launcher's own share": 1000}
+    for i, phase in enumerate(NODE_LOSS_PHASES):
+        cells, line_ok = [], True
+        for _, samples in rows:
+            v = [s[i] for s in samples]
+            cells.append(f"{statistics.median(v):.1f} ({min(v):.1f})")
+            if phase in targets:
+                line_ok = line_ok and statistics.median(v) <= targets[phase]
+        line = phase.ljust(24) + "".join(c.rjust(26) for c in cells)
+        if phase in targets:
+            line += f"<= {targets[phase] / 1000:g} s".rjust(10) + ("  ok" if line_ok else "  MISSED")
+        print(line)
+    print("  torchrun has no spare nodes: a third torchrun agent at --nnodes 2 waits, and a lost "
+          "node makes torchrun's survivors restart the whole group (a new rendezvous, every "
+          "worker a new interpreter); its keep-alive detection alone defaults to 5 s x 3.")
+
+
 STORE_WORKER = os.path.join(REPO, "tests", "bench", "store_worker.py")
 
 
@@ -531,7 +670,8 @@ def header(bench: Bench, ftrun_path: str):
     print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
 
 
-SECTIONS = ("torchrun", "store", "recovery", "variants", "save", "scale", "flash", "etcd")
+SECTIONS = ("torchrun", "store", "recovery", "nodeloss", "variants", "save", "scale", "flash",
+            "etcd")
 
 
 def main() -> int:
@@ -547,6 +687,7 @@ def main() -> int:
                         "store (the process group's store: init_process_group and crash -> "
                         "first step of the next attempt, 4 gloo ranks, vs torchrun), "
                         "recovery (crash -> first step, torchrun vs ftrun vs --warm-restart), "
+                        "nodeloss (SIGKILL of a node -> training on the spare, 3 agents), "
                         "variants (pre-flight check, dlrover-run vs ftrun), save, scale, "
                         "flash (memory snapshots vs torch.save; scripts/bench_flash.py), "
                         "etcd (the etcd backend vs built-in, 1000 agents; scripts/bench_etcd.py); "
@@ -561,7 +702,7 @@ def main() -> int:
 
     sections = set(opts.only or SECTIONS)
     bench = Bench(opts.ftrun, opts.fake_worker, opts.runs)
-    results, pairs, scale, saves, recoveries = [], [], [], [], []
+    results, pairs, scale, saves, recoveries, losses = [], [], [], [], [], []
     try:
         header(bench, opts.ftrun)  # also warms the page cache for torch
         for row in ROWS if "torchrun" in sections else []:
@@ -586,6 +727,13 @@ def main() -> int:
                     print(f"  recovery [{name}] run {i + 1}/{bench.runs}", file=sys.stderr,
                           flush=True)
                     out.append(recovery(bench, launcher))
+        if "nodeloss" in sections:
+            losses = [("ftrun", []), ("ftrun --warm-restart", [])]
+            for i in range(bench.runs):
+                for warm, (name, out) in enumerate(losses):
+                    print(f"  node loss [{name}] run {i + 1}/{bench.runs}", file=sys.stderr,
+                          flush=True)
+                    out.append(node_loss(bench, bool(warm)))
         for row in PAIR_ROWS if "variants" in sections else []:
             pairs.append((row, *bench.paired_samples(row.measure, row.left[1](bench),
                                                       row.right[1](bench))))
@@ -623,6 +771,10 @@ def main() -> int:
 
     if recoveries:
         print_recovery(recoveries)
+    if losses:
+        print_node_loss(losses)
+        if bench.notes.get("node_loss_spent"):
+            print(f"  a node loss spent a restart in: {bench.notes['node_loss_spent']}")
     if pairs:
         print_pair_rows(bench, pairs)
     if "store" in sections:
