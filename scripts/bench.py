@@ -360,13 +360,15 @@ def node_loss(bench: Bench, warm: bool) -> list:
     """Ms of each NODE_LOSS_PHASES entry: three agents on loopback (2 ranks each, --nnodes 2,
     the third a spare beyond MAX), 4 gloo ranks of tests/bench/node_loss_train.py; agent B and
     its two workers SIGKILLed at once -> training again on the spare.
-      detect      kill -> the job knows (the first of round_stopping, node_lost)
+      detect      kill -> the job knows: the first of the survivor's fault report (its ranks'
+                  collectives failed and a rank exited) and the rendezvous' node_lost
       stop        -> the survivor's workers all exited
       rendezvous  -> the next round formed (after the loss is declared)
       spawn       -> the last agent's workers_spawned
       first step  -> the last rank's first completed step
-    The launcher's own share is detect + rendezvous + spawn; stop and first step are the
-    workers' (SIGTERM handling; interpreter, import torch, init_process_group, a step)."""
+    The launcher's own share is detect + rendezvous + spawn (detect includes the survivor's
+    rank noticing the failed collective and exiting); stop and first step are the workers'
+    (SIGTERM handling; interpreter, import torch, init_process_group, a step)."""
     run_dir = tempfile.mkdtemp(dir=bench.root)
     port = free_port()
     env = dict(os.environ, TMPDIR=run_dir, PYTHON_EXEC=PYTHON)
@@ -434,7 +436,8 @@ def node_loss(bench: Bench, warm: bool) -> list:
           for name in ("a", "spare")}
     after = lambda es, kind: [event_ns(e) for e in es if e["event"] == kind
                               and event_ns(e) >= killed - 1_000_000]
-    known = after(ev["a"], "round_stopping") + after(ev["a"], "node_lost")
+    known = (after(ev["a"], "fault_reported") + after(ev["a"], "round_saving") +
+             after(ev["a"], "round_stopping") + after(ev["a"], "node_lost"))
     a_exits = after(ev["a"], "worker_exited")
     formed = after(ev["a"], "round_formed")
     spawned = after(ev["a"], "workers_spawned") + after(ev["spare"], "workers_spawned")
