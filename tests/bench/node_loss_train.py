@@ -6,7 +6,8 @@ torchrun.
   node_loss_train.py DIR
 
 Every process appends one line to DIR/started after its first step:
-  <pid> <rank> <group_rank> <started ns> <torch imported ns> <process group ready ns> <first step ns>
+  <pid> <rank> <group_rank> <started ns> <torch imported ns> <process group ready ns>
+  <first step ns> <world size>
 (ns since the epoch). All ranks stop together, after the step in which DIR/stop appeared on
 any of them, and exit 0.
 """
@@ -50,7 +51,7 @@ done = step()
 T_FIRST = time.time_ns()
 with open(os.path.join(out, "started"), "a") as f:
     f.write(f"{os.getpid()} {rank} {os.environ.get('GROUP_RANK', '?')} "
-            f"{T_START} {T_IMPORTED} {T_GROUP} {T_FIRST}\n")
+            f"{T_START} {T_IMPORTED} {T_GROUP} {T_FIRST} {dist.get_world_size()}\n")
 while not done:
     done = step()
 dist.destroy_process_group()
