@@ -343,7 +343,8 @@ def print_recovery(rows: list):
 
 NODE_LOSS_SCRIPT = os.path.join(REPO, "tests", "bench", "node_loss_train.py")
 NODE_LOSS_PHASES = ("detect", "stop", "rendezvous", "spawn", "first step", "total",
-                    "launcher's own share", "kill -> scripts started")
+                    "launcher's own share", "kill -> scripts started",
+                    "kill -> a survivor's collective failed", "... -> that rank exited")
 # Fast failure detection on loopback, as the spare-node tests use; torch 1.13 takes whole
 # seconds only, so torchrun gets the nearest it accepts.
 NODE_LOSS_CONF = "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4"
@@ -460,8 +461,14 @@ def node_loss(bench: Bench, warm: bool) -> list:
     spawn = ms(t_formed, t_spawned)
     first = ms(t_spawned, t_step)
     t_scripts = max(int(l[3]) for l in new)
+    # The workers' own part of detection: their collective failing, then their exit.
+    failed = [int(l.split()[2]) for l in read_lines(f"{run_dir}/failed")
+              if int(l.split()[2]) >= killed] if os.path.exists(f"{run_dir}/failed") else []
+    exits = [event_ns(e) for e in ev["a"] if e["event"] == "worker_exited"
+             and e.get("outcome") == "failed" and event_ns(e) >= killed - 1_000_000]
     return [detect, stop, rdzv, spawn, first, ms(killed, t_step), detect + rdzv + spawn,
-            ms(killed, t_scripts)]
+            ms(killed, t_scripts), ms(killed, min(failed)) if failed else None,
+            ms(min(failed), min(exits)) if failed and exits else None]
 
 
 def torchrun_node_loss(bench: Bench) -> list:

@@ -8,7 +8,8 @@ torchrun.
 Every process appends one line to DIR/started after its first step:
   <pid> <rank> <group_rank> <started ns> <torch imported ns> <process group ready ns>
   <first step ns> <world size>
-(ns since the epoch). All ranks stop together, after the step in which DIR/stop appeared on
+(ns since the epoch). A rank whose collective fails appends "<pid> <rank> <ns>" to DIR/failed
+before the error ends it. All ranks stop together, after the step in which DIR/stop appeared on
 any of them, and exit 0.
 """
 import time
@@ -53,5 +54,10 @@ with open(os.path.join(out, "started"), "a") as f:
     f.write(f"{os.getpid()} {rank} {os.environ.get('GROUP_RANK', '?')} "
             f"{T_START} {T_IMPORTED} {T_GROUP} {T_FIRST} {dist.get_world_size()}\n")
 while not done:
-    done = step()
+    try:
+        done = step()
+    except RuntimeError:
+        with open(os.path.join(out, "failed"), "a") as f:
+            f.write(f"{os.getpid()} {rank} {time.time_ns()}\n")
+        raise
 dist.destroy_process_group()
