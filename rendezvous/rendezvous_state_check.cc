@@ -76,16 +76,9 @@ void RendezvousState::FinishCheck(TimePoint now) {
     // Two nodes (a survivor and the spare taking a lost node's place) cannot tell which end of
     // a broken pair is at fault; a node that passed an earlier check is the healthy reference,
     // so the newcomers that failed are the faulty ones and the spare is not promoted.
-    std::vector<std::string> newcomers;
-    bool old_failed = false;
-    for (const auto& id : out) {
-      if (checked_.count(id)) {
-        old_failed = true;
-      } else {
-        newcomers.push_back(id);
-      }
-    }
-    if (old_failed && !newcomers.empty()) {
+    bool old_failed = false, new_failed = false;
+    for (const auto& id : out) (checked_.count(id) ? old_failed : new_failed) = true;
+    if (old_failed && new_failed) {
       by_history = true;
       std::vector<std::string> kept_hosts;
       for (const auto& id : out) {
@@ -118,7 +111,7 @@ void RendezvousState::FinishCheck(TimePoint now) {
   events_.emplace_back(NetworkCheckFinished{
       out.empty() ? "all nodes passed" : "excluded " + CommaList(out_hosts), report});
   for (const auto& m : members_) {
-    if (!excluded_.count(m) && !(by_history && checked_.count(m))) checked_.insert(m);
+    if (!excluded_.count(m)) checked_.insert(m);
   }
   if (out.empty()) {
     phase_ = Phase::kRunning;
