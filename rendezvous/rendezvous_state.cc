@@ -268,6 +268,8 @@ void RendezvousState::ReportFailed(const std::string& node_id, uint64_t round,
                                  std::to_string(spec_.max_restarts) + ")"),
                failures, now);
   }
+  // A member already gone is the likely cause of this failure: no need to wait for the sweep.
+  SweepLiveness(now);
 }
 
 void RendezvousState::ReportSucceeded(const std::string& node_id, uint64_t round, TimePoint now) {
@@ -445,19 +447,7 @@ void RendezvousState::Tick(TimePoint now) {
   if (finished()) return;
   if (now >= next_sweep_) {
     next_sweep_ = After(now, kSweepInterval);
-    std::vector<std::pair<std::string, std::string>> lost;
-    for (const auto& [id, n] : nodes_) {
-      if (n.disconnected_at && now - *n.disconnected_at >= spec_.disconnect_grace) {
-        lost.emplace_back(id, "disconnected");
-      } else if (now - n.last_seen >= spec_.liveness_timeout) {
-        lost.emplace_back(id, "silent for " + Seconds(spec_.liveness_timeout));
-      }
-    }
-    for (const auto& [id, why] : lost) {
-      if (!nodes_.count(id)) continue;
-      events_.emplace_back(NodeEvent{NodeEventKind::kLost, id, nodes_.at(id).info.host, why});
-      RemoveNode(id, "lost (" + why + ")", now);
-    }
+    SweepLiveness(now);
   }
   if (phase_ == Phase::kSaving) {
     save_->Tick(now);
@@ -471,6 +461,26 @@ void RendezvousState::Tick(TimePoint now) {
            ": " + std::to_string(nodes_.size()) + " node(s) joined, --nnodes is " +
            NodesSpec(spec_));
     }
+  }
+}
+
+void RendezvousState::SweepLiveness(TimePoint now) {
+  const bool failure_stop = failure_stop_ != FailureStop::kNone;
+  std::vector<std::pair<std::string, std::string>> lost;
+  for (const auto& [id, n] : nodes_) {
+    const Duration grace = failure_stop && InRound(id)
+                               ? std::min(spec_.disconnect_grace, kFailureDisconnectGrace)
+                               : spec_.disconnect_grace;
+    if (n.disconnected_at && now - *n.disconnected_at >= grace) {
+      lost.emplace_back(id, "disconnected");
+    } else if (now - n.last_seen >= spec_.liveness_timeout) {
+      lost.emplace_back(id, "silent for " + Seconds(spec_.liveness_timeout));
+    }
+  }
+  for (const auto& [id, why] : lost) {
+    if (!nodes_.count(id)) continue;
+    events_.emplace_back(NodeEvent{NodeEventKind::kLost, id, nodes_.at(id).info.host, why});
+    RemoveNode(id, "lost (" + why + ")", now);
   }
 }
 

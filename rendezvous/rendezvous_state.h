@@ -13,7 +13,10 @@
 //   left the job fails. A node joining a running round below max_nodes, or a member lost,
 //   stops the round without spending a restart; at max_nodes a newcomer waits as a spare.
 // * A node is lost when silent for liveness_timeout, or disconnect_grace after its transport
-//   reported it gone; lost nodes are forgotten (they may join again).
+//   reported it gone; lost nodes are forgotten (they may join again). A member whose transport
+//   is gone while the round stops for worker failures is lost after kFailureDisconnectGrace
+//   already: the failures are the evidence (a dead node breaks its peers' collectives), and
+//   every moment waited is recovery time.
 // * The job succeeds when every member of the running round reported success.
 //
 // Thread: not thread-safe; one owner (the server's loop). Errors: Join returns a message that
@@ -149,6 +152,7 @@ class RendezvousState {
 
   // Applies deadlines (last call, join timeout, liveness).
   void Tick(TimePoint now);
+  static constexpr Duration kFailureDisconnectGrace{0.2};
   // When Tick should run next (there is always one while the job is not finished).
   std::optional<TimePoint> NextDeadline() const;
 
@@ -161,6 +165,8 @@ class RendezvousState {
   bool IsExcluded(const std::string& node_id) const { return excluded_.count(node_id) != 0; }
 
  private:
+  // Declares lost the nodes that went silent or whose transport stayed gone (see above).
+  void SweepLiveness(TimePoint now);
   struct Node {
     NodeInfo info;
     TimePoint last_seen;

@@ -71,7 +71,35 @@ void RendezvousState::FinishCheck(TimePoint now) {
     why[n.node] = fmt::format("the network check found it {} ({})",
                               straggler ? "a straggler" : "faulty", n.reason);
   }
+  bool by_history = false;
   if (!report.isolated) {
+    // Two nodes (a survivor and the spare taking a lost node's place) cannot tell which end of
+    // a broken pair is at fault; a node that passed an earlier check is the healthy reference,
+    // so the newcomers that failed are the faulty ones and the spare is not promoted.
+    bool old_failed = false, new_failed = false;
+    for (const auto& id : out) (checked_.count(id) ? old_failed : new_failed) = true;
+    if (old_failed && new_failed) {
+      by_history = true;
+      std::vector<std::string> kept_hosts;
+      for (const auto& id : out) {
+        if (checked_.count(id)) kept_hosts.push_back(hosts[id]);
+      }
+      for (auto it = out.begin(); it != out.end();) {
+        if (checked_.count(*it)) {
+          why.erase(*it);
+          it = out.erase(it);
+        } else {
+          ++it;
+        }
+      }
+      out_hosts.clear();
+      for (const auto& id : out) {
+        out_hosts.push_back(hosts[id]);
+        why[id] += "; " + CommaList(kept_hosts) + " passed an earlier check";
+      }
+    }
+  }
+  if (!report.isolated && !by_history) {
     // No node is known to be the bad one: the job fails, and no agent is told to leave
     // (exit 75 would have the scheduler replace healthy hosts).
     events_.emplace_back(NetworkCheckFinished{"could not isolate " + CommaList(out_hosts), report});

@@ -6,7 +6,7 @@ ratio ftrun/torchrun. A second table puts ftrun variants side by side on the sam
 pre-flight network check on and off (4 agents on loopback), and `ftrun dlrover-run` against
 plain ftrun. Not a test: a missed target is only reported. Exits non-zero only if a launcher
 run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
---only SECTION (torchrun, store, recovery, variants, save, scale, flash, etcd; repeatable) runs part of
+--only SECTION (torchrun, store, recovery, nodeloss, variants, save, scale, flash, etcd; repeatable) runs part of
 it.
 """
 import argparse
@@ -341,6 +341,225 @@ def print_recovery(rows: list):
         print(f"  {name}: {statistics.median(s[-1] for s in samples) / t:.2f} of torchrun's")
 
 
+NODE_LOSS_SCRIPT = os.path.join(REPO, "tests", "bench", "node_loss_train.py")
+NODE_LOSS_PHASES = ("detect", "stop", "rendezvous", "spawn", "first step", "total",
+                    "launcher's own share", "kill -> scripts started",
+                    "kill -> a survivor's collective failed", "... -> that rank exited")
+# Fast failure detection on loopback, as the spare-node tests use; torch 1.13 takes whole
+# seconds only, so torchrun gets the nearest it accepts.
+NODE_LOSS_CONF = "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4"
+TORCHRUN_NODE_LOSS_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=2"
+
+
+def wait_until(what: str, cond: Callable, procs: list, timeout: float = 120):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if any(p.poll() is not None for p in procs) or time.monotonic() > deadline:
+            raise LauncherFailed(f"node loss: gave up waiting for {what}")
+        time.sleep(0.02)
+
+
+def node_loss(bench: Bench, warm: bool) -> list:
+    """Ms of each NODE_LOSS_PHASES entry: three agents on loopback (2 ranks each, --nnodes 2,
+    the third a spare beyond MAX), 4 gloo ranks of tests/bench/node_loss_train.py; agent B and
+    its two workers SIGKILLed at once -> training again on the spare.
+      detect      kill -> the job knows: the first of the survivor's fault report (its ranks'
+                  collectives failed and a rank exited) and the rendezvous' node_lost
+      stop        -> the survivor's workers all exited
+      rendezvous  -> the next round formed (after the loss is declared)
+      spawn       -> the last agent's workers_spawned
+      first step  -> the last rank's first completed step
+    The launcher's own share is detect + rendezvous + spawn (detect includes the survivor's
+    rank noticing the failed collective and exiting); stop and first step are the workers'
+    (SIGTERM handling; interpreter, import torch, init_process_group, a step)."""
+    run_dir = tempfile.mkdtemp(dir=bench.root)
+    port = free_port()
+    env = dict(os.environ, TMPDIR=run_dir, PYTHON_EXEC=PYTHON)
+    procs, consoles = {}, {}
+
+    def start(name: str):
+        cmd = [bench.ftrun, "--nproc-per-node", "2", "--nnodes", "2", "--max-restarts", "0",
+               "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+               "--rdzv-id", "nodeloss", "--rdzv-conf", NODE_LOSS_CONF,
+               "--log-dir", f"{run_dir}/logs-{name}", "--event-log", f"{run_dir}/events-{name}"]
+        if warm:
+            cmd.append("--warm-restart")
+        consoles[name] = f"{run_dir}/console-{name}"
+        with open(consoles[name], "w") as out:
+            procs[name] = subprocess.Popen(cmd + [NODE_LOSS_SCRIPT, run_dir], stdout=out,
+                                           stderr=subprocess.STDOUT, env=env)
+
+    def console(name: str) -> str:
+        with open(consoles[name]) as f:
+            return f.read()
+
+    def started() -> list:
+        if not os.path.exists(f"{run_dir}/started"):
+            return []
+        return [l.split() for l in read_lines(f"{run_dir}/started")]
+
+    try:
+        start("a")  # hosts the rendezvous
+        wait_until("agent a to join", lambda: "joined the job" in console("a"), list(procs.values()))
+        start("b")
+        wait_until("4 ranks training", lambda: len(started()) >= 4, list(procs.values()))
+        start("spare")
+        wait_until("the spare", lambda: "waiting as a spare" in console("spare") and (
+            not warm or console("spare").count(" ready after ") >= 2), list(procs.values()))
+        time.sleep(1.0)  # steady state
+        b_pids = [int(l[0]) for l in started() if l[2] == "1"]
+        if len(b_pids) != 2:
+            raise LauncherFailed(f"node loss: expected agent b's two ranks in {run_dir}")
+        killed = time.time_ns()
+        procs["b"].kill()
+        for pid in b_pids:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        procs["b"].wait()
+        survivors = [procs["a"], procs["spare"]]
+        wait_until("training on the spare",
+                   lambda: len([l for l in started() if int(l[3]) > killed]) >= 4, survivors)
+        open(f"{run_dir}/stop", "w").close()
+        for name in ("a", "spare"):
+            try:
+                rc = procs[name].wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                procs[name].kill()
+                rc = procs[name].wait()
+            if rc != 0:
+                raise LauncherFailed(f"node loss: agent {name} exit {rc}\n{console(name)[-3000:]}")
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    ev = {name: [json.loads(l) for l in read_lines(f"{run_dir}/events-{name}")]
+          for name in ("a", "spare")}
+    after = lambda es, kind: [event_ns(e) for e in es if e["event"] == kind
+                              and event_ns(e) >= killed - 1_000_000]
+    known = (after(ev["a"], "fault_reported") + after(ev["a"], "round_saving") +
+             after(ev["a"], "round_stopping") + after(ev["a"], "node_lost"))
+    a_exits = after(ev["a"], "worker_exited")
+    formed = after(ev["a"], "round_formed")
+    spawned = after(ev["a"], "workers_spawned") + after(ev["spare"], "workers_spawned")
+    new = [l for l in started() if int(l[3]) > killed]
+    if not known or len(a_exits) < 2 or not formed or len(spawned) < 2 or len(new) < 4:
+        raise LauncherFailed(f"node loss: missing events in {run_dir}")
+    if warm and console("spare").count("starts on standby") != 2:
+        raise LauncherFailed(f"node loss: the spare did not start warm in {run_dir}")
+    if "no restart spent" not in console("a") and "reason=\"node " not in console("a"):
+        bench.notes.setdefault("node_loss_spent", []).append(run_dir)
+    t_known, t_stopped = min(known), max(sorted(a_exits)[:2])
+    t_formed, t_spawned = min(formed), max(spawned)
+    t_step = max(int(l[6]) for l in new)
+    ms = lambda a, b: (b - a) / 1e6
+    detect = ms(killed, t_known)
+    stop = ms(t_known, t_stopped)
+    rdzv = ms(max(t_stopped, t_known), t_formed)
+    spawn = ms(t_formed, t_spawned)
+    first = ms(t_spawned, t_step)
+    t_scripts = max(int(l[3]) for l in new)
+    # The workers' own part of detection: their collective failing, then their exit.
+    failed = [int(l.split()[2]) for l in read_lines(f"{run_dir}/failed")
+              if int(l.split()[2]) >= killed] if os.path.exists(f"{run_dir}/failed") else []
+    exits = [event_ns(e) for e in ev["a"] if e["event"] == "worker_exited"
+             and e.get("outcome") == "failed" and event_ns(e) >= killed - 1_000_000]
+    return [detect, stop, rdzv, spawn, first, ms(killed, t_step), detect + rdzv + spawn,
+            ms(killed, t_scripts), ms(killed, min(failed)) if failed else None,
+            ms(min(failed), min(exits)) if failed and exits else None]
+
+
+def torchrun_node_loss(bench: Bench) -> list:
+    """torchrun's nearest equivalent of node_loss (it has no spares): three agents at --nnodes
+    2:3 (6 ranks) with --max-restarts 3; one agent and its workers SIGKILLed -> the survivors
+    restart the whole group with 4 ranks. Only what the workers' stamps show (torchrun writes no
+    event log): NODE_LOSS_PHASES' total and "kill -> scripts started"; the rest is None."""
+    run_dir = tempfile.mkdtemp(dir=bench.root)
+    port = free_port()
+    env = dict(os.environ, TMPDIR=run_dir)
+    procs = []
+
+    def started() -> list:
+        if not os.path.exists(f"{run_dir}/started"):
+            return []
+        return [l.split() for l in read_lines(f"{run_dir}/started")]
+
+    try:
+        for name in ("a", "b", "c"):
+            cmd = bench.torchrun(0.1) + [
+                "--nproc_per_node", "2", "--nnodes", "2:3", "--max_restarts", "3",
+                "--rdzv_backend", "c10d", "--rdzv_endpoint", f"127.0.0.1:{port}",
+                "--rdzv_id", "nodeloss", "--rdzv_conf", TORCHRUN_NODE_LOSS_CONF, NODE_LOSS_SCRIPT,
+                run_dir]
+            with open(f"{run_dir}/console-{name}", "w") as out:
+                procs.append(subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=env))
+            time.sleep(1.0 if name == "a" else 0.2)  # a hosts the store
+        wait_until("6 ranks training", lambda: len([l for l in started() if l[7] == "6"]) >= 6,
+                   procs, timeout=180)
+        time.sleep(1.0)  # steady state
+        victims = [int(l[0]) for l in started() if l[7] == "6" and l[2] == "1"]
+        with open(f"/proc/{victims[0]}/stat") as f:
+            agent = int(f.read().rsplit(")", 1)[1].split()[1])
+        killed = time.time_ns()
+        os.kill(agent, 9)
+        for pid in victims:
+            try:
+                os.kill(pid, 9)
+            except ProcessLookupError:
+                pass
+        survivors = [p for p in procs if p.pid != agent]
+        wait_until("training again",
+                   lambda: len([l for l in started() if int(l[3]) > killed]) >= 4, survivors,
+                   timeout=180)
+        open(f"{run_dir}/stop", "w").close()
+        for p in survivors:
+            try:
+                p.wait(timeout=120)
+            except subprocess.TimeoutExpired:
+                pass
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    new = [l for l in started() if int(l[3]) > killed][:4]
+    ms = lambda a, b: (b - a) / 1e6
+    none = [None] * len(NODE_LOSS_PHASES)
+    none[NODE_LOSS_PHASES.index("total")] = ms(killed, max(int(l[6]) for l in new))
+    none[NODE_LOSS_PHASES.index("kill -> scripts started")] = ms(killed, max(int(l[3]) for l in new))
+    return none
+
+
+def print_node_loss(rows: list):
+    print()
+    print("node loss, 3 agents on loopback (--nnodes 2, 2 gloo ranks each, the third a spare), "
+          "plain torch script: agent b and its workers SIGKILLed -> training on the spare, "
+          f"median (min) ms; --rdzv-conf {NODE_LOSS_CONF} (torchrun: {TORCHRUN_NODE_LOSS_CONF})")
+    print("phase".ljust(24) + "".join(name.rjust(26) for name, _ in rows) + "target".rjust(10))
+    targets = {"total": 10000, "launcher's own share": 1000}
+    for i, phase in enumerate(NODE_LOSS_PHASES):
+        cells, line_ok = [], True
+        for name, samples in rows:
+            v = [s[i] for s in samples if s[i] is not None]
+            if not v:
+                cells.append("-")
+                continue
+            cells.append(f"{statistics.median(v):.1f} ({min(v):.1f})")
+            if phase in targets and not name.startswith("torchrun"):
+                line_ok = line_ok and statistics.median(v) <= targets[phase]
+        line = phase.ljust(24) + "".join(c.rjust(26) for c in cells)
+        if phase in targets:
+            line += f"<= {targets[phase] / 1000:g} s".rjust(10) + ("  ok" if line_ok else "  MISSED")
+        print(line)
+    print("  torchrun has no spare nodes: its column is its nearest equivalent, three agents at "
+          "--nnodes 2:3 (6 ranks) and --max-restarts 3, where a lost node makes the survivors "
+          "restart the whole group with 4 ranks (a restart spent, every worker a new "
+          "interpreter); torchrun writes no event log, so only the workers' stamps are shown. "
+          "Targets apply to ftrun.")
+
+
 STORE_WORKER = os.path.join(REPO, "tests", "bench", "store_worker.py")
 
 
@@ -531,7 +750,8 @@ def header(bench: Bench, ftrun_path: str):
     print(f"runs per launcher: {bench.runs}; cells are median (min); ratio = ftrun/torchrun medians")
 
 
-SECTIONS = ("torchrun", "store", "recovery", "variants", "save", "scale", "flash", "etcd")
+SECTIONS = ("torchrun", "store", "recovery", "nodeloss", "variants", "save", "scale", "flash",
+            "etcd")
 
 
 def main() -> int:
@@ -547,6 +767,7 @@ def main() -> int:
                         "store (the process group's store: init_process_group and crash -> "
                         "first step of the next attempt, 4 gloo ranks, vs torchrun), "
                         "recovery (crash -> first step, torchrun vs ftrun vs --warm-restart), "
+                        "nodeloss (SIGKILL of a node -> training on the spare, 3 agents), "
                         "variants (pre-flight check, dlrover-run vs ftrun), save, scale, "
                         "flash (memory snapshots vs torch.save; scripts/bench_flash.py), "
                         "etcd (the etcd backend vs built-in, 1000 agents; scripts/bench_etcd.py); "
@@ -561,7 +782,7 @@ def main() -> int:
 
     sections = set(opts.only or SECTIONS)
     bench = Bench(opts.ftrun, opts.fake_worker, opts.runs)
-    results, pairs, scale, saves, recoveries = [], [], [], [], []
+    results, pairs, scale, saves, recoveries, losses = [], [], [], [], [], []
     try:
         header(bench, opts.ftrun)  # also warms the page cache for torch
         for row in ROWS if "torchrun" in sections else []:
@@ -586,6 +807,15 @@ def main() -> int:
                     print(f"  recovery [{name}] run {i + 1}/{bench.runs}", file=sys.stderr,
                           flush=True)
                     out.append(recovery(bench, launcher))
+        if "nodeloss" in sections:
+            losses = [("torchrun 2:3 (mi 0.1)", []), ("ftrun", []), ("ftrun --warm-restart", [])]
+            measures = [torchrun_node_loss, lambda b: node_loss(b, False),
+                        lambda b: node_loss(b, True)]
+            for i in range(bench.runs):
+                for measure, (name, out) in zip(measures, losses):
+                    print(f"  node loss [{name}] run {i + 1}/{bench.runs}", file=sys.stderr,
+                          flush=True)
+                    out.append(measure(bench))
         for row in PAIR_ROWS if "variants" in sections else []:
             pairs.append((row, *bench.paired_samples(row.measure, row.left[1](bench),
                                                       row.right[1](bench))))
@@ -623,6 +853,10 @@ def main() -> int:
 
     if recoveries:
         print_recovery(recoveries)
+    if losses:
+        print_node_loss(losses)
+        if bench.notes.get("node_loss_spent"):
+            print(f"  a node loss spent a restart in: {bench.notes['node_loss_spent']}")
     if pairs:
         print_pair_rows(bench, pairs)
     if "store" in sections:

@@ -170,6 +170,32 @@ void Agent::OnCheckFinished(uint64_t check_id, const std::vector<std::string>& t
 
 void Agent::OnExcluded(const std::string& reason) { ExitExcluded(reason); }
 
+void Agent::OnWaitingAsSpare(uint64_t round) {
+  if (state_ != AgentState::kWaiting || group_) return;
+  LauncherLog()->info(
+      "waiting as a spare round={}: the round runs without this node, which "
+      "takes the place of a node that is lost",
+      round);
+  events_.Emit(EventLog::Event("waiting_as_spare").Set("round", static_cast<int64_t>(round)));
+  if (!config_.warm_restart.enabled) return;
+  // The workers this node would start (the numbers of the round come at the promotion and are
+  // handed over then): the standbys for them get ready now.
+  rendezvous::NodeAssignment a;
+  a.round = round;
+  a.max_restarts = config_.max_restarts;
+  a.world_size = config_.nproc_per_node;
+  std::vector<ProcessSpec> specs;
+  for (auto& p : opts_.planner->Plan(a, channels_.WorkerEnv())) {
+    if (p.local_rank < 0) continue;  // an auxiliary process starts cold anyway
+    ProcessSpec s;
+    s.program = std::move(p.program);
+    s.args = std::move(p.args);
+    s.env = std::move(p.env);
+    specs.push_back(std::move(s));
+  }
+  spawner_.Prepare(specs);
+}
+
 void Agent::OnJobFinished(const JobResult& result) {
   if (state_ == AgentState::kFinished) return;
   result_ = result;

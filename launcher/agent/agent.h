@@ -104,6 +104,7 @@ class Agent : public Coordinator::Listener {
   void OnCheckFinished(uint64_t check_id, const std::vector<std::string>& table,
                        const std::string& json) override;
   void OnExcluded(const std::string& reason) override;
+  void OnWaitingAsSpare(uint64_t round) override;
 
  private:
   // Every change of state_ goes through here (and is logged).

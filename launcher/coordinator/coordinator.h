@@ -50,6 +50,9 @@ class Coordinator {
                                  const std::string& /*json*/) {}
     // The network check keeps this node out of the job: stop and exit saying why.
     virtual void OnExcluded(const std::string& /*reason*/) {}
+    // This node has joined, but round `round` runs without it (a spare beyond --nnodes MAX, or
+    // beyond a multiple of --node-unit): it waits to take a lost node's place. Once per round.
+    virtual void OnWaitingAsSpare(uint64_t /*round*/) {}
   };
 
   virtual ~Coordinator() = default;

@@ -71,6 +71,11 @@ void ViewFollower::Apply(const NodeView& v) {
     listener_->OnCheckOrder(v.round, *v.check);
     return;
   }
+  if (v.phase == Phase::kRunning && !v.member && spare_round_ != v.round) {
+    spare_round_ = v.round;
+    listener_->OnWaitingAsSpare(v.round);
+    return;
+  }
   if (v.phase == Phase::kRunning && v.member && started_round_ != v.round) {
     started_round_ = v.round;
     workers_live_ = true;

@@ -11,6 +11,7 @@
 //   a new finished network check             -> Listener::OnCheckFinished
 //   view excluded                            -> Listener::OnExcluded (and nothing after)
 //   view stopping, nothing of ours running   -> report_stopped(round)
+//   view running, not a member, no workers    -> Listener::OnWaitingAsSpare (once per round)
 //   view succeeded / failed                  -> Listener::OnJobFinished
 //
 // Thread: loop only. Calls the listener synchronously: callers must not be inside a
@@ -58,6 +59,7 @@ class ViewFollower {
   bool workers_live_ = false;
   std::optional<uint64_t> stop_asked_round_;
   std::optional<uint64_t> stop_reported_round_;
+  std::optional<uint64_t> spare_round_;  // the last round announced as waited out as a spare
   bool finished_ = false;
 };
 

@@ -69,7 +69,8 @@ Result<std::unique_ptr<ChildProcess>> WarmSpawner::Spawn(const ProcessSpec& spec
   std::string why;
   if (auto child = TryWarm(spec, *cmd, key, on_exit, why)) return child;
   const std::string local_rank = Lookup(spec.env, "LOCAL_RANK").value_or("?");
-  if (!started_before_ || (why == "no_standby" && !pool_.off())) {  // nothing to take yet
+  if ((!started_before_ && !prepared_) ||
+      (why == "no_standby" && !pool_.off())) {  // nothing to take yet
     LauncherLog()->debug("warm restart: local_rank={} starts cold reason={}", local_rank, why);
   } else {
     LauncherLog()->warn("warm restart: local_rank={} starts cold reason={}", local_rank, why);
@@ -214,6 +215,27 @@ void WarmSpawner::StartStandby(uint64_t id, const std::string& key) {
 
 void WarmSpawner::CollectStrays(std::function<void()> done) {
   inner_->CollectStrays(std::move(done));
+}
+
+void WarmSpawner::Prepare(const std::vector<ProcessSpec>& specs) {
+  if (started_before_ || prepared_ || pool_.off()) return;
+  std::map<std::string, int> keys;
+  for (const auto& spec : specs) {
+    auto cmd = ParsePythonCommand(spec, opts_.python);
+    if (!cmd) {
+      LauncherLog()->info("warm restart: no standbys to prepare: {}", cmd.error().message);
+      return;
+    }
+    const std::string key = StandbyKey(spec, *cmd);
+    templates_[key] = Template{spec, *cmd};
+    ++keys[key];
+  }
+  if (keys.empty()) return;
+  prepared_ = true;
+  LauncherLog()->info("warm restart: preparing {} standby(s) before this node's first workers",
+                      specs.size());
+  pool_.Want(keys, clock_->Now());
+  Act();
 }
 
 void WarmSpawner::Shutdown() {

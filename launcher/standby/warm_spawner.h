@@ -5,6 +5,8 @@
 // "Warm restart"); anything else, and any worker without a usable standby, starts cold through
 // the wrapped spawner, with one log line saying why. After each start of workers the pool
 // (standby_pool.h) is refilled in the background: one standby per worker, for the next attempt.
+// A spare agent has started no workers yet: Prepare() fills the pool from the workers it would
+// start, so that its first attempt after promotion is warm too.
 //
 // Thread: loop only. Ownership: owns the wrapped spawner and the standbys; Shutdown() (the job
 // is over) kills the standbys so that the loop can run out of work. Errors: a standby's
@@ -48,6 +50,8 @@ class WarmSpawner : public Spawner {
                                               ExitHandler on_exit) override;
   void CollectStrays(std::function<void()> done) override;
   void Shutdown() override;
+  // Before the first start of workers only (afterwards the pool wants that start's keys).
+  void Prepare(const std::vector<ProcessSpec>& specs) override;
 
   const StandbyPool& pool() const { return pool_; }
 
@@ -78,6 +82,7 @@ class WarmSpawner : public Spawner {
   std::map<std::string, int> starting_keys_;   // the start of workers in progress
   bool end_posted_ = false;
   bool started_before_ = false;  // a start of workers has ended: standbys may exist
+  bool prepared_ = false;        // Prepare() asked for standbys: the first start may be warm
   bool said_not_applicable_ = false;
   bool said_off_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -71,6 +71,10 @@ class Spawner {
   // The job is over for this agent: stop what was kept for later attempts (the standbys of
   // --warm-restart). Children already returned by Spawn are the caller's.
   virtual void Shutdown() {}
+  // This agent waits outside the running round (a spare): processes like `specs` may be asked
+  // for at any moment. A spawner that keeps processes ready for later starts (--warm-restart)
+  // prepares them now; the default keeps nothing.
+  virtual void Prepare(const std::vector<ProcessSpec>& /*specs*/) {}
 };
 
 // Real processes (WorkerProcess) whose exits are events on `io`. The agent that makes one

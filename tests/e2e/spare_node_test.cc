@@ -15,6 +15,7 @@ namespace ftrun::testing {
 namespace {
 
 using namespace std::chrono_literals;
+using namespace std::string_literals;
 
 constexpr int kSteps = 40;
 
@@ -106,6 +107,73 @@ TEST_P(SpareNode, ANodeLossPromotesTheSpareAndSpendsNoRestart) {
   auto w = Weights(dir / "out/result.0.json"), want = Weights(dir / "clean/result.0.json");
   ASSERT_EQ(w.size(), want.size());
   for (size_t i = 0; i < w.size(); ++i) EXPECT_NEAR(w[i], want[i], 1e-9) << "weight " << i;
+}
+
+// Warm spares (--warm-restart): the spare's standbys (torch imported) are ready while it
+// waits, before it is promoted, and its first workers start on them. (The suite's name keeps
+// it out of the .warm copies: it sets --warm-restart itself.)
+TEST(WarmRestartSpare, TheSparesStandbysAreReadyBeforeItsPromotionAndItsFirstStartIsWarm) {
+  TempDir dir;
+  const std::string port = std::to_string(launcher::PickFreePort().value());
+  auto agent = [&](const std::string& name) {
+    std::vector<std::string> argv = {
+        "--nproc-per-node",
+        "2",
+        "--nnodes",
+        "2",
+        "--max-restarts",
+        "0",
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        "127.0.0.1:" + port,
+        "--rdzv-id",
+        "warm-spare",
+        "--rdzv-conf",
+        "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4",
+        "--warm-restart",
+        "--log-dir",
+        dir / ("logs-" + name),
+        "--event-log",
+        dir / ("events-" + name)};
+    // Long enough for the spare's standbys to import torch before the job ends.
+    for (const std::string& a : {SourceDir() + "/tests/e2e/workers/plain_ddp.py", "--steps"s,
+                                 "400"s, "--step-time"s, "0.05"s, "--out"s, dir / "out"}) {
+      argv.push_back(a);
+    }
+    return std::make_unique<ChildRun>(FtrunBinary(), argv,
+                                      std::map<std::string, std::string>{{"PYTHON_EXEC", kPython}});
+  };
+  auto a = agent("a");
+  ASSERT_TRUE(WaitFor([&] { return a->Err().find("joined the job") != std::string::npos; }, 20s))
+      << a->Err();
+  auto b = agent("b");
+  ASSERT_TRUE(WaitFor([&] { return LastStep(dir / "out/progress") >= 0; }, 120s)) << a->Err();
+  auto spare = agent("spare");
+  // Both standbys of the spare import torch and report ready while the round runs without it.
+  auto ready = [&] {
+    int n = 0;
+    for (const auto& l : Lines(spare->Err())) n += l.find(" ready after ") != std::string::npos;
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return ready() >= 2; }, 120s)) << spare->Err();
+  EXPECT_NE(spare->Err().find("waiting as a spare round=0"), std::string::npos) << spare->Err();
+  EXPECT_EQ(spare->Err().find("round started"), std::string::npos) << "promoted too early";
+  b->Signal(SIGKILL);
+  b->Wait(10s);
+  auto ra = a->Wait(180s);
+  auto rs = spare->Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  ASSERT_EQ(rs.exit_code, 0) << rs.err;
+  // Its only attempt started both ranks on the standbys prepared while it waited.
+  for (const char* lr : {"local_rank=0 starts on standby", "local_rank=1 starts on standby"}) {
+    EXPECT_NE(rs.err.find(lr), std::string::npos) << rs.err;
+  }
+  EXPECT_EQ(rs.err.find("starts cold"), std::string::npos) << rs.err;
+  EXPECT_NE(rs.err.find("rank=2"), std::string::npos) << "the spare did not train: " << rs.err;
+  EXPECT_NE(ReadFile(dir / "events-spare").find("\"event\":\"waiting_as_spare\""),
+            std::string::npos);
+  EXPECT_TRUE(FileExists(dir / "out/result.0.json"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Scripts, SpareNode, ::testing::Values(false, true),

@@ -332,5 +332,48 @@ TEST_F(CheckingPhaseTest, ALostMemberReformsTheRoundAndChecksAgain) {
   EXPECT_EQ(state_->View("n0").assignment.group_world_size, 2);
 }
 
+// A spare promoted into a lost node's place is checked with the survivor: two nodes alone
+// cannot say whose end of the pair is broken, but the survivor passed an earlier check, so
+// the spare is the faulty one and is not promoted; the next spare takes the place.
+TEST_F(CheckingPhaseTest, ASpareFailingTheCheckIsNotPromotedAndTheNextSpareIs) {
+  Make(2, 2);
+  JoinAll({"n0", "n1"});
+  AnswerOrders({"n0", "n1"}, {});
+  ASSERT_EQ(state_->phase(), Phase::kRunning);
+  for (const auto& id : {"n2", "n3"}) ASSERT_FALSE(state_->Join(Node(id), now_));
+  EXPECT_FALSE(state_->View("n2").member);  // spares beyond MAX
+  state_->Leave("n1", now_);
+  for (const auto& id : {"n0"}) state_->ReportStopped(id, state_->round(), 0, now_);
+  ASSERT_EQ(state_->phase(), Phase::kChecking);
+  EXPECT_TRUE(state_->View("n2").member);
+  AnswerOrders({"n0", "n2"}, {"n2"});
+  AnswerOrders({"n0", "n2"}, {"n2"});
+  EXPECT_NE(state_->View("n2").excluded.find("n0.host passed an earlier check"), std::string::npos)
+      << state_->View("n2").excluded;
+  EXPECT_TRUE(state_->View("n0").excluded.empty());
+  ASSERT_EQ(state_->phase(), Phase::kChecking);  // now the next spare
+  EXPECT_TRUE(state_->View("n3").member);
+  AnswerOrders({"n0", "n3"}, {});
+  ASSERT_EQ(state_->phase(), Phase::kRunning);
+  EXPECT_EQ(state_->View("n3").assignment.group_rank, 1);  // the lost node's place
+  EXPECT_EQ(state_->View("n0").restart_count, 0);
+}
+
+// Without a spare left the round goes on at MIN without it.
+TEST_F(CheckingPhaseTest, AFailingSpareLeavesTheRoundToMin) {
+  Make(1, 2);
+  JoinAll({"n0", "n1"});
+  AnswerOrders({"n0", "n1"}, {});
+  ASSERT_FALSE(state_->Join(Node("n2"), now_));
+  state_->Leave("n1", now_);
+  state_->ReportStopped("n0", state_->round(), 0, now_);
+  ASSERT_EQ(state_->phase(), Phase::kChecking);
+  AnswerOrders({"n0", "n2"}, {"n2"});
+  AnswerOrders({"n0", "n2"}, {"n2"});
+  EXPECT_FALSE(state_->View("n2").excluded.empty());
+  ASSERT_EQ(state_->phase(), Phase::kRunning);
+  EXPECT_EQ(state_->View("n0").assignment.group_world_size, 1);
+}
+
 }  // namespace
 }  // namespace ftrun::rendezvous

@@ -196,6 +196,55 @@ TEST_F(RendezvousStateTest, ANodeLostWhileTheSurvivorsFailSpendsNoRestart) {
   EXPECT_EQ(View("a").assignment.restart_count, 1);
 }
 
+// A member whose transport is gone while the round stops for worker failures is lost after
+// 0.2 s, not the whole disconnect grace: the survivors' failures are the evidence.
+TEST_F(RendezvousStateTest, ADisconnectedMemberIsLostAtOnceWhenItsPeersFail) {
+  JobSpec spec = Spec(1, 2, /*max_restarts=*/3);
+  spec.disconnect_grace = seconds(5);
+  Make(spec);
+  Join("a");
+  Join("b");
+  Join("s");  // a spare
+  ASSERT_EQ(phase(), Phase::kRunning);
+  alive_ = {"a", "s"};
+  state_->Disconnected("b", now_);
+  Advance(std::chrono::milliseconds(300));
+  EXPECT_EQ(phase(), Phase::kRunning) << "without a failure the grace holds";
+  state_->ReportFailed("a", 0, {Failure(0)}, now_);  // b was gone 0.3 s already: lost now
+  EXPECT_EQ(View("a").restart_count, 0) << View("a").reason;
+  EXPECT_NE(View("a").reason.find("no restart spent"), std::string::npos) << View("a").reason;
+  StopAll(0, {"a"});
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("s").assignment.group_rank, 1);
+}
+
+TEST_F(RendezvousStateTest, AFailureThenADisconnectLosesTheMemberAfterTheShortGrace) {
+  JobSpec spec = Spec(1, 2, /*max_restarts=*/3);
+  spec.disconnect_grace = seconds(5);
+  Make(spec);
+  Join("a");
+  Join("b");
+  ASSERT_EQ(phase(), Phase::kRunning);
+  alive_ = {"a"};
+  state_->ReportFailed("a", 0, {Failure(0)}, now_);
+  state_->Disconnected("b", now_);
+  Advance(std::chrono::milliseconds(100));
+  EXPECT_EQ(View("a").restart_count, 1) << "b may still call back";
+  Advance(std::chrono::milliseconds(250));
+  EXPECT_EQ(View("a").restart_count, 0) << View("a").reason;
+  // A node that calls again within the short grace stays.
+  Make(spec);
+  Join("a");
+  Join("b");
+  alive_ = {"a"};
+  state_->ReportFailed("a", 0, {Failure(0)}, now_);
+  state_->Disconnected("b", now_);
+  Advance(std::chrono::milliseconds(100));
+  state_->Seen("b", now_);
+  Advance(std::chrono::milliseconds(300));
+  EXPECT_EQ(View("a").restart_count, 1);
+}
+
 TEST_F(RendezvousStateTest, NodeLossBelowMinWaitsForANodeThenFails) {
   Make(Spec(2, 2, 3));
   Join("a");

@@ -93,9 +93,14 @@ class FakeSpawner : public launcher::Spawner {
         std::make_unique<FakeChild>(*this, io_, pid, spec, std::move(on_exit)));
   }
 
+  void Prepare(const std::vector<launcher::ProcessSpec>& specs) override {
+    prepared.push_back(specs);
+  }
+
   // The live children, in spawn order.
   std::vector<FakeChild*> children;
-  std::set<std::string> missing;  // programs that "are not found"
+  std::vector<std::vector<launcher::ProcessSpec>> prepared;  // each Prepare() call
+  std::set<std::string> missing;                             // programs that "are not found"
   int spawned = 0;
   bool own_pgid_next = false;  // the next child's pid is this test's process group
 

@@ -14,6 +14,31 @@ TEST_F(AgentTest, StartJoinsTheJobAndWaits) {
   EXPECT_EQ(spawner.spawned, 0);
 }
 
+TEST_F(AgentTest, AWarmSparePreparesTheWorkersItWouldStartWhileItWaits) {
+  config.warm_restart.enabled = true;
+  StartAgent();
+  agent->OnWaitingAsSpare(0);
+  Settle();
+  ASSERT_EQ(spawner.prepared.size(), 1u);
+  ASSERT_EQ(spawner.prepared[0].size(), 2u);
+  EXPECT_EQ(spawner.prepared[0][0].program, "worker");
+  EXPECT_EQ(spawner.spawned, 0) << "nothing starts before the promotion";
+  EXPECT_EQ(agent->state(), AgentState::kWaiting);
+  StartRound(1);  // promoted
+  EXPECT_EQ(spawner.spawned, 2);
+  agent->OnWaitingAsSpare(2);  // a stale announcement while its workers run
+  Settle();
+  EXPECT_EQ(spawner.prepared.size(), 1u);
+}
+
+TEST_F(AgentTest, AColdSparePreparesNothing) {
+  StartAgent();
+  agent->OnWaitingAsSpare(0);
+  Settle();
+  EXPECT_TRUE(spawner.prepared.empty());
+  EXPECT_EQ(spawner.spawned, 0);
+}
+
 TEST_F(AgentTest, RoundStartsOneWorkerPerLocalRankWithTheControlChannel) {
   StartFirstRound();
   ASSERT_EQ(spawner.children.size(), 2u);

@@ -62,6 +62,37 @@ TEST_F(ViewFollowerTest, LeavingTheRoundStopsOurWorkers) {
   EXPECT_EQ(Take(), std::vector<std::string>{"restart this node left the round"});
 }
 
+// A spare: the round runs without this node. Announced once per round, and never while
+// this node's own workers still run.
+TEST(ViewFollowerSpare, ARoundRunningWithoutThisNodeIsAnnouncedOncePerRound) {
+  struct SpareRecorder : Recorder {
+    void OnWaitingAsSpare(uint64_t round) override {
+      calls.push_back("spare " + std::to_string(round));
+    }
+  } rec;
+  launcher::ViewFollower follower{&rec, [](uint64_t) {}};
+  auto view = [](Phase phase, uint64_t round, bool member) {
+    NodeView v;
+    v.phase = phase;
+    v.round = round;
+    v.member = member;
+    v.assignment.round = round;
+    return v;
+  };
+  follower.Apply(view(Phase::kForming, 0, false));
+  follower.Apply(view(Phase::kRunning, 0, false));
+  follower.Apply(view(Phase::kRunning, 0, false));
+  follower.Apply(view(Phase::kRunning, 1, false));
+  follower.Apply(view(Phase::kRunning, 2, true));  // promoted
+  EXPECT_EQ(rec.calls, (std::vector<std::string>{"spare 0", "spare 1", "start 2"}));
+  rec.calls.clear();
+  follower.Apply(view(Phase::kRunning, 3, false));  // left out again: ours stop first
+  EXPECT_EQ(rec.calls, std::vector<std::string>{"restart this node left the round"});
+  rec.calls.clear();
+  follower.WorkersStopped();
+  EXPECT_EQ(rec.calls, std::vector<std::string>{"spare 3"});
+}
+
 TEST_F(ViewFollowerTest, AStopWithNothingOfOursRunningIsReportedAtOnce) {
   follower.Apply(View(Phase::kStopping, 4));
   EXPECT_EQ(stopped, std::vector<uint64_t>{4});
