@@ -114,7 +114,7 @@ TEST_P(SpareNode, ANodeLossPromotesTheSpareAndSpendsNoRestart) {
 // it out of the .warm copies: it sets --warm-restart itself.)
 TEST(WarmRestartSpare, TheSparesStandbysAreReadyBeforeItsPromotionAndItsFirstStartIsWarm) {
   TempDir dir;
-  const std::string port = std::to_string(launcher::PickFreePort().value());
+  const std::string port = std::to_string(TestPort());
   auto agent = [&](const std::string& name) {
     std::vector<std::string> argv = {
         "--nproc-per-node",
