@@ -92,6 +92,13 @@ class Agent : public Coordinator::Listener {
 
   AgentState state() const { return state_; }
   int exit_code() const { return exit_code_; }
+  // A worker of this node failed, or the job restarted (more than one round here).
+  bool had_faults() const {
+    for (const auto& a : history_.attempts()) {
+      if (!a.failures.empty()) return true;
+    }
+    return history_.attempts().size() > 1;
+  }
   std::string RenderMetrics() const { return metrics_.Render(); }
 
   // Coordinator::Listener
@@ -121,6 +128,10 @@ class Agent : public Coordinator::Listener {
   void Finish(int exit_code);
   // What the fault record says besides the history.
   FaultRecordContext FaultContext() const;
+  // The newest step a local rank reported (`completed`: not counting a step whose update is
+  // under way), and the newest memory snapshot (nullopt: none).
+  std::optional<int64_t> NewestStep(bool completed) const;
+  std::optional<int64_t> NewestSnapshot() const;
   // Start() could not open what the user asked for: finished with exit code 1.
   bool SetUpFailed(const Error& error);
   // What the ranks say on the control channel, routed to the collaborators.
