@@ -357,6 +357,10 @@ void Agent::Finish(int exit_code) {
       if (dir.filename().string().rfind("attempt_", 0) == 0) dir = dir.parent_path();
       WriteFaultRecord(dir / "fault_record.json", history_.RecordJson(*result_, FaultContext()));
     }
+    if (had_faults() && !opts_.report_path.empty()) {
+      LauncherLog()->info("post-mortem page path={} (ftrun report; written as the agent exits)",
+                          opts_.report_path);
+    }
     ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
   }
   // A failed job keeps its newest memory snapshots: the loop runs until they are stored.

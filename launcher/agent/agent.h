@@ -63,6 +63,10 @@ struct AgentOptions {
   std::unique_ptr<WorkerPlanner> planner;  // required: what runs each round
   std::string watchdog_fifo;               // serve torch's FileTimerClient requests ("" = off)
   std::shared_ptr<EventLog> events;        // --event-log (may be null)
+  // Where the post-mortem page goes after a job with faults ("" : none); the agent names it in
+  // its log before the failure summary (whose last line personalities keep last), and the
+  // caller writes it once Run() is over.
+  std::string report_path;
   // Both run on the loop: the exit code after a forwarded signal (default: 1), and once,
   // right after the first workers started (e.g. the demo's progress line).
   std::function<int(int sig)> signal_exit_code;

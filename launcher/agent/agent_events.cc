@@ -39,8 +39,14 @@ void AgentEvents::WorkersSpawned(const WorkerGroup& group) {
            .Set("attempt", group.assignment().restart_count)
            .Set("ranks", ranks)
            .Set("pids", pids));
-  attempt_ = group.assignment().restart_count;
+  AttemptStarted(group.assignment().restart_count);
+}
+
+void AgentEvents::AttemptStarted(int attempt) {
+  attempt_ = attempt;
   first_step_seen_ = false;
+  update_seen_ = false;
+  resumed_step_.reset();
   restore_seen_ = false;
 }
 
@@ -91,13 +97,23 @@ void AgentEvents::WorkersStopped(int attempt) {
   Emit(EventLog::Event("workers_stopped").Set("attempt", attempt));
 }
 
-void AgentEvents::Progress(int local_rank, int64_t step) {
+void AgentEvents::Progress(int local_rank, int64_t step, bool updating) {
   if (first_step_seen_) return;
+  if (updating) {
+    update_seen_ = true;
+    return;
+  }
+  if (!update_seen_ && !resumed_step_) {
+    resumed_step_ = step;
+    return;
+  }
+  if (resumed_step_ ? step <= *resumed_step_ : !update_seen_) return;
   first_step_seen_ = true;
   Emit(EventLog::Event("first_step")
            .Set("attempt", attempt_)
            .Set("local_rank", local_rank)
-           .Set("step", step));
+           .Set("step", step)
+           .Set("resumed_from", resumed_step_.value_or(-1)));
 }
 
 void AgentEvents::CheckpointTaken(int local_rank, int64_t step) {

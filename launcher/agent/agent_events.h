@@ -51,9 +51,14 @@ class AgentEvents {
   // The agent signals the group to stop, and later every process of it has exited.
   void WorkersStopping(int sig, int attempt);
   void WorkersStopped(int attempt);
-  // A local rank's progress report (control channel): the first one of each attempt becomes
-  // a first_step record. Plain scripts never report, and then no record says anything.
-  void Progress(int local_rank, int64_t step);
+  // A local rank's progress report (control channel). The first step completed in each
+  // attempt becomes a first_step record: the first report of a completed step (`updating`
+  // false) after an update began, or beyond the step of the attempt's first report when that
+  // one reported a state already complete (a resumed script reports the step it restored).
+  // Plain scripts never report, and then no record says anything.
+  void Progress(int local_rank, int64_t step, bool updating);
+  // A new attempt's workers run (WorkersSpawned calls it): its first step is still to come.
+  void AttemptStarted(int attempt);
   // Memory snapshots (flash checkpoint): taken (local rank 0's, at most one record per
   // kCheckpointRecordInterval, the newest also in fault_detected) and restored (the first
   // request of each attempt).
@@ -74,8 +79,10 @@ class AgentEvents {
 
   std::shared_ptr<EventLog> log_;
   std::optional<uint64_t> round_;
-  int attempt_ = -1;             // of the last workers_spawned
-  bool first_step_seen_ = true;  // until the next workers_spawned
+  int attempt_ = -1;                     // of the last workers_spawned
+  bool first_step_seen_ = true;          // until the next workers_spawned
+  bool update_seen_ = false;             // in this attempt
+  std::optional<int64_t> resumed_step_;  // the attempt's first report, if of a complete state
   bool restore_seen_ = true;
   std::optional<std::chrono::steady_clock::time_point> last_checkpoint_record_;
 };

@@ -89,7 +89,9 @@ ControlServer::Events Agent::ChannelEvents() {
     flash_.Get(lr, r);
     events_.CheckpointRestored(lr, r.step());
   };
-  ev.on_progress = [this](int lr, int64_t step) { events_.Progress(lr, step); };
+  ev.on_progress = [this](int lr, int64_t step, bool updating) {
+    events_.Progress(lr, step, updating);
+  };
   ev.on_peer_failed = [](int lr, const std::string& err) {
     LauncherLog()->info("local_rank={} reports a failed collective ({}); it waits for orders", lr,
                         err);

@@ -130,6 +130,9 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   opts.host = host;
   opts.watchdog_fifo = hooks.watchdog_fifo;
   opts.events = events;
+  if (!hooks.run_dir.empty() && !event_log.empty()) {
+    opts.report_path = (std::filesystem::path(hooks.run_dir) / "report.html").string();
+  }
   opts.signal_exit_code = hooks.signal_exit_code;
   opts.store = std::move(store);
   std::function<void()> ready_with_workers = config.max_nodes == 1 ? hooks.on_ready : nullptr;
@@ -142,10 +145,11 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   Agent agent(io, std::move(opts), std::move(*coordinator));
   const int code = agent.Run();
   if (agent.had_faults() && !hooks.run_dir.empty() && !event_log.empty()) {
-    // The loop is over: the page's file I/O (bounded, report_inputs.h) delays nobody.
+    // The loop is over: the page's file I/O (bounded, report_inputs.h) delays nobody. Its path
+    // was logged before the failure summary.
     auto page = report::WriteReport(hooks.run_dir, "", event_log);
     if (page) {
-      log->info("post-mortem page written path={} (ftrun report)", *page);
+      log->debug("post-mortem page written path={}", *page);
     } else {
       log->warn("post-mortem page: {}", page.error().message);
     }
