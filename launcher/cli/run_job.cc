@@ -131,7 +131,10 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   opts.watchdog_fifo = hooks.watchdog_fifo;
   opts.events = events;
   if (!hooks.run_dir.empty() && !event_log.empty()) {
-    opts.report_path = (std::filesystem::path(hooks.run_dir) / "report.html").string();
+    std::error_code ec;
+    opts.report_path =
+        std::filesystem::absolute(std::filesystem::path(hooks.run_dir) / "report.html", ec)
+            .string();
   }
   opts.signal_exit_code = hooks.signal_exit_code;
   opts.store = std::move(store);

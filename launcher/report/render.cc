@@ -179,32 +179,42 @@ std::string TimelineSvg(const Timeline& t) {
   return svg;
 }
 
+// One row per phase on the recovery's own scale, so that a 20 ms stop beside a 9 s first
+// step is still seen, with its duration written beside it.
 std::string BreakdownSvg(const Recovery& r) {
   int64_t start = r.start_ms, end = r.start_ms;
   for (const auto& p : r.phases) {
     if (p.known) end = std::max(end, p.end_ms);
   }
   const double span = static_cast<double>(std::max<int64_t>(1, end - start));
+  constexpr int kRow = 20;
+  const int height = static_cast<int>(std::size(kPhases)) * kRow + 24;
   std::string svg = fmt::format(
-      "<svg class='breakdown' xmlns='http://www.w3.org/2000/svg' width='{}' height='64' "
-      "viewBox='0 0 {} 64' role='img' aria-label='recovery breakdown'>\n",
-      kWidth, kWidth);
+      "<svg class='breakdown' xmlns='http://www.w3.org/2000/svg' width='{}' height='{}' "
+      "viewBox='0 0 {} {}' role='img' aria-label='recovery breakdown'>\n",
+      kWidth, height, kWidth, height);
+  const int plot = kPlot - 90;  // room for the duration after the longest bar
   for (size_t i = 0; i < r.phases.size() && i < std::size(kPhases); ++i) {
     const Phase& p = r.phases[i];
-    if (!p.known) continue;
-    const double x0 = kLeft + kPlot * static_cast<double>(p.start_ms - start) / span;
-    const double w = std::max(kPlot * static_cast<double>(p.end_ms - p.start_ms) / span, 3.0);
+    const int y = 4 + static_cast<int>(i) * kRow;
+    svg += fmt::format("<text x='6' y='{}' class='row'>{}</text>", y + 13, kPhases[i].name);
+    if (!p.known) {
+      svg += fmt::format("<text x='{}' y='{}' class='tick'>unknown</text>\n", kLeft, y + 13);
+      continue;
+    }
+    const double x0 = kLeft + plot * static_cast<double>(p.start_ms - start) / span;
+    const double w = std::max(plot * static_cast<double>(p.end_ms - p.start_ms) / span, 3.0);
     svg += fmt::format(
-        "<rect class='phase phase-{}' x='{:.1f}' y='8' width='{:.1f}' height='26' "
-        "fill='{}'><title>{}: {}</title></rect>\n",
-        kPhases[i].css, x0, w, kPhases[i].colour, kPhases[i].name,
+        "<rect class='phase phase-{}' x='{:.1f}' y='{}' width='{:.1f}' height='{}' "
+        "fill='{}'><title>{}: {}</title></rect><text x='{:.1f}' y='{}' class='tick'>{}</text>\n",
+        kPhases[i].css, x0, y, w, kRow - 4, kPhases[i].colour, kPhases[i].name,
+        FormatDuration(p.end_ms - p.start_ms), x0 + w + 5, y + 13,
         FormatDuration(p.end_ms - p.start_ms));
   }
-  svg += fmt::format("<text x='6' y='26' class='row'>{}</text>", FormatDuration(end - start));
   svg += fmt::format(
-      "<text x='{}' y='52' class='tick'>0</text><text x='{}' y='52' "
-      "class='tick' text-anchor='end'>{}</text>\n</svg>\n",
-      kLeft, kLeft + kPlot, FormatDuration(end - start));
+      "<text x='{}' y='{}' class='tick'>0</text><text x='{}' y='{}' class='tick' "
+      "text-anchor='end'>{} in all</text>\n</svg>\n",
+      kLeft, height - 4, kLeft + plot, height - 4, FormatDuration(end - start));
   return svg;
 }
 
@@ -317,7 +327,12 @@ std::string RenderReportHtml(const Timeline& t, const ReportInputs& in) {
     h += fmt::format("<span class='swatch' style='background:{}'></span>fault</p>\n", kFaultColour);
   }
   if (!t.recoveries.empty()) {
-    h += "<h2>Recoveries</h2>\n";
+    h += "<h2>Recoveries</h2>\n<p>From the fault to the first training step completed after "
+         "the restart: <b>detect</b> (the fault until this node knew; a hang's silence), "
+         "<b>save</b> (the fault-time save, or the stop order's way), <b>stop</b> (the workers' "
+         "exit), <b>rendezvous</b> (the next round), <b>spawn</b> (the new workers' start), "
+         "<b>first step</b> (the script's own start-up, imports, process group, checkpoint load, "
+         "and its first step).</p>\n";
     for (size_t i = 0; i < t.recoveries.size(); ++i) h += RecoverySection(t.recoveries[i], i);
   }
   if (!t.faults.empty()) {

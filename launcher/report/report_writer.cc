@@ -33,7 +33,8 @@ Result<std::string> WriteReport(const std::string& log_dir, const std::string& o
     std::filesystem::remove(tmp, ec);
     return Error{"cannot write " + path + ": " + ec.message()};
   }
-  return Ok(path);
+  const auto absolute = std::filesystem::absolute(path, ec);
+  return Ok(ec ? path : absolute.string());
 }
 
 }  // namespace ftrun::launcher::report
