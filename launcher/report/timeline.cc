@@ -18,6 +18,7 @@ struct Pending {
 
 std::string ExitText(const EventRecord& r) {
   if (r.Text("kind") == "hang") return "hang (no progress)";
+  if (r.Text("kind") == "elsewhere") return "on another node";
   if (auto sig = r.Text("signal"); !sig.empty()) return sig;
   if (auto code = r.Int("exitcode")) {
     if (*code < 0) return "signal " + std::to_string(-*code);
@@ -104,10 +105,16 @@ Timeline BuildTimeline(const std::vector<EventRecord>& input) {
   }
   if (t.primary_node.empty()) t.primary_node = records.front().node;
 
-  // Faults and markers: every node's.
+  // Faults and markers: every node's. A node's own log may hold only the news of another
+  // node's fault ("elsewhere"): then that news is the fault shown.
+  bool has_own_fault = false;
+  for (const auto& r : records) {
+    has_own_fault |= r.event == "fault_detected" && r.Text("kind") != "elsewhere";
+  }
   std::map<std::string, int64_t> save_steps;  // save_id -> step
   for (const auto& r : records) {
-    const bool fault = has_detected ? r.event == "fault_detected" && r.Text("kind") != "elsewhere"
+    const bool fault = has_detected ? r.event == "fault_detected" &&
+                                          (!has_own_fault || r.Text("kind") != "elsewhere")
                                     : r.event == "fault_reported";
     if (fault) {
       Fault f;

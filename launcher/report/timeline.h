@@ -35,7 +35,9 @@ struct Fault {
   int64_t time_ms = 0;  // when it was detected
   std::string node;
   std::string host;
-  std::string kind;  // "exit", "hang" (fault_detected) or "exit" (older logs: fault_reported)
+  // "exit", "hang", "elsewhere" (only in a log without a fault of its own node: the news of
+  // another node's, `message` says which) or "exit" (older logs: fault_reported).
+  std::string kind;
   std::optional<int64_t> rank;
   std::string exit;  // "exit code 1", "SIGKILL", "hang (exit code 124)"
   std::optional<int64_t> step;

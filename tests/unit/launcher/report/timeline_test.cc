@@ -127,7 +127,7 @@ TEST(ReportTimeline, TwoFaultsGiveTwoRecoveriesAndASecondRankOfTheSameStopIsOne)
   EXPECT_FALSE(t.recoveries[1].phases[3].known);  // no next round (the job ended)
 }
 
-TEST(ReportTimeline, AnotherNodesFaultIsThisNodesRecoveryButNotItsFault) {
+TEST(ReportTimeline, AnotherNodesFaultIsThisNodesRecovery) {
   std::vector<EventRecord> records = {
       R("agent_started", 0),
       R("round_started", 10),
@@ -139,7 +139,15 @@ TEST(ReportTimeline, AnotherNodesFaultIsThisNodesRecoveryButNotItsFault) {
       R("round_started", 4000),
       R("workers_spawned", 4100)};
   Timeline t = BuildTimeline(records);
-  EXPECT_TRUE(t.faults.empty());
+  // This node's log holds only the news: that is the fault it shows.
+  ASSERT_EQ(t.faults.size(), 1u);
+  EXPECT_EQ(t.faults[0].exit, "on another node");
+  EXPECT_EQ(t.faults[0].message, "node n1 lost");
+  // Beside the node's own record of that fault (a shared --event-log), the news is no fault.
+  records.push_back(R("fault_detected", 2990, {{"kind", "exit"}, {"rank", "5"}}, "n1"));
+  EXPECT_EQ(BuildTimeline(records).faults.size(), 1u);
+  EXPECT_EQ(BuildTimeline(records).faults[0].rank, 5);
+  records.pop_back();
   ASSERT_EQ(t.recoveries.size(), 1u);
   EXPECT_NE(t.recoveries[0].cause.find("node n1 lost"), std::string::npos);
   ASSERT_EQ(t.markers.size(), 1u);
