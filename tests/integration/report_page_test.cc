@@ -1,6 +1,7 @@
 // `ftrun report`: its command line, its page for a real faulted job of fake workers (rendered
 // in headless Chromium: what is drawn, where, in which colour), and damaged input.
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <filesystem>
 #include <fstream>
@@ -77,6 +78,27 @@ TEST_F(ReportPage, AFaultedJobGetsItsPageAndChromiumDrawsTheFaultAndItsRecovery)
 
   ExpectPageDrawsTheFault(run + "/report.html", dir_.path(),
                           {"phase-stop", "phase-rendezvous", "phase-spawn"});
+}
+
+TEST_F(ReportPage, ARunningJobGetsItsPageSoFar) {
+  ChildRun job(FtrunBinary(), FakeWorkerJob({"--log-dir", dir_ / "logs"}, {"--nproc-per-node", "2"},
+                                            {"sleep", "60"}));
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        std::error_code ec;
+        if (!fs::is_directory(dir_ / "logs", ec)) return false;
+        const std::string run = RunDir();
+        return !run.empty() &&
+               ReadFile(run + "/events.jsonl").find("workers_spawned") != std::string::npos;
+      },
+      std::chrono::seconds(60)));
+  auto rep = RunFtrun({"report", dir_ / "logs", "-o", dir_ / "live.html"});
+  EXPECT_EQ(rep.exit_code, 0) << rep.err;
+  const std::string html = ReadFile(dir_ / "live.html");
+  EXPECT_NE(html.find("not logged (still running?)"), std::string::npos);
+  EXPECT_NE(html.find("(running)"), std::string::npos);  // the attempt has no end yet
+  job.Signal(SIGTERM);
+  EXPECT_FALSE(job.Wait(std::chrono::seconds(60)).timed_out);
 }
 
 TEST_F(ReportPage, ALiveOrDamagedLogGivesAPageThatSaysWhatIsMissing) {
