@@ -2,7 +2,8 @@
 // from the name it is run as (a symlink named torchrun, msrun or dlrover-run) or from the first
 // word: `ftrun msrun ...`, `ftrun dlrover-run ...`, `ftrun torchrun ...`,
 // `ftrun torch.distributed.launch ...`; `ftrun master ...` runs
-// the rendezvous server alone, `ftrun status ...` asks one about its job; anything else is
+// the rendezvous server alone, `ftrun status ...` asks one about its job, `ftrun report ...`
+// writes the post-mortem page of a job from its logs; anything else is
 // torchrun's command line.
 #include <map>
 #include <string>
@@ -11,6 +12,7 @@
 #include "common/fd_limit.h"
 #include "launcher/cli/master_args.h"
 #include "launcher/cli/msrun_main.h"
+#include "launcher/cli/report_args.h"
 #include "launcher/cli/status_args.h"
 #include "launcher/cli/torchrun_main.h"
 
@@ -29,7 +31,8 @@ const std::map<std::string, Run> kPersonalities = {
     {"dlrover-run", ftrun::launcher::RunDlroverRun}};
 // Subcommands: only as the first word.
 const std::map<std::string, Run> kSubcommands = {{"master", ftrun::launcher::RunMaster},
-                                                 {"status", ftrun::launcher::RunStatus}};
+                                                 {"status", ftrun::launcher::RunStatus},
+                                                 {"report", ftrun::launcher::RunReport}};
 
 }  // namespace
 

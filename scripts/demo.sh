@@ -48,22 +48,25 @@ export PYTHON_EXEC=/usr/bin/python3   # Debian's python, which has torch
 
 step "3/5 act 1" "ftrun --nproc-per-node 4 --max-restarts 3 train.py (rank 2 is killed in step 25)"
 start=$(date +%s.%N)
-"$ftrun" --nproc-per-node 4 --max-restarts 3 --log-dir "$out/logs" \
+"$ftrun" --nproc-per-node 4 --max-restarts 3 --log-dir "$out/logs/act1" \
   scripts/demo/train.py --steps 60 --out "$out/faulty" --crash-rank 2 --crash-step 25
 end=$(date +%s.%N)
+# The agent wrote the job's post-mortem page beside its logs (ftrun report).
+report1=$(find "$out/logs/act1" -name report.html | head -n 1)
 
 echo
 step "4/5 reference" "the same job without a fault, for comparison"
-"$ftrun" --nproc-per-node 4 --log-level warning --log-dir "$out/logs" \
+"$ftrun" --nproc-per-node 4 --log-level warning --log-dir "$out/logs/clean" \
   scripts/demo/train.py --steps 60 --out "$out/clean" 2>/dev/null | tail -n 1
 
 echo
 step "5/5 act 2" "flash checkpoint: every step saved to the agent's memory, no last words"
 echo "== ftrun --fault-save off ... train.py --flash (rank 1 is SIGKILLed in step 40)"
 start2=$(date +%s.%N)
-"$ftrun" --nproc-per-node 4 --max-restarts 3 --fault-save off --log-dir "$out/logs" \
+"$ftrun" --nproc-per-node 4 --max-restarts 3 --fault-save off --log-dir "$out/logs/act2" \
   scripts/demo/train.py --steps 60 --flash --out "$out/flash" --crash-rank 1 --crash-step 40
 end2=$(date +%s.%N)
+report2=$(find "$out/logs/act2" -name report.html | head -n 1)
 
 /usr/bin/python3 - "$out" "$start" "$end" "$start2" "$end2" <<'PY'
 import json, sys
@@ -85,3 +88,6 @@ sys.exit(0 if ok else 1)
 PY
 echo "   (took $(($(date +%s) - step_start)) s; the whole demo $(($(date +%s) - demo_start)) s)"
 echo "logs: $out/logs"
+echo "post-mortem pages (open in a browser; ftrun report LOG_DIR writes one at any time):"
+echo "  act 1: ${report1:-none}"
+echo "  act 2: ${report2:-none}"

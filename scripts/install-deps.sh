@@ -19,6 +19,9 @@ packages=(
   etcd-server
   # formatting check (scripts/check-format.sh, run by scripts/test.sh)
   clang-format
+  # tests: `ftrun report`'s page is rendered in headless Chromium and what it draws is checked
+  # (large: some 350 MB installed, even without recommends)
+  chromium
   # packaging (cpack -G DEB): dpkg-shlibdeps
   dpkg-dev file
   # tests: fuzz_replay compiles the fuzz targets, one of which uses LLVM's header-only

@@ -110,6 +110,26 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
 
 void Agent::OnLocalFailure(const WorkerFailure& failure) {
   metrics_.WorkerFailed(failure.timestamp);
+  // A hang was there since the rank's last progress report: that silence is the detection.
+  // (The hang detector's verdict: exit code 124 for a rank that is still running.)
+  bool hang = false;
+  if (group_ && failure.exitcode == 124) {
+    for (const auto& w : group_->workers()) {
+      if (w.local_rank == failure.local_rank && w.process && !w.process->exited()) hang = true;
+    }
+  }
+  int64_t detect_ms = 0;
+  if (const ControlServer* control = channels_.control();
+      hang && control && failure.local_rank >= 0 && failure.local_rank < control->rank_count()) {
+    const RankControl& rc = control->rank(failure.local_rank);
+    if (rc.progress_seen) {
+      detect_ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+                      std::chrono::steady_clock::now() - rc.last_progress)
+                      .count();
+    }
+  }
+  events_.FaultDetected(hang ? "hang" : "exit", &failure, "", NewestStep(true).value_or(-1),
+                        NewestSnapshot().value_or(-1), detect_ms);
   events_.FaultReported(failure);
   history_.LocalFailure(failure);
   coordinator_->WorkersFailed({failure});
@@ -134,6 +154,11 @@ void Agent::OnRestartRequested(const std::string& reason) {
   LauncherLog()->info("restart requested reason=\"{}\" state={}", reason, StateName(state_));
   history_.RoundStopping(reason);
   metrics_.StopAsked();
+  if (state_ == AgentState::kRunning) {
+    // Nothing failed here: this node learns of the fault (or the new membership) now.
+    events_.FaultDetected("elsewhere", nullptr, reason, NewestStep(true).value_or(-1),
+                          NewestSnapshot().value_or(-1), 0);
+  }
   switch (state_) {
     case AgentState::kRunning:
     case AgentState::kHoldingForSave:
@@ -233,11 +258,17 @@ void Agent::StopGroup(int sig, AfterStop after, bool survivors_may_save) {
     return;
   }
   if (state_ == AgentState::kSurvivorGrace && survivors_may_save) return;  // it goes on
+  const AgentState before = state_;
+  if (before == AgentState::kHoldingForSave || before == AgentState::kSurvivorGrace) {
+    events_.FaultSaveDone(before == AgentState::kSurvivorGrace ? "stopped during the grace"
+                                                               : "stop ordered");
+  }
   // A stop that cannot wait (e.g. a signal) ends the grace: stop now.
   Enter(AgentState::kStopping, "stopping the workers");
-  if (first) {
+  if (first || before == AgentState::kSurvivorGrace) {
     LauncherLog()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(sig),
                         config_.shutdown_timeout.count(), group_->assignment().restart_count);
+    events_.WorkersStopping(sig, group_->assignment().restart_count);
   }
   fault_timer_->Cancel();
   group_->Stop(sig, config_.shutdown_timeout);
@@ -247,9 +278,11 @@ void Agent::EndSurvivorGrace() {
   if (state_ != AgentState::kSurvivorGrace) return;
   Enter(AgentState::kStopping, "the survivors' grace is over");
   fault_timer_->Cancel();
+  events_.FaultSaveDone("grace over");
   if (!group_) return;
   LauncherLog()->info("stopping workers signal={} grace={}ms attempt={}", SignalName(grace_signal_),
                       config_.shutdown_timeout.count(), group_->assignment().restart_count);
+  events_.WorkersStopping(grace_signal_, group_->assignment().restart_count);
   group_->Stop(grace_signal_, config_.shutdown_timeout);
 }
 
@@ -258,6 +291,9 @@ void Agent::OnGroupExited() {
     // The hang detector reads the group it watches: it must stop before the group goes (on
     // success no StopGroup ran, and the verdict may take a round trip to the server).
     hangs_.Stop();
+    if (after_stop_ != AfterStop::kNothing) {
+      events_.WorkersStopped(group_->assignment().restart_count);
+    }
     // We are inside the group's own callback: destroy it later.
     boost::asio::post(io_, [g = std::shared_ptr<WorkerGroup>(std::move(group_))] {});
     events_.SetRound(std::nullopt);
@@ -347,6 +383,10 @@ void Agent::Finish(int exit_code) {
       if (dir.filename().string().rfind("attempt_", 0) == 0) dir = dir.parent_path();
       WriteFaultRecord(dir / "fault_record.json", history_.RecordJson(*result_, FaultContext()));
     }
+    if (had_faults() && !opts_.report_path.empty()) {
+      LauncherLog()->info("post-mortem page path={} (ftrun report; written as the agent exits)",
+                          opts_.report_path);
+    }
     ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
   }
   // A failed job keeps its newest memory snapshots: the loop runs until they are stored.
@@ -360,19 +400,32 @@ FaultRecordContext Agent::FaultContext() const {
   c.max_restarts = config_.max_restarts;
   c.exit_code = exit_code_;
   c.finished = NowSeconds();
+  c.last_step = NewestStep(false);
+  c.newest_snapshot = NewestSnapshot();
+  return c;
+}
+
+std::optional<int64_t> Agent::NewestStep(bool completed) const {
+  std::optional<int64_t> newest;
   if (const ControlServer* control = channels_.control()) {
     for (int lr = 0; lr < control->rank_count(); ++lr) {
-      const int64_t step = control->rank(lr).step;
-      if (step >= 0 && (!c.last_step || step > *c.last_step)) c.last_step = step;
+      const RankControl& rc = control->rank(lr);
+      const int64_t step = completed && rc.updating ? rc.step - 1 : rc.step;
+      if (step >= 0 && (!newest || step > *newest)) newest = step;
     }
   }
+  return newest;
+}
+
+std::optional<int64_t> Agent::NewestSnapshot() const {
+  std::optional<int64_t> newest;
   for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
     if (auto view = flash_.store().Newest(lr)) {
       const auto step = static_cast<int64_t>(view->step);
-      if (!c.newest_snapshot || step > *c.newest_snapshot) c.newest_snapshot = step;
+      if (!newest || step > *newest) newest = step;
     }
   }
-  return c;
+  return newest;
 }
 
 }  // namespace ftrun::launcher

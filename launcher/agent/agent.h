@@ -63,6 +63,10 @@ struct AgentOptions {
   std::unique_ptr<WorkerPlanner> planner;  // required: what runs each round
   std::string watchdog_fifo;               // serve torch's FileTimerClient requests ("" = off)
   std::shared_ptr<EventLog> events;        // --event-log (may be null)
+  // Where the post-mortem page goes after a job with faults ("" : none); the agent names it in
+  // its log before the failure summary (whose last line personalities keep last), and the
+  // caller writes it once Run() is over.
+  std::string report_path;
   // Both run on the loop: the exit code after a forwarded signal (default: 1), and once,
   // right after the first workers started (e.g. the demo's progress line).
   std::function<int(int sig)> signal_exit_code;
@@ -92,6 +96,13 @@ class Agent : public Coordinator::Listener {
 
   AgentState state() const { return state_; }
   int exit_code() const { return exit_code_; }
+  // A worker of this node failed, or the job restarted (more than one round here).
+  bool had_faults() const {
+    for (const auto& a : history_.attempts()) {
+      if (!a.failures.empty()) return true;
+    }
+    return history_.attempts().size() > 1;
+  }
   std::string RenderMetrics() const { return metrics_.Render(); }
 
   // Coordinator::Listener
@@ -122,6 +133,10 @@ class Agent : public Coordinator::Listener {
   void Finish(int exit_code);
   // What the fault record says besides the history.
   FaultRecordContext FaultContext() const;
+  // The newest step a local rank reported (`completed`: not counting a step whose update is
+  // under way), and the newest memory snapshot (nullopt: none).
+  std::optional<int64_t> NewestStep(bool completed) const;
+  std::optional<int64_t> NewestSnapshot() const;
   // Start() could not open what the user asked for: finished with exit code 1.
   bool SetUpFailed(const Error& error);
   // What the ranks say on the control channel, routed to the collaborators.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "common/signals.h"
 #include "common/version.h"
 
 namespace ftrun::launcher {
@@ -38,6 +39,15 @@ void AgentEvents::WorkersSpawned(const WorkerGroup& group) {
            .Set("attempt", group.assignment().restart_count)
            .Set("ranks", ranks)
            .Set("pids", pids));
+  AttemptStarted(group.assignment().restart_count);
+}
+
+void AgentEvents::AttemptStarted(int attempt) {
+  attempt_ = attempt;
+  first_step_seen_ = false;
+  update_seen_ = false;
+  resumed_step_.reset();
+  restore_seen_ = false;
 }
 
 void AgentEvents::WorkerExited(const WorkerGroup::Worker& w, const std::string& outcome) {
@@ -56,6 +66,71 @@ void AgentEvents::FaultReported(const WorkerFailure& failure) {
            .Set("local_rank", failure.local_rank)
            .Set("exitcode", failure.exitcode)
            .Set("message", failure.message.substr(0, failure.message.find('\n'))));
+}
+
+void AgentEvents::FaultDetected(const std::string& kind, const WorkerFailure* failure,
+                                const std::string& why, int64_t step, int64_t snapshot_step,
+                                int64_t detect_ms) {
+  auto m = EventLog::Event("fault_detected").Set("kind", kind);
+  if (failure) {
+    m.Set("rank", failure->rank).Set("local_rank", failure->local_rank).Set("host", failure->host);
+    if (failure->exitcode < 0) {
+      m.Set("signal", SignalName(-failure->exitcode));
+    } else {
+      m.Set("exitcode", failure->exitcode);
+    }
+  }
+  if (!why.empty()) m.Set("why", why.substr(0, 512));
+  m.Set("step", step).Set("snapshot_step", snapshot_step).Set("detect_ms", detect_ms);
+  Emit(std::move(m));
+}
+
+void AgentEvents::FaultSaveDone(const std::string& how) {
+  Emit(EventLog::Event("fault_save_done").Set("how", how));
+}
+
+void AgentEvents::WorkersStopping(int sig, int attempt) {
+  Emit(EventLog::Event("workers_stopping").Set("signal", SignalName(sig)).Set("attempt", attempt));
+}
+
+void AgentEvents::WorkersStopped(int attempt) {
+  Emit(EventLog::Event("workers_stopped").Set("attempt", attempt));
+}
+
+void AgentEvents::Progress(int local_rank, int64_t step, bool updating) {
+  if (first_step_seen_) return;
+  if (updating) {
+    update_seen_ = true;
+    return;
+  }
+  if (!update_seen_ && !resumed_step_) {
+    resumed_step_ = step;
+    return;
+  }
+  if (resumed_step_ ? step <= *resumed_step_ : !update_seen_) return;
+  first_step_seen_ = true;
+  Emit(EventLog::Event("first_step")
+           .Set("attempt", attempt_)
+           .Set("local_rank", local_rank)
+           .Set("step", step)
+           .Set("resumed_from", resumed_step_.value_or(-1)));
+}
+
+void AgentEvents::CheckpointTaken(int local_rank, int64_t step) {
+  if (local_rank != 0) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (last_checkpoint_record_ && now - *last_checkpoint_record_ < kCheckpointRecordInterval) return;
+  last_checkpoint_record_ = now;
+  Emit(EventLog::Event("checkpoint_taken").Set("where", "memory").Set("step", step));
+}
+
+void AgentEvents::CheckpointRestored(int local_rank, int64_t step) {
+  if (restore_seen_) return;
+  restore_seen_ = true;
+  Emit(EventLog::Event("checkpoint_restored")
+           .Set("where", "memory")
+           .Set("local_rank", local_rank)
+           .Set("step", step));
 }
 
 void AgentEvents::RoundStopping(uint64_t round, const std::string& reason, int restart_count) {

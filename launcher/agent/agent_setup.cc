@@ -1,6 +1,7 @@
 // Agent, set-up: its collaborators, the channels it serves and the signals it forwards. The
 // transitions are in agent.cc.
 #include "common/log.h"
+#include "ftrun/v1/control.pb.h"
 #include "launcher/agent/agent.h"
 #include "launcher/standby/warm_spawner.h"
 
@@ -77,9 +78,20 @@ ControlServer::Events Agent::ChannelEvents() {
     relay_.OnRankSaved(lr, id, finalize, ok, err);
   };
   ev.on_snapshot_begin = [this](int lr, const auto& r) { flash_.Begin(lr, r); };
-  ev.on_snapshot_commit = [this](int lr, const auto& r) { flash_.Commit(lr, r); };
+  ev.on_snapshot_commit = [this](int lr, const auto& r) {
+    flash_.Commit(lr, r);
+    if (auto v = flash_.store().Newest(lr); v && static_cast<int64_t>(v->step) == r.step()) {
+      events_.CheckpointTaken(lr, r.step());
+    }
+  };
   ev.on_snapshot_steps = [this](int lr, const auto& r) { flash_.Steps(lr, r); };
-  ev.on_snapshot_get = [this](int lr, const auto& r) { flash_.Get(lr, r); };
+  ev.on_snapshot_get = [this](int lr, const auto& r) {
+    flash_.Get(lr, r);
+    events_.CheckpointRestored(lr, r.step());
+  };
+  ev.on_progress = [this](int lr, int64_t step, bool updating) {
+    events_.Progress(lr, step, updating);
+  };
   ev.on_peer_failed = [](int lr, const std::string& err) {
     LauncherLog()->info("local_rank={} reports a failed collective ({}); it waits for orders", lr,
                         err);

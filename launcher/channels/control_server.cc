@@ -318,6 +318,7 @@ std::string ControlServer::Handle(Connection& c, const std::string& text) {
     rc.updating = progress.updating();
     rc.progress_seen = true;
     rc.last_progress = std::chrono::steady_clock::now();
+    if (events_.on_progress) events_.on_progress(c.local_rank, rc.step, rc.updating);
   } else if (type == "finished") {
     v1::ControlFinished finished;
     if (std::string err = Parse(line, &finished); !err.empty()) return err;

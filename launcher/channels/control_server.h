@@ -63,6 +63,8 @@ class ControlServer {
                        const std::string& error)>
         on_saved;
     std::function<void(int local_rank, const std::string& error)> on_peer_failed;
+    // Every progress report, after the rank's state is updated (null: none).
+    std::function<void(int local_rank, int64_t step, bool updating)> on_progress;
     // Flash checkpoint requests (null: the agent offers no memory snapshots and answers
     // them with "snapshot_refused"). The request is valid only during the call.
     std::function<void(int local_rank, const v1::ControlSnapshotBegin&)> on_snapshot_begin;

@@ -30,6 +30,12 @@ ParsedStatus ParseStatusArgs(const std::vector<std::string>& argv) {
 
 std::string StatusHelp() { return HelpOf<cli11::StatusParser, StatusArgs>(); }
 
+ParsedReport ParseReportArgs(const std::vector<std::string>& argv) {
+  return ParseWith<cli11::ReportParser, ReportArgs>(argv);
+}
+
+std::string ReportHelp() { return HelpOf<cli11::ReportParser, ReportArgs>(); }
+
 ParsedMaster ParseMasterArgs(const std::vector<std::string>& argv) {
   return ParseWith<cli11::MasterParser, MasterArgs>(argv);
 }

@@ -196,6 +196,8 @@ int RunMsrun(const std::vector<std::string>& argv) {
 
   JobHooks hooks;
   hooks.agent_store = false;
+  // Only a --log_dir of its own: the current directory gets no files msrun would not write.
+  if (!c.log_dir.empty()) hooks.run_dir = c.log_dir;
   int ready_fd = -1;
   if (!c.join) {
     // Before any thread exists: fork() keeps only the calling thread.

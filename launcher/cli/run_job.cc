@@ -1,6 +1,7 @@
 #include "launcher/cli/run_job.h"
 
 #include <csignal>
+#include <filesystem>
 
 #include "common/endpoint.h"
 #include "common/event_log.h"
@@ -8,6 +9,7 @@
 #include "launcher/agent/agent.h"
 #include "launcher/agent/agent_store.h"
 #include "launcher/coordinator/job_setup.h"
+#include "launcher/report/report_writer.h"
 
 namespace ftrun::launcher {
 
@@ -56,7 +58,11 @@ void PrintDryRunSummary(const LaunchConfig& c, const std::string& nproc_note, st
                        p.switchbox_min_channels, p.switchbox_min_bandwidth_mbps,
                        p.switchbox_timeout.count());
   }
-  out << "  event log:      " << (c.event_log.empty() ? "off" : c.event_log) << "\n"
+  out << "  event log:      "
+      << (!c.event_log.empty()       ? c.event_log
+          : c.log_dir == "/dev/null" ? std::string("off")
+                                     : std::string("events.jsonl in the run's log directory"))
+      << "\n"
       << "  metrics:        "
       << (c.metrics_port ? (*c.metrics_port == 0 ? std::string("any free port")
                                                  : "port " + std::to_string(*c.metrics_port))
@@ -73,13 +79,23 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
 
   const std::string node_id = MakeNodeId(host.get());
   std::shared_ptr<EventLog> events;
-  if (!config.event_log.empty()) {
-    auto opened = EventLog::Open(config.event_log, config.run_id, node_id);
+  std::string event_log = config.event_log;
+  if (!event_log.empty()) {
+    auto opened = EventLog::Open(event_log, config.run_id, node_id);
     if (!opened) {
       log->error("{}", opened.error().message);
       return 1;
     }
     events = *opened;
+  } else if (!hooks.run_dir.empty()) {
+    // Nobody asked for it: a file that cannot be written costs the job nothing but its report.
+    event_log = (std::filesystem::path(hooks.run_dir) / "events.jsonl").string();
+    if (auto opened = EventLog::Open(event_log, config.run_id, node_id)) {
+      events = *opened;
+    } else {
+      log->warn("{}", opened.error().message);
+      event_log.clear();
+    }
   }
   boost::asio::io_context io;
   auto store_settings = AgentStoreSettingsFrom(env);
@@ -114,6 +130,12 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   opts.host = host;
   opts.watchdog_fifo = hooks.watchdog_fifo;
   opts.events = events;
+  if (!hooks.run_dir.empty() && !event_log.empty()) {
+    std::error_code ec;
+    opts.report_path =
+        std::filesystem::absolute(std::filesystem::path(hooks.run_dir) / "report.html", ec)
+            .string();
+  }
   opts.signal_exit_code = hooks.signal_exit_code;
   opts.store = std::move(store);
   std::function<void()> ready_with_workers = config.max_nodes == 1 ? hooks.on_ready : nullptr;
@@ -124,7 +146,18 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
     if (started) started();
   };
   Agent agent(io, std::move(opts), std::move(*coordinator));
-  return agent.Run();
+  const int code = agent.Run();
+  if (agent.had_faults() && !hooks.run_dir.empty() && !event_log.empty()) {
+    // The loop is over: the page's file I/O (bounded, report_inputs.h) delays nobody. Its path
+    // was logged before the failure summary.
+    auto page = report::WriteReport(hooks.run_dir, "", event_log);
+    if (page) {
+      log->debug("post-mortem page written path={}", *page);
+    } else {
+      log->warn("post-mortem page: {}", page.error().message);
+    }
+  }
+  return code;
 }
 
 }  // namespace ftrun::launcher

@@ -31,6 +31,10 @@ struct JobHooks {
   // Host the workers' c10d store in the agent (launcher/agent/agent_store.h); msrun's workers
   // use none.
   bool agent_store = true;
+  // The run's log directory ("" : none, e.g. --log-dir /dev/null): without --event-log the
+  // event log is <run_dir>/events.jsonl, and after a job with faults the post-mortem page
+  // (`ftrun report`) is written there as report.html.
+  std::string run_dir;
 };
 
 // --dry-run's common lines (nodes, workers, rendezvous, restarts, fault tolerance,

@@ -9,6 +9,7 @@
 
 #include "launcher/cli/cli11_support.h"
 #include "launcher/cli/master_args.h"
+#include "launcher/cli/report_args.h"
 #include "launcher/cli/status_args.h"
 
 namespace ftrun::launcher::cli11 {
@@ -117,6 +118,34 @@ class StatusParser : public OptionsParser<StatusArgs> {
     app_.add_option(Names("timeout"), a.timeout, "Seconds to wait for an answer")
         ->type_name("SECONDS")
         ->capture_default_str();
+  }
+};
+
+class ReportParser : public OptionsParser<ReportArgs> {
+ public:
+  explicit ReportParser(ReportArgs& a)
+      : OptionsParser(
+            "ftrun report",
+            "ftrun report: the post-mortem page of a job, one self-contained HTML file: a\n"
+            "timeline of its attempts, faults, recoveries (detect / save / stop / rendezvous /\n"
+            "spawn / first step), checkpoints and nodes, the merged stacks of hung ranks and\n"
+            "the fault record. It reads only the files the job writes in its log directory\n"
+            "(events.jsonl, fault_record.json, stacks/), so a running job works too.\n"
+            "Exits 0 when the page was written (its path is printed), 1 when LOG_DIR holds\n"
+            "nothing of a job or the page cannot be written, 2 on usage errors.",
+            "ftrun report [options] LOG_DIR") {
+    app_.add_option("log_dir", a.log_dir,
+                    "The run's log directory (or a --log-dir of runs: the newest; or an event "
+                    "log file)")
+        ->required()
+        ->type_name("LOG_DIR");
+    app_.add_option(Names("output", "o"), a.output,
+                    "Write the page here [default: LOG_DIR's run directory/report.html]")
+        ->type_name("FILE");
+    app_.add_option(Names("event-log"), a.event_log,
+                    "The job's event log, when it ran with --event-log FILE [default: "
+                    "events.jsonl in the run directory]")
+        ->type_name("FILE");
   }
 };
 

@@ -63,6 +63,12 @@ TEST(HelpAndManPage, DistributedLaunchAddsUseEnv) {
   EXPECT_TRUE(ManOptions("PYTHON \\-m TORCH.DISTRIBUTED.LAUNCH AND .RUN").count("--use-env"));
 }
 
+TEST(HelpAndManPage, ReportListsTheSameOptions) {
+  auto help = HelpOptions({"report", "--help"});
+  ASSERT_GE(help.size(), 3u) << "could not read ftrun report --help";
+  ExpectSame(help, ManOptions("FTRUN REPORT"), "ftrun report");
+}
+
 TEST(HelpAndManPage, MasterListsTheSameOptions) {
   auto help = HelpOptions({"master", "--help"});
   ASSERT_GT(help.size(), 6u) << "could not read ftrun master --help";

@@ -100,6 +100,44 @@ TEST_F(CollaboratorsTest, EventsAreTaggedWithTheRunningRound) {
   EXPECT_EQ(lines[3].find(R"("round")"), std::string::npos);
 }
 
+TEST_F(CollaboratorsTest, TheFirstStepOfAnAttemptIsTheFirstOneCompletedInIt) {
+  auto log = EventLog::Open(dir + "/events.jsonl", "job", "node0");
+  ASSERT_TRUE(log) << log.error().message;
+  AgentEvents events(*log);
+  events.Progress(0, 3, false);  // before any attempt: nothing
+  // A resumed attempt: the restored step first, then the update of step 12 and its end.
+  events.AttemptStarted(1);
+  events.Progress(0, 11, false);
+  events.Progress(1, 11, false);
+  events.Progress(0, 12, true);
+  events.Progress(1, 11, false);  // a late restore report is not a step done
+  events.Progress(1, 12, false);
+  events.Progress(0, 13, false);  // once per attempt
+  // A fresh attempt whose ranks report updates: the end of the first one.
+  events.AttemptStarted(2);
+  events.Progress(0, 0, true);
+  events.Progress(0, 0, false);
+  // Memory snapshots: the first restore of an attempt, and taken ones at most every 10 s.
+  events.CheckpointRestored(0, 11);
+  events.CheckpointRestored(1, 11);
+  events.CheckpointTaken(0, 1);
+  events.CheckpointTaken(0, 2);
+  events.CheckpointTaken(1, 2);
+  std::ifstream in(dir + "/events.jsonl");
+  std::vector<std::string> lines;
+  for (std::string l; std::getline(in, l);) lines.push_back(l);
+  ASSERT_EQ(lines.size(), 4u);
+  EXPECT_NE(lines[0].find(R"("event":"first_step")"), std::string::npos);
+  EXPECT_NE(lines[0].find(R"("step":12)"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("resumed_from":11)"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[0].find(R"("local_rank":1)"), std::string::npos) << lines[0];
+  EXPECT_NE(lines[1].find(R"("step":0)"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find(R"("resumed_from":-1)"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find(R"("event":"checkpoint_restored")"), std::string::npos);
+  EXPECT_NE(lines[3].find(R"("event":"checkpoint_taken")"), std::string::npos);
+  EXPECT_NE(lines[3].find(R"("step":1)"), std::string::npos);
+}
+
 TEST_F(CollaboratorsTest, ChannelsTellTheWorkersWhereTheControlSocketIs) {
   config.save_timeout = std::chrono::duration<double>(7.5);
   WorkerChannels channels(io, config, {}, [] { return nullptr; });

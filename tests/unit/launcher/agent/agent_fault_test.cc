@@ -1,6 +1,8 @@
 // The agent's fault-time transitions: the save relay, holding the survivors for the save
 // and its deadline, the survivors' grace (msrun TTP), and hang detection.
+#include <algorithm>
 #include <csignal>
+#include <fstream>
 
 #include "launcher/agent/save_relay.h"
 #include "tests/unit/launcher/agent/agent_fixture.h"
@@ -67,6 +69,45 @@ TEST_F(AgentTest, FailureHoldsASurvivorThatCanSaveUntilTheStopOrder) {
   agent->OnRestartRequested("saved; restarting");
   Settle();
   ExpectStoppedAndWaiting(1);
+}
+
+// The records `ftrun report` splits a recovery by, in the order the boundaries are passed.
+TEST_F(AgentTest, ARecoveryIsRecordedAtEachOfItsBoundaries) {
+  auto opened = EventLog::Open(tmpdir + "/events.jsonl", "job", "node0");
+  ASSERT_TRUE(opened) << opened.error().message;
+  events = *opened;
+  StartAgent();
+  spawner.own_pgid_next = true;
+  StartRound(1);
+  auto rank0 = ConnectRank(0, 7);
+  rank0->Send(R"({"type":"progress","step":7,"updating":false})");
+  Settle();
+  FailWorker(1);
+  ASSERT_EQ(agent->state(), AgentState::kHoldingForSave);
+  agent->OnRestartRequested("saved; restarting");
+  Settle();
+  ExpectStoppedAndWaiting(1);
+  std::vector<std::string> names;
+  std::string detected;
+  std::ifstream in(tmpdir + "/events.jsonl");
+  for (std::string l; std::getline(in, l);) {
+    const auto at = l.find(R"("event":")");
+    ASSERT_NE(at, std::string::npos) << l;
+    names.push_back(l.substr(at + 9, l.find('"', at + 9) - at - 9));
+    if (names.back() == "fault_detected") detected = l;
+  }
+  auto index = [&](const std::string& name) {
+    return std::find(names.begin(), names.end(), name) - names.begin();
+  };
+  const auto n = static_cast<long>(names.size());
+  ASSERT_LT(index("fault_detected"), n);
+  EXPECT_LT(index("fault_detected"), index("fault_save_done"));
+  EXPECT_LT(index("fault_save_done"), index("workers_stopping"));
+  EXPECT_LT(index("workers_stopping"), index("workers_stopped"));
+  EXPECT_LT(index("workers_stopped"), n);
+  EXPECT_NE(detected.find(R"("kind":"exit")"), std::string::npos) << detected;
+  EXPECT_NE(detected.find(R"("rank":1)"), std::string::npos) << detected;
+  EXPECT_NE(detected.find(R"("step":7)"), std::string::npos) << detected;
 }
 
 TEST_F(AgentTest, HeldSurvivorsAreStoppedWhenNoStopOrderComes) {

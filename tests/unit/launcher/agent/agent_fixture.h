@@ -53,6 +53,7 @@ class AgentTest : public ::testing::Test {
     o.clock = &clock;
     o.signal_exit_code = signal_exit_code;
     o.watchdog_fifo = watchdog_fifo;
+    o.events = events;
     agent =
         std::make_unique<launcher::Agent>(io, std::move(o), std::make_unique<FakeCoordinator>(log));
     ASSERT_EQ(agent->Start(), expect_started);
@@ -193,7 +194,8 @@ class AgentTest : public ::testing::Test {
   boost::asio::io_context io;
   launcher::LaunchConfig config;
   std::string tmpdir;
-  std::string watchdog_fifo;  // served when not empty
+  std::shared_ptr<EventLog> events;  // set before StartAgent to have the records
+  std::string watchdog_fifo;         // served when not empty
   FakeClock clock;
   FakeSpawner spawner{io};
   std::shared_ptr<FakeCoordinator::Log> log = std::make_shared<FakeCoordinator::Log>();
