@@ -3,9 +3,15 @@
 // reports this node's worker outcomes in order (ReportQueue: one report in flight). When this agent
 // hosts the server, it owns it and shuts it down once every node has seen the job's end.
 //
+// A server that forgets this node (a restarted `ftrun master`) is joined again with the round
+// this node's workers run (NodeInfo::running), so that it can take that round over and the
+// workers go on; reports wait meanwhile and are never dropped.
+//
 // Thread: loop only. Listener calls happen in RPC completions or posted, never inside a
 // Coordinator call. Errors: a refusal (token, run id, --nnodes/--nproc-per-node mismatch) or
-// a server lost for longer than lost_after ends the job with a reason naming it.
+// a server that has not answered for lost_after since the first call it failed ends the job
+// with a reason naming it; as a success when this node's workers had all succeeded (the
+// server was lost before it could say that the others had too).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -28,7 +34,7 @@ struct RemoteCoordinatorOptions {
   rendezvous::NodeInfo node;
   int store_port = 0;  // > 0: every join's and report's free_port (the agent store)
   rendezvous::Duration connect_timeout{900};  // the server is not reachable yet
-  rendezvous::Duration lost_after{15};        // the server stopped answering
+  rendezvous::Duration lost_after{15};        // the server stopped answering (outage window)
   rendezvous::Duration watch_wait{5};
   rendezvous::Duration linger{10};  // hosting: wait for every node to see the end
   std::unique_ptr<rendezvous::RendezvousServer> server;  // started; hosted by this agent
@@ -54,7 +60,11 @@ class RemoteCoordinator : public Coordinator {
   void Report(rendezvous::RoundReport report) override;
 
   void Join();
+  // The server no longer knows this node: join again (once at a time).
+  void Rejoin(const std::string& why);
   void OnJoined(const rendezvous::RpcOutcome& out);
+  // The server answered: an outage is over.
+  void Contact();
   void Watch();
   void OnWatched(const rendezvous::RpcOutcome& out);
   void Apply(const rendezvous::NodeView& view);
@@ -74,10 +84,13 @@ class RemoteCoordinator : public Coordinator {
   boost::asio::steady_timer join_timer_;
   boost::asio::steady_timer watch_timer_;
   rendezvous::TimePoint join_started_;
-  rendezvous::TimePoint last_contact_;
+  std::optional<rendezvous::TimePoint> outage_since_;  // the first failed call since an answer
   rendezvous::TimePoint last_wait_log_;
   int join_attempts_ = 0;
   bool joined_ = false;
+  bool ever_joined_ = false;
+  bool rejoining_ = false;
+  std::optional<uint64_t> succeeded_round_;  // this node reported its workers' success
   bool watching_ = false;
   uint64_t known_version_ = 0;
   ReportQueue reports_;  // after client_: borrows it
