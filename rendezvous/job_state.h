@@ -117,7 +117,8 @@ struct CheckTaskResult {
 };
 
 // What a node joining the job says about itself.
-enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved, kChecked };
+// kUnreachable: this node cannot reach group rank 0's store (a partition; `details.error`).
+enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved, kChecked, kUnreachable };
 
 // What a report carries besides failures: the fault-time save's part (kProgress, kSaved) or
 // the network check's (kChecked).

@@ -92,6 +92,14 @@ struct RoundFormed {
   std::vector<std::string> switch_paths;  // theirs, in the same order ("" : unknown)
   bool rebuilt = false;                   // taken over from the rejoining nodes' claims
 };
+// A member cannot reach group rank 0's store: the round stops (no restart spent) and the next
+// one waits `wait` (doubling while the partition lasts).
+struct Partition {
+  std::string from;  // host names
+  std::string to;
+  std::string error;
+  Duration wait{0};
+};
 // The rejoining nodes' round could not be rebuilt; the next one forms instead.
 struct RebuildGivenUp {
   uint64_t round = 0;
@@ -111,7 +119,7 @@ struct RestartGivenBack {
   int restart_count = 0;  // the job's count after it
 };
 using StateEvent = std::variant<NodeEvent, RoundFormed, NetworkCheckStarted, NetworkCheckFinished,
-                                RestartGivenBack, RebuildGivenUp>;
+                                RestartGivenBack, RebuildGivenUp, Partition>;
 
 class RendezvousState {
  public:
@@ -155,6 +163,10 @@ class RendezvousState {
                       const std::vector<RankProgress>& ranks, TimePoint now);
   void ReportSaved(const std::string& node_id, uint64_t round, uint64_t save_id, int rank,
                    bool finalize, bool ok, const std::string& error, TimePoint now);
+  // rendezvous_state_partition.cc: the node's workers cannot reach group rank 0's store in
+  // `round` (`error` says how it failed).
+  void ReportUnreachable(const std::string& node_id, uint64_t round, const std::string& error,
+                         TimePoint now);
   // Network check: a node's results for one order of the running check.
   void ReportCheck(const std::string& node_id, uint64_t round, uint64_t order_id,
                    const std::vector<CheckTaskResult>& results, TimePoint now);
@@ -275,6 +287,8 @@ class RendezvousState {
   uint64_t check_id_ = 0;                        // finished checks
   std::optional<NetworkCheckReport> last_check_;
 
+  // Partitions detected in a row (each doubles the wait before the next round).
+  int partitions_ = 0;
   // Rebuilding: the first claim's round and shape, each group rank's claimant ("" : none
   // yet), their claims, and when to give up.
   struct Rebuild {

@@ -37,7 +37,8 @@ bool RendezvousState::TakeClaim(const NodeInfo& info, TimePoint now) {
   }
   const NodeAssignment& c = *info.running;
   if (c.round > kMaxClaimedRound || c.group_world_size > spec_.max_nodes || c.group_rank < 0 ||
-      c.group_rank >= c.group_world_size) {
+      c.group_rank >= c.group_world_size || c.world_size < 1 || c.base_rank < 0 ||
+      c.base_rank >= c.world_size || c.group_world_size % std::max(1, spec_.node_unit) != 0) {
     return false;  // not a round this job could have run: a plain join
   }
   if (!rebuild_) {
@@ -52,7 +53,9 @@ bool RendezvousState::TakeClaim(const NodeInfo& info, TimePoint now) {
   const std::string& holder = SameRound(c, r.shape) ? r.holders[c.group_rank] : info.node_id;
   auto earlier = r.claims.find(info.node_id);
   const bool moved = earlier != r.claims.end() && earlier->second.group_rank != c.group_rank;
-  const bool static_mismatch = spec_.static_ranks && c.group_rank != info.node_rank;
+  const bool static_mismatch =
+      spec_.static_ranks && (c.group_rank != info.node_rank ||
+                             (!spec_.master_addr.empty() && c.master_addr != spec_.master_addr));
   if (!SameRound(c, r.shape) || (!holder.empty() && holder != info.node_id) || moved ||
       static_mismatch) {
     GiveUpRebuild("node " + info.host + " claims " + Claim(c) + " at " + c.master_addr + ":" +

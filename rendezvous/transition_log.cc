@@ -51,6 +51,18 @@ void TransitionLog::Log(RendezvousState& state) {
         if (e.rebuilt) m.Set("rebuilt", true);
         write(std::move(m), round);
       },
+      [&](const Partition& e) {
+        RendezvousLog()->warn(
+            "partition detected: node {} cannot reach node {} (group rank 0's store {}); the "
+            "round stops without spending a restart and the next one waits {:g}s",
+            Printable(e.from, 256), Printable(e.to, 256), Printable(e.error, 512), e.wait.count());
+        write(EventLog::Event("partition")
+                  .Set("from", e.from)
+                  .Set("to", e.to)
+                  .Set("error", e.error)
+                  .Set("wait_s", e.wait.count()),
+              round);
+      },
       [&](const RebuildGivenUp& e) {
         RendezvousLog()->warn("round {} not rebuilt: {}; forming the next round", e.round,
                               Printable(e.why, 1024));

@@ -297,9 +297,10 @@ namespace {
 
 // In ReportKind's order.
 constexpr v1::ReportRequest::Kind kWireKinds[] = {
-    v1::ReportRequest::KIND_FAILED,  v1::ReportRequest::KIND_SUCCEEDED,
-    v1::ReportRequest::KIND_STOPPED, v1::ReportRequest::KIND_PROGRESS,
-    v1::ReportRequest::KIND_SAVED,   v1::ReportRequest::KIND_CHECKED,
+    v1::ReportRequest::KIND_FAILED,      v1::ReportRequest::KIND_SUCCEEDED,
+    v1::ReportRequest::KIND_STOPPED,     v1::ReportRequest::KIND_PROGRESS,
+    v1::ReportRequest::KIND_SAVED,       v1::ReportRequest::KIND_CHECKED,
+    v1::ReportRequest::KIND_UNREACHABLE,
 };
 
 template <class Repeated>

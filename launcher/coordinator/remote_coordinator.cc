@@ -40,6 +40,26 @@ RemoteCoordinator::RemoteCoordinator(boost::asio::io_context& io, RemoteCoordina
 
 RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 
+void RemoteCoordinator::ProbeStore() {
+  if (!store_probe_) return;
+  const NodeView& v = follower_->last_view();
+  if (!follower_->finished() && v.phase == Phase::kRunning && v.member &&
+      follower_->started_round() == v.round && v.assignment.group_rank > 0) {
+    store_probe_->Watch(v.round, v.assignment.master_addr, v.assignment.master_port);
+  } else {
+    store_probe_->Stop();
+  }
+}
+
+void RemoteCoordinator::OnStoreUnreachable(uint64_t round, const std::string& error) {
+  LauncherLog()->warn(
+      "this node cannot reach group rank 0's store {} (round={}); telling the rendezvous", error,
+      round);
+  rendezvous::RoundReport r = rendezvous::RoundReport::Of(ReportKind::kUnreachable, round);
+  r.details.error = error;
+  reports_.Push(std::move(r));
+}
+
 void RemoteCoordinator::Start(Listener* listener) {
   follower_.emplace(
       listener,
@@ -49,6 +69,11 @@ void RemoteCoordinator::Start(Listener* listener) {
       opts_.role);
   join_started_ = Clock::now();
   last_wait_log_ = join_started_;
+  if (opts_.store_port > 0) {
+    store_probe_.emplace(io_, opts_.store_probe, [this](uint64_t round, const std::string& error) {
+      OnStoreUnreachable(round, error);
+    });
+  }
   Join();
 }
 
@@ -194,6 +219,7 @@ bool RemoteCoordinator::ServerLost(const RpcOutcome& out) {
     v.failures.clear();
     LauncherLog()->warn("{}", v.reason);
     follower_->Apply(v);
+    ProbeStore();
     return true;
   }
   Fail(lost);
@@ -207,6 +233,7 @@ void RemoteCoordinator::Apply(const NodeView& view) {
   if (view.version < known_version_) return;
   known_version_ = view.version;
   follower_->Apply(view);
+  ProbeStore();
 }
 
 void RemoteCoordinator::RetryAfter(boost::asio::steady_timer& timer, Duration delay,
@@ -223,6 +250,7 @@ void RemoteCoordinator::Fail(const std::string& reason) {
   v.reason = reason;
   v.failures.clear();
   follower_->Apply(v);
+  ProbeStore();
 }
 
 void RemoteCoordinator::Report(rendezvous::RoundReport report) {
@@ -236,7 +264,10 @@ void RemoteCoordinator::Report(rendezvous::RoundReport report) {
 void RemoteCoordinator::WorkersStopped() {
   std::weak_ptr<bool> alive = alive_;
   boost::asio::post(io_, [this, alive] {
-    if (auto a = alive.lock(); a && *a && !shutting_down_) follower_->WorkersStopped();
+    if (auto a = alive.lock(); a && *a && !shutting_down_) {
+      follower_->WorkersStopped();
+      ProbeStore();
+    }
   });
 }
 
@@ -246,6 +277,7 @@ void RemoteCoordinator::Shutdown() {
   join_timer_.cancel();
   watch_timer_.cancel();
   reports_.Stop();
+  if (store_probe_) store_probe_->Stop();
   client_.CancelAll();
   if (joined_ && !(follower_ && follower_->finished())) {
     // Leaving tells the others at once; they re-form without us (or wait for a replacement).

@@ -7,6 +7,9 @@
 // this node's workers run (NodeInfo::running), so that it can take that round over and the
 // workers go on; reports wait meanwhile and are never dropped.
 //
+// A member other than group rank 0 checks that it reaches group rank 0's store while its
+// workers run (StoreProbe, with the agent store only) and reports a partition to the server.
+//
 // Thread: loop only. Listener calls happen in RPC completions or posted, never inside a
 // Coordinator call. Errors: a refusal (token, run id, --nnodes/--nproc-per-node mismatch) or
 // a server that has not answered for lost_after since the first call it failed ends the job
@@ -22,6 +25,7 @@
 
 #include "launcher/coordinator/coordinator.h"
 #include "launcher/coordinator/report_queue.h"
+#include "launcher/coordinator/store_probe.h"
 #include "launcher/coordinator/view_follower.h"
 #include "launcher/netcheck/pair_probe.h"
 #include "rendezvous/rendezvous_client.h"
@@ -40,6 +44,7 @@ struct RemoteCoordinatorOptions {
   std::unique_ptr<rendezvous::RendezvousServer> server;  // started; hosted by this agent
   std::unique_ptr<ProbeServer> probe_server;  // --network-check: answers the other agents
   std::string role = "default";
+  StoreProbeOptions store_probe;  // used when store_port > 0
 };
 
 class RemoteCoordinator : public Coordinator {
@@ -73,6 +78,9 @@ class RemoteCoordinator : public Coordinator {
                   void (RemoteCoordinator::*what)());
   bool ServerLost(const rendezvous::RpcOutcome& out);
   uint64_t CurrentRound() const;
+  // Starts or stops the store probe after the view or the workers changed.
+  void ProbeStore();
+  void OnStoreUnreachable(uint64_t round, const std::string& error);
 
   boost::asio::io_context& io_;
   RemoteCoordinatorOptions opts_;
@@ -94,6 +102,7 @@ class RemoteCoordinator : public Coordinator {
   bool watching_ = false;
   uint64_t known_version_ = 0;
   ReportQueue reports_;  // after client_: borrows it
+  std::optional<StoreProbe> store_probe_;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
