@@ -130,6 +130,33 @@ TEST_F(MasterOutage, TwoSecondOutageCostsNoRestartAndTheWorkersNeverStop) {
   EXPECT_NE(events.find("\"outcome\":\"succeeded\""), std::string::npos) << events;
 }
 
+TEST_F(MasterOutage, AnOutageOfThreeQuartersOfTheWindowIsSurvivedWhateverTheLongPoll) {
+  // An 8 s window whose keep-alive (the watch's long poll) is 4 s: the window counts from the
+  // first failed call, not from the last answer, which may be 4 s older (the agents once gave
+  // up after 4-8 s).
+  const std::string conf = "last_call_timeout=0.5,keep_alive_interval=4,keep_alive_max_attempt=2";
+  auto master = StartMaster(conf);
+  const std::vector<std::string> w = {"record",    dir_ / "records", "pidfile",
+                                      dir_.path(), "wait-file",      dir_ / "go"};
+  auto a = StartAgent(conf, w), b = StartAgent(conf, w);
+  ASSERT_TRUE(WaitFor([&] { return AllWorkersStarted(); }, 30s)) << a->Err() << b->Err();
+  KillMaster(master, *a, *b);
+  std::this_thread::sleep_for(6s);  // the outage
+  master = StartMaster(conf);
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        return master->Err().find("round rebuilt from the rejoining nodes") != std::string::npos;
+      },
+      20s))
+      << master->Err() << a->Err() << b->Err();
+  std::ofstream(dir_ / "go") << "";
+  auto ra = a->Wait(30s), rb = b->Wait(30s), rm = master->Wait(30s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_EQ(Lines(ReadFile(dir_ / "records")).size(), 4u) << "each worker started once";
+}
+
 TEST_F(MasterOutage, WorkersThatFinishWhileTheMasterIsDownMakeTheJobSucceed) {
   auto master = StartMaster(kConf);
   const std::vector<std::string> w = {"record",    dir_ / "records", "pidfile",
