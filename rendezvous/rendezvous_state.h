@@ -287,8 +287,10 @@ class RendezvousState {
   uint64_t check_id_ = 0;                        // finished checks
   std::optional<NetworkCheckReport> last_check_;
 
-  // Partitions detected in a row (each doubles the wait before the next round).
+  // Partitions detected within failure_window of each other (each doubles the wait before
+  // the next round), and when the last one was.
   int partitions_ = 0;
+  TimePoint last_partition_{};
   // Rebuilding: the first claim's round and shape, each group rank's claimant ("" : none
   // yet), their claims, and when to give up.
   struct Rebuild {

@@ -22,7 +22,9 @@ void RendezvousState::ReportUnreachable(const std::string& node_id, uint64_t rou
   // Re-forming at once would meet the same partition: wait, longer each time it is found
   // again (the restart policy's back-off, at least 1 s), and spend no restart — the workers
   // did nothing wrong, and the job goes on once the network heals.
+  if (partitions_ > 0 && now - last_partition_ > spec_.failure_window) partitions_ = 0;
   ++partitions_;
+  last_partition_ = now;
   const Duration base = std::max(spec_.restart_backoff, Duration(1));
   const Duration wait = std::min<Duration>(base * std::pow(2.0, std::min(partitions_ - 1, 30)),
                                            std::max(spec_.restart_backoff_max, base));

@@ -79,6 +79,7 @@ void StoreProbe::Check() {
 void StoreProbe::Done(const std::string& error) {
   attempt_.reset();
   if (!round_) return;
+  ++checks_;
   if (error.empty()) {
     failed_ = 0;
   } else if (++failed_ >= opts_.failures && !reported_) {

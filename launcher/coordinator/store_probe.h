@@ -40,6 +40,8 @@ class StoreProbe {
   // again changes nothing).
   void Watch(uint64_t round, const std::string& host, int port);
   void Stop();
+  // Checks completed so far (for tests).
+  int checks() const { return checks_; }
 
  private:
   void Check();
@@ -53,6 +55,7 @@ class StoreProbe {
   std::string host_;
   int port_ = 0;
   int failed_ = 0;
+  int checks_ = 0;
   bool reported_ = false;
   // One check in flight; its objects are shared with the handlers, the generation tells a
   // stale handler (of a stopped or replaced check) from the current one.
