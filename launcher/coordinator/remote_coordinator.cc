@@ -45,7 +45,8 @@ void RemoteCoordinator::ProbeStore() {
   const NodeView& v = follower_->last_view();
   if (!follower_->finished() && v.phase == Phase::kRunning && v.member &&
       follower_->started_round() == v.round && v.assignment.group_rank > 0) {
-    store_probe_->Watch(v.round, v.assignment.master_addr, v.assignment.master_port);
+    store_probe_->Watch(v.round, v.assignment.master_addr, v.assignment.master_port,
+                        v.assignment.group_world_size);
   } else {
     store_probe_->Stop();
   }

@@ -1,5 +1,6 @@
 #include "launcher/coordinator/store_probe.h"
 
+#include <algorithm>
 #include <boost/asio/connect.hpp>
 
 namespace ftrun::launcher {
@@ -25,15 +26,16 @@ StoreProbe::StoreProbe(boost::asio::io_context& io, StoreProbeOptions options,
 
 StoreProbe::~StoreProbe() { Stop(); }
 
-void StoreProbe::Watch(uint64_t round, const std::string& host, int port) {
+void StoreProbe::Watch(uint64_t round, const std::string& host, int port, int nodes) {
   if (round_ == round && host_ == host && port_ == port) return;
   Stop();
+  interval_ = opts_.interval * std::max(1, nodes / 128);
   round_ = round;
   host_ = host;
   port_ = port;
   failed_ = 0;
   reported_ = false;
-  timer_.expires_after(opts_.interval);
+  timer_.expires_after(interval_);
   timer_.async_wait([this, gen = generation_](const boost::system::error_code& ec) {
     if (!ec && gen == generation_) Check();
   });
@@ -87,7 +89,7 @@ void StoreProbe::Done(const std::string& error) {
     unreachable_(*round_, host_ + ":" + std::to_string(port_) + ": " + error);
     if (!round_) return;  // the callback stopped the probe
   }
-  timer_.expires_after(opts_.interval);
+  timer_.expires_after(interval_);
   timer_.async_wait([this, gen = generation_](const boost::system::error_code& ec) {
     if (!ec && gen == generation_) Check();
   });

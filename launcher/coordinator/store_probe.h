@@ -1,8 +1,10 @@
 // StoreProbe: partition detection for a node that is not group rank 0. While this node's
 // workers run a round, it checks every `interval` that group rank 0's store (the round's
 // MASTER_ADDR:MASTER_PORT, which every worker must reach to start and to rejoin) accepts a TCP
-// connection within `timeout`. After `failures` failed checks in a row it calls `unreachable`
-// once for that round, with the last error ("localhost:29500: Connection refused").
+// connection within `timeout` (in a round of more than 128 nodes, every nodes/128 intervals,
+// so that group rank 0's store sees at most about 128 checks a second). After `failures` failed
+// checks in a row it calls `unreachable` once for that round, with the last error
+// ("localhost:29500: Connection refused").
 //
 // Only meaningful when the store is the agent's (it listens for the whole job); with worker
 // rank 0 hosting it the store is not up until the workers are, so the owner does not probe.
@@ -36,9 +38,9 @@ class StoreProbe {
   StoreProbe(boost::asio::io_context& io, StoreProbeOptions options, Unreachable unreachable);
   ~StoreProbe();
 
-  // Checks host:port for `round` (a new round starts again from no failures; the same round
-  // again changes nothing).
-  void Watch(uint64_t round, const std::string& host, int port);
+  // Checks host:port for `round`, a round of `nodes` nodes (a new round starts again from no
+  // failures; the same round again changes nothing).
+  void Watch(uint64_t round, const std::string& host, int port, int nodes = 1);
   void Stop();
   // Checks completed so far (for tests).
   int checks() const { return checks_; }
@@ -54,6 +56,7 @@ class StoreProbe {
   std::optional<uint64_t> round_;
   std::string host_;
   int port_ = 0;
+  std::chrono::milliseconds interval_{1000};
   int failed_ = 0;
   int checks_ = 0;
   bool reported_ = false;
