@@ -205,6 +205,20 @@ class Harness {
                                                         : in_.ConsumeIntegralInRange(1, 2);
     n.free_port = 29500 + node;
     n.probe_port = state_.spec().check.enabled ? 29400 + node : 0;
+    if (in_.ConsumeBool()) {  // rejoining a restarted server: the round its workers run
+      rdzv::NodeAssignment a;
+      a.round = in_.ConsumeIntegralInRange<uint64_t>(0, 3);
+      a.group_world_size = in_.ConsumeIntegralInRange(1, kNodes);
+      a.group_rank = in_.ConsumeIntegralInRange(0, a.group_world_size - 1);
+      a.base_rank = a.group_rank * n.nproc_per_node;
+      a.world_size = a.group_world_size * n.nproc_per_node;
+      a.master_addr = "10.0.0.1";
+      a.master_port = 29500;
+      a.restart_count = in_.ConsumeIntegralInRange(0, 5);
+      n.next_round = a.round + 1;
+      n.restart_count = a.restart_count;
+      n.running = a;
+    }
     (void)state_.Join(n, now_);
   }
 
@@ -319,7 +333,10 @@ class Harness {
     int members = 0;
     for (int i = 0; i < kNodes; ++i) {
       const rdzv::NodeView v = state_.View(NodeId(i));
-      FTRUN_FUZZ_CHECK(v.phase == state_.phase() && v.round == state_.round(), "view " + when);
+      // While rebuilding, a claimant sees its own round running.
+      const bool claimant = state_.Rebuilding() && v.member && v.phase == rdzv::Phase::kRunning;
+      FTRUN_FUZZ_CHECK((v.phase == state_.phase() || claimant) && v.round == state_.round(),
+                       "view " + when);
       FTRUN_FUZZ_CHECK(v.nodes_waiting >= 0, "negative nodes_waiting " + when);
       FTRUN_FUZZ_CHECK(v.nodes_joined >= 0 && v.nodes_joined <= spec.max_nodes,
                        "nodes_joined " + std::to_string(v.nodes_joined) + " " + when);
@@ -349,7 +366,11 @@ class Harness {
       v1::NodeView out;
       rdzv::ToWire(v, &out);
     }
-    if (state_.phase() == rdzv::Phase::kRunning || state_.phase() == rdzv::Phase::kChecking) {
+    if (state_.Rebuilding()) {
+      FTRUN_FUZZ_CHECK(state_.phase() == rdzv::Phase::kForming,
+                       "rebuilding outside forming " + when);
+    } else if (state_.phase() == rdzv::Phase::kRunning ||
+               state_.phase() == rdzv::Phase::kChecking) {
       // A running round loses no member without stopping: every member is a live node.
       FTRUN_FUZZ_CHECK(members == state_.View("").nodes_joined,
                        std::to_string(members) + " member views, round of " +

@@ -27,6 +27,9 @@ Status ApplyReport(RendezvousState& state, const std::string& node, const RoundR
     case ReportKind::kChecked:
       state.ReportCheck(node, r.round, d.check_id, d.check_results, now);
       return {};
+    case ReportKind::kUnreachable:
+      state.ReportUnreachable(node, r.round, d.error, now);
+      return {};
   }
   return Error{"unknown report kind"};
 }

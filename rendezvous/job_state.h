@@ -117,7 +117,8 @@ struct CheckTaskResult {
 };
 
 // What a node joining the job says about itself.
-enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved, kChecked };
+// kUnreachable: this node cannot reach group rank 0's store (a partition; `details.error`).
+enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved, kChecked, kUnreachable };
 
 // What a report carries besides failures: the fault-time save's part (kProgress, kSaved) or
 // the network check's (kChecked).
@@ -162,6 +163,9 @@ struct NodeInfo {
   uint64_t next_round = 0;  // rejoining a restarted server: the round after its last one
   int restart_count = 0;    // and the restarts the job had spent (carried on while forming)
   std::string switch_path;  // the switches above it, nearest first ("asw-3/psw-0"; topology.h)
+  // Rejoining a restarted server while its workers run (or just ran) a round: their
+  // assignment, from which the server rebuilds that round (RendezvousState, rebuilding).
+  std::optional<NodeAssignment> running;
 };
 
 // One node's view of the job, sent to it whenever the job changes.

@@ -26,6 +26,7 @@ bool RpcOutcome::unknown_node() const {
 bool RpcOutcome::rank_held() const {
   return code == static_cast<int>(grpc::StatusCode::ALREADY_EXISTS);
 }
+bool RpcOutcome::retry_later() const { return code == static_cast<int>(grpc::StatusCode::ABORTED); }
 bool RpcOutcome::cancelled() const { return code == static_cast<int>(grpc::StatusCode::CANCELLED); }
 
 // The contexts of the calls in flight, so that CancelAll can reach them. Shared with the

@@ -48,6 +48,7 @@ struct RpcOutcome {
   bool transient() const;
   bool unknown_node() const;  // NOT_FOUND: join again
   bool rank_held() const;     // ALREADY_EXISTS: join again later
+  bool retry_later() const;   // ABORTED: the server answers, but not yet (rebuilding a round)
   bool cancelled() const;
 };
 

@@ -157,6 +157,12 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   }
   // Status was answered or rejected above: this is a Report.
   Call::Report& report = std::get<Call::Report>(call.request);
+  if (state_.Rebuilding()) {
+    // The round it reports on may be the one being rebuilt: the agent sends it again.
+    return call.reactor->Finish(
+        {StatusCode::ABORTED, "rebuilding round " + std::to_string(state_.round()) +
+                                  " from the rejoining nodes; report again"});
+  }
   if (auto s = ApplyReport(state_, node, report.request, now); !s) {
     return reject(StatusCode::INVALID_ARGUMENT, s.error().message);
   }

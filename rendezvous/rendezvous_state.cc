@@ -10,9 +10,6 @@ namespace {
 
 // How often liveness is checked; small against every timeout it serves.
 constexpr Duration kSweepInterval{0.2};
-// The highest round a joining node may carry on from (NodeInfo::next_round).
-constexpr uint64_t kMaxClaimedRound = 1'000'000;
-
 TimePoint After(TimePoint t, Duration d) {
   return t + std::chrono::duration_cast<Clock::duration>(d);
 }
@@ -93,11 +90,13 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
   if (it != nodes_.end()) {  // a repeated join: refresh
     it->second.info = info;
     Seen(info.node_id, now);
+    if (rebuild_) TakeClaim(info, now);
     return std::nullopt;
   }
   nodes_[info.node_id] = Node{info, now, std::nullopt, next_join_seq_++};
   events_.emplace_back(NodeEvent{NodeEventKind::kJoined, info.node_id, info.host, ""});
-  if (phase_ == Phase::kForming && !formed_any_ &&
+  const bool claimed = TakeClaim(info, now);
+  if (!claimed && !rebuild_ && phase_ == Phase::kForming && !formed_any_ &&
       (info.next_round > round_ || info.restart_count > restart_count_)) {
     // A node of this job's earlier server (restarted): go on from where it was. Only before
     // this server formed a round, and bounded: a joiner's claim cannot end the job (at most
@@ -155,6 +154,7 @@ void RendezvousState::RemoveNode(const std::string& node_id, const std::string& 
   nodes_.erase(node_id);
   if (member) --alive_members_;
   if (finished()) return;
+  if (rebuild_) RebuildNodeGone(node_id, host + " " + why, now);
   if (phase_ == Phase::kForming) {
     TryCompleteRound(now);
   } else if (member && phase_ == Phase::kChecking) {
@@ -342,7 +342,7 @@ int RendezvousState::RoundSize() const {
 }
 
 void RendezvousState::TryCompleteRound(TimePoint now) {
-  if (phase_ != Phase::kForming) return;
+  if (phase_ != Phase::kForming || rebuild_) return;
   if (not_before_ && now < *not_before_) return;  // backing off a repeatedly failing node
   not_before_.reset();
   const int n = RoundSize();
@@ -454,6 +454,11 @@ void RendezvousState::Tick(TimePoint now) {
     AfterSaveEvent(now);
   }
   if (phase_ == Phase::kChecking && check_->Tick(now)) AfterCheckProgress(now);
+  if (rebuild_ && now >= rebuild_->deadline) {
+    GiveUpRebuild("not every group rank of round " + std::to_string(rebuild_->shape.round) +
+                      " rejoined within liveness_timeout=" + Seconds(spec_.liveness_timeout),
+                  now);
+  }
   if (phase_ == Phase::kForming) {
     TryCompleteRound(now);
     if (phase_ == Phase::kForming && now - forming_since_ >= spec_.join_timeout) {
@@ -491,6 +496,7 @@ std::optional<TimePoint> RendezvousState::NextDeadline() const {
     d = std::min(d, After(forming_since_, spec_.join_timeout));
     if (last_call_deadline_) d = std::min(d, *last_call_deadline_);
     if (not_before_) d = std::min(d, *not_before_);
+    if (rebuild_) d = std::min(d, rebuild_->deadline);
   }
   if (phase_ == Phase::kSaving) d = std::min(d, save_->deadline());
   if (phase_ == Phase::kChecking) d = std::min(d, check_->deadline());

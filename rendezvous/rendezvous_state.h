@@ -18,6 +18,12 @@
 //   already: the failures are the evidence (a dead node breaks its peers' collectives), and
 //   every moment waited is recovery time.
 // * The job succeeds when every member of the running round reported success.
+// * Rebuilding (a restarted server): nodes rejoining with the round their workers still run
+//   (NodeInfo::running) make that round this server's, unchanged, once every group rank has
+//   claimed it consistently: the workers never stop. Until then the claimants see their own
+//   assignment, running, and reports wait (Rebuilding()); a missing rank after
+//   liveness_timeout, a member rejoining without the claim, or claims that disagree give the
+//   rebuild up, and the next round forms as usual (no restart spent).
 //
 // Thread: not thread-safe; one owner (the server's loop). Errors: Join returns a message that
 // names both values of a mismatch; other calls ignore stale or unknown input.
@@ -87,6 +93,20 @@ struct NodeEvent {
 struct RoundFormed {
   std::vector<std::string> members;       // node ids in group-rank order
   std::vector<std::string> switch_paths;  // theirs, in the same order ("" : unknown)
+  bool rebuilt = false;                   // taken over from the rejoining nodes' claims
+};
+// A member cannot reach group rank 0's store: the round stops (no restart spent) and the next
+// one waits `wait` (doubling while the partition lasts).
+struct Partition {
+  std::string from;  // host names
+  std::string to;
+  std::string error;
+  Duration wait{0};
+};
+// The rejoining nodes' round could not be rebuilt; the next one forms instead.
+struct RebuildGivenUp {
+  uint64_t round = 0;
+  std::string why;
 };
 struct NetworkCheckStarted {
   std::vector<std::string> members;
@@ -102,7 +122,7 @@ struct RestartGivenBack {
   int restart_count = 0;  // the job's count after it
 };
 using StateEvent = std::variant<NodeEvent, RoundFormed, NetworkCheckStarted, NetworkCheckFinished,
-                                RestartGivenBack>;
+                                RestartGivenBack, RebuildGivenUp, Partition>;
 
 class RendezvousState {
  public:
@@ -117,6 +137,8 @@ class RendezvousState {
   // Workers in the current round (0 before the first round forms).
   int world_size() const { return world_size_; }
   bool finished() const { return phase_ == Phase::kSucceeded || phase_ == Phase::kFailed; }
+  // Rebuilding the rejoining nodes' round: their reports must wait until it is decided.
+  bool Rebuilding() const { return rebuild_.has_value(); }
   size_t node_count() const { return nodes_.size(); }
 
   // Registers (or refreshes) a node. Idempotent for the same node_id.
@@ -144,6 +166,10 @@ class RendezvousState {
                       const std::vector<RankProgress>& ranks, TimePoint now);
   void ReportSaved(const std::string& node_id, uint64_t round, uint64_t save_id, int rank,
                    bool finalize, bool ok, const std::string& error, TimePoint now);
+  // rendezvous_state_partition.cc: the node's workers cannot reach group rank 0's store in
+  // `round` (`error` says how it failed).
+  void ReportUnreachable(const std::string& node_id, uint64_t round, const std::string& error,
+                         TimePoint now);
   // Network check: a node's results for one order of the running check.
   void ReportCheck(const std::string& node_id, uint64_t round, uint64_t order_id,
                    const std::vector<CheckTaskResult>& results, TimePoint now);
@@ -204,6 +230,17 @@ class RendezvousState {
   std::string ApplyRestartPolicy(const std::string& node_id, TimePoint now);
   // Leaves the nodes marked by ApplyRestartPolicy out, as the round re-forms.
   void ExcludeRepeatFailures();
+  // rendezvous_state_rebuild.cc: a restarted server takes over the round the rejoining
+  // nodes run. TakeClaim returns false when the claim is not taken (the node joins plainly).
+  bool TakeClaim(const NodeInfo& info, TimePoint now);
+  void AdoptRebuiltRound(TimePoint now);
+  void GiveUpRebuild(const std::string& why, TimePoint now);
+  // A node left or was lost while rebuilding.
+  void RebuildNodeGone(const std::string& node_id, const std::string& why, TimePoint now);
+  void AddRebuildTo(NodeView& v, const std::string& node_id) const;
+
+  // The highest round a joining node may carry on from (NodeInfo::next_round, running).
+  static constexpr uint64_t kMaxClaimedRound = 1'000'000;
 
   JobSpec spec_;
   uint64_t version_ = 1;
@@ -255,6 +292,20 @@ class RendezvousState {
   std::map<std::string, std::string> excluded_;  // node -> why the check kept it out
   uint64_t check_id_ = 0;                        // finished checks
   std::optional<NetworkCheckReport> last_check_;
+
+  // Partitions detected within failure_window of each other (each doubles the wait before
+  // the next round), and when the last one was.
+  int partitions_ = 0;
+  TimePoint last_partition_{};
+  // Rebuilding: the first claim's round and shape, each group rank's claimant ("" : none
+  // yet), their claims, and when to give up.
+  struct Rebuild {
+    NodeAssignment shape;
+    std::vector<std::string> holders;
+    std::map<std::string, NodeAssignment> claims;
+    TimePoint deadline;
+  };
+  std::optional<Rebuild> rebuild_;
 
   // Forming.
   bool formed_any_ = false;  // this server formed a round: joiners' claims are no longer taken

@@ -47,6 +47,7 @@ NodeView RendezvousState::View(const std::string& node_id) const {
     a.master_addr = master_addr_;
     a.master_port = master_port_;
   }
+  AddRebuildTo(v, node_id);
   return v;
 }
 

@@ -30,8 +30,9 @@ void TransitionLog::Log(RendezvousState& state) {
   };
   auto log_event = Overloaded{
       [&](const RoundFormed& e) {
-        RendezvousLog()->info("round formed round={} nodes={} restart_count={} world_size={}",
-                              round, e.members.size(), v.restart_count, state.world_size());
+        RendezvousLog()->info("round {} round={} nodes={} restart_count={} world_size={}",
+                              e.rebuilt ? "rebuilt from the rejoining nodes" : "formed", round,
+                              e.members.size(), v.restart_count, state.world_size());
         if (std::any_of(e.switch_paths.begin(), e.switch_paths.end(),
                         [](const auto& p) { return !p.empty(); })) {
           std::string order;  // group rank order, by switch path
@@ -42,10 +43,30 @@ void TransitionLog::Log(RendezvousState& state) {
           RendezvousLog()->info("round order round={} by_switch=\"{}{}\"", round, order,
                                 e.members.size() > 64 ? " ..." : "");
         }
-        write(EventLog::Event("round_formed")
-                  .Set("members", e.members)
-                  .Set("switch_paths", e.switch_paths)
-                  .Set("restart_count", v.restart_count),
+        auto m = EventLog::Event("round_formed")
+                     .Set("members", e.members)
+                     .Set("switch_paths", e.switch_paths)
+                     .Set("restart_count", v.restart_count)
+                     .Set("world_size", state.world_size());
+        if (e.rebuilt) m.Set("rebuilt", true);
+        write(std::move(m), round);
+      },
+      [&](const Partition& e) {
+        RendezvousLog()->warn(
+            "partition detected: node {} cannot reach node {} (group rank 0's store {}); the "
+            "round stops without spending a restart and the next one waits {:g}s",
+            Printable(e.from, 256), Printable(e.to, 256), Printable(e.error, 512), e.wait.count());
+        write(EventLog::Event("partition")
+                  .Set("from", e.from)
+                  .Set("to", e.to)
+                  .Set("error", e.error)
+                  .Set("wait_s", e.wait.count()),
+              round);
+      },
+      [&](const RebuildGivenUp& e) {
+        RendezvousLog()->warn("round {} not rebuilt: {}; forming the next round", e.round,
+                              Printable(e.why, 1024));
+        write(EventLog::Event("round_rebuild_given_up").Set("round", e.round).Set("why", e.why),
               round);
       },
       [&](const RestartGivenBack& e) {

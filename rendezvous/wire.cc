@@ -44,6 +44,7 @@ void ToWire(const NodeInfo& in, v1::NodeInfo* out) {
   out->set_next_round(in.next_round);
   out->set_restart_count(in.restart_count);
   out->set_switch_path(in.switch_path);
+  if (in.running) ToWire(*in.running, out->mutable_running());
 }
 
 NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
@@ -58,6 +59,7 @@ NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
   n.next_round = in.next_round();
   n.restart_count = in.restart_count();
   n.switch_path = in.switch_path();
+  if (in.has_running()) n.running = FromWire(in.running());
   return n;
 }
 
@@ -87,6 +89,32 @@ WorkerFailure FromWire(const v1::WorkerFailure& in) {
   return f;
 }
 
+void ToWire(const NodeAssignment& in, v1::Assignment* a) {
+  a->set_round(in.round);
+  a->set_restart_count(in.restart_count);
+  a->set_max_restarts(in.max_restarts);
+  a->set_group_rank(in.group_rank);
+  a->set_group_world_size(in.group_world_size);
+  a->set_base_rank(in.base_rank);
+  a->set_world_size(in.world_size);
+  a->set_master_addr(Clip(in.master_addr));
+  a->set_master_port(in.master_port);
+}
+
+NodeAssignment FromWire(const v1::Assignment& a) {
+  NodeAssignment out;
+  out.round = a.round();
+  out.restart_count = a.restart_count();
+  out.max_restarts = a.max_restarts();
+  out.group_rank = a.group_rank();
+  out.group_world_size = a.group_world_size();
+  out.base_rank = a.base_rank();
+  out.world_size = a.world_size();
+  out.master_addr = a.master_addr();
+  out.master_port = a.master_port();
+  return out;
+}
+
 void ToWire(const NodeView& in, v1::NodeView* out) {
   out->set_version(in.version);
   out->set_phase(ToWire(in.phase));
@@ -94,16 +122,7 @@ void ToWire(const NodeView& in, v1::NodeView* out) {
   out->set_restart_count(in.restart_count);
   out->set_max_restarts(in.max_restarts);
   out->set_member(in.member);
-  auto* a = out->mutable_assignment();
-  a->set_round(in.assignment.round);
-  a->set_restart_count(in.assignment.restart_count);
-  a->set_max_restarts(in.assignment.max_restarts);
-  a->set_group_rank(in.assignment.group_rank);
-  a->set_group_world_size(in.assignment.group_world_size);
-  a->set_base_rank(in.assignment.base_rank);
-  a->set_world_size(in.assignment.world_size);
-  a->set_master_addr(in.assignment.master_addr);
-  a->set_master_port(in.assignment.master_port);
+  ToWire(in.assignment, out->mutable_assignment());
   out->set_nodes_joined(in.nodes_joined);
   out->set_nodes_waiting(in.nodes_waiting);
   out->set_reason(Clip(in.reason));
@@ -148,16 +167,7 @@ NodeView FromWire(const v1::NodeView& in) {
   v.restart_count = in.restart_count();
   v.max_restarts = in.max_restarts();
   v.member = in.member();
-  const auto& a = in.assignment();
-  v.assignment.round = a.round();
-  v.assignment.restart_count = a.restart_count();
-  v.assignment.max_restarts = a.max_restarts();
-  v.assignment.group_rank = a.group_rank();
-  v.assignment.group_world_size = a.group_world_size();
-  v.assignment.base_rank = a.base_rank();
-  v.assignment.world_size = a.world_size();
-  v.assignment.master_addr = a.master_addr();
-  v.assignment.master_port = a.master_port();
+  v.assignment = FromWire(in.assignment());
   v.nodes_joined = in.nodes_joined();
   v.nodes_waiting = in.nodes_waiting();
   v.reason = in.reason();
@@ -271,6 +281,15 @@ Status CheckLimits(const v1::NodeInfo& node) {
   if (node.probe_port() < 0 || node.probe_port() > 65535) {
     return Error{"probe_port " + std::to_string(node.probe_port()) + " out of range"};
   }
+  if (node.has_running()) {
+    const v1::Assignment& a = node.running();
+    if (a.master_addr().size() > 1024 || !IsPrintable(a.master_addr()) || a.master_port() < 0 ||
+        a.master_port() > 65535 || a.group_world_size() < 1 || a.group_rank() < 0 ||
+        a.group_rank() >= a.group_world_size() || a.base_rank() < 0 || a.world_size() < 1 ||
+        a.base_rank() >= a.world_size() || a.restart_count() < 0) {
+      return Error{"the running round's assignment is out of range"};
+    }
+  }
   return CheckSwitchPath(node.switch_path());
 }
 
@@ -278,9 +297,10 @@ namespace {
 
 // In ReportKind's order.
 constexpr v1::ReportRequest::Kind kWireKinds[] = {
-    v1::ReportRequest::KIND_FAILED,  v1::ReportRequest::KIND_SUCCEEDED,
-    v1::ReportRequest::KIND_STOPPED, v1::ReportRequest::KIND_PROGRESS,
-    v1::ReportRequest::KIND_SAVED,   v1::ReportRequest::KIND_CHECKED,
+    v1::ReportRequest::KIND_FAILED,      v1::ReportRequest::KIND_SUCCEEDED,
+    v1::ReportRequest::KIND_STOPPED,     v1::ReportRequest::KIND_PROGRESS,
+    v1::ReportRequest::KIND_SAVED,       v1::ReportRequest::KIND_CHECKED,
+    v1::ReportRequest::KIND_UNREACHABLE,
 };
 
 template <class Repeated>

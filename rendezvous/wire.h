@@ -20,6 +20,9 @@ inline constexpr size_t kMaxProgress = 65536;
 void ToWire(const NodeInfo& in, v1::NodeInfo* out);
 NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id);
 
+void ToWire(const NodeAssignment& in, v1::Assignment* out);
+NodeAssignment FromWire(const v1::Assignment& in);
+
 void ToWire(const NodeView& in, v1::NodeView* out);
 NodeView FromWire(const v1::NodeView& in);
 

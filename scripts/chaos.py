@@ -11,8 +11,17 @@ independent global batch. The faults, one after another as the training progress
   kill-agent  SIGKILL of an agent; its node comes back a few seconds later, as a scheduler
               would restart it (the others go on with 2 nodes, then scale back up to 3)
   kill-master SIGKILL of `ftrun master`, the process hosting the rendezvous server; it is
-              started again at once with no state (as a Kubernetes Deployment would), the
-              agents rejoin it and the job goes on (round and restart count carried on)
+              started again 1-2 s later with no state (as a Kubernetes Deployment would), on
+              the same port: within the outage window (5 s here) the agents rejoin it with the
+              round their workers run, it takes that round over, and the job goes on without
+              a restart (the same rank processes, no new attempt)
+  forge       an outsider (tests/bench/rendezvous_outsider: no token, no member) learns the
+              members' node ids from Status and makes every call it can in their names (Join
+              elsewhere, failure/success/stop/partition reports, Watch, Leave): every one is
+              refused, and the job goes on without a restart
+  watch-flood 20,000 Watch calls at once against the rendezvous from 32 connections, as
+              made-up nodes and in the members' names: all answered, `ftrun master` stays
+              under 200 MB (VmRSS), and the job goes on without a restart
   hang-save   the next fault-time save handler hangs, then a rank is killed: the save times
               out (--save-timeout) and the job restarts from the last complete checkpoint
   control-flood  300 connections to a rank's control socket, half of them sending a
@@ -49,7 +58,10 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 TRAIN = os.path.join(ROOT, "scripts", "demo", "train.py")
 KINDS = ["kill-rank", "stop-rank", "kill-agent", "kill-master", "hang-save", "control-flood",
-         "stray-console"]
+         "stray-console", "forge", "watch-flood"]
+# Faults that must cost no restart: the job goes on with the same rank processes.
+NO_RESTART = {"kill-master", "forge", "watch-flood"}
+WATCH_FLOOD = 20000
 CONSOLE_SLOT = 2  # the agent whose console (stdout) chaos.py reads, and may stop reading
 HANG_TIMEOUT = 6
 RSS_BOUND_KB = 200 * 1024
@@ -162,8 +174,8 @@ class Job:
         self.master = None
         self.master_starts = 0
         # is_host=0: the agents share the master's host, and none of them may serve the
-        # rendezvous itself (any agent may be killed).
-        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3,is_host=0"
+        # rendezvous itself (any agent may be killed). A 5 s window for a master outage.
+        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=5,is_host=0"
         self.common = ["--nnodes", "2:3", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                        f"127.0.0.1:{self.port}", "--rdzv-id", "chaos", "--rdzv-conf", conf]
 
@@ -179,7 +191,7 @@ class Job:
              # A week of faults in a minute: the same node failing 3 times in 10 minutes is the
              # run's design, not a bad node, so none is left out (--exclude-after's default).
              "--exclude-after", "0",
-             "--rdzv-conf", "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3",
+             "--rdzv-conf", "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=5",
              "--event-log", os.path.join(self.out, "events.jsonl")],
             stdout=open(os.path.join(self.out, f"master.{self.master_starts}.log"), "w"),
             stderr=subprocess.STDOUT,
@@ -339,11 +351,17 @@ def inject(job, kind, rng):
         job.agents[slot].wait()
         return slot, no_check
     if kind == "kill-master":
-        log(f"SIGKILL ftrun master (pid {job.master.pid}); started again at once")
+        down = rng.uniform(1, 2)
+        log(f"SIGKILL ftrun master (pid {job.master.pid}); started again {down:.1f}s later")
         job.master.send_signal(signal.SIGKILL)
         job.master.wait()
+        time.sleep(down)  # the outage
         job.start_master()
         return None, no_check
+    if kind == "forge":
+        return None, forge_fault(job)
+    if kind == "watch-flood":
+        return None, watch_flood_fault(job)
     workers = job.workers()
     if not workers:
         return None, no_check
@@ -473,6 +491,72 @@ def stray_console_fault(job, victim):
     return None, check
 
 
+def outsider(job, *args):
+    """Runs tests/bench/rendezvous_outsider against the job's rendezvous; its output line."""
+    tool = os.path.join(os.path.dirname(os.path.dirname(job.args.ftrun)), "tests",
+                        "rendezvous_outsider")
+    r = subprocess.run([tool, "--target", f"127.0.0.1:{job.port}", "--run-id", "chaos", *args],
+                       capture_output=True, text=True, timeout=120)
+    return r.returncode, r.stdout.strip(), r.stderr.strip()
+
+
+def forge_fault(job):
+    code, out, err = outsider(job, "--forge", "--round", str(round_of(job)))
+    log(f"forge: an outsider's calls in the members' names: {out or err}")
+    failures = []
+    fields = dict(kv.split("=") for kv in out.split() if "=" in kv)
+    if code != 0 or int(fields.get("forged", 0)) == 0:
+        failures.append(f"forge: the outsider could not run ({err or out})")
+    elif fields.get("accepted") != "0":
+        failures.append(f"forge: {fields.get('accepted')} forged calls were accepted: {err}")
+    return lambda: failures
+
+
+def watch_flood_fault(job):
+    peak = [rss_kb(job.master.pid)]
+    before = peak[0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            peak[0] = max(peak[0], rss_kb(job.master.pid))
+            time.sleep(0.05)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    code, out, err = outsider(job, "--watch-flood", str(WATCH_FLOOD), "--channels", "32")
+    done.set()
+    sampler.join()
+    log(f"watch-flood: {out or err}; ftrun master VmRSS {before // 1024} MB before, "
+        f"{peak[0] // 1024} MB at most")
+    failures = []
+    if code != 0 or f"answered={WATCH_FLOOD}" not in out:
+        failures.append(f"watch-flood: not every watch was answered ({out or err})")
+    if peak[0] > RSS_BOUND_KB:
+        failures.append(f"watch-flood: ftrun master grew to {peak[0] // 1024} MB")
+    return lambda: failures
+
+
+def round_of(job):
+    """The round the job runs now, from the newest round_formed record of the event log."""
+    rnd = 0
+    try:
+        with open(os.path.join(job.out, "events.jsonl")) as f:
+            for line in f:
+                if '"round_formed"' in line:
+                    rnd = json.loads(line).get("round", rnd)
+    except (OSError, ValueError):
+        pass
+    return rnd
+
+
+def attempts(out):
+    try:
+        with open(os.path.join(out, "attempts.jsonl")) as f:
+            return sum(1 for _ in f)
+    except OSError:
+        return 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=int(time.time()) % 100000)
@@ -487,7 +571,7 @@ def main():
     p.add_argument("--timeout", type=float, default=900, help="the whole run, seconds")
     args = p.parse_args()
     kinds_used = KINDS
-    if args.short:  # control-flood is a kill-rank too: one fault fewer, as long as before
+    if args.short:  # control-flood is a kill-rank too: one fault fewer
         kinds_used = [k for k in KINDS if k != "kill-rank"]
         args.faults, args.steps = len(kinds_used), 200
     rng = random.Random(args.seed)
@@ -525,11 +609,28 @@ def main():
             log(f"agent {pending_restart} started again")
             pending_restart = None
         before = job.progress()
+        attempts_before = attempts(out)
         slot, check = inject(job, kind, rng)
         injected += 1
         if slot is not None:
             time.sleep(rng.uniform(2, 5))  # the node is away for a while
             pending_restart = slot
+        if kind in NO_RESTART:
+            # Survived: the same group got well past where the fault struck, with no new
+            # attempt (a few steps: a restart would have shown by then).
+            went_on = wait_for(lambda: job.progress()[1] > before[1] + 10 or
+                               job.master.poll() is not None, deadline - time.monotonic(),
+                               f"progress after {kind}")
+            if went_on:
+                survived += 1
+                failures.extend(check())
+                if attempts(out) != attempts_before or job.progress()[0] != before[0]:
+                    failures.append(f"{kind} cost a restart")
+                else:
+                    log(f"{kind}: the job went on without a restart")
+                continue
+            failures.append(f"no progress after {kind}")
+            break
         # Survived: a new group (rank 0 is a new process) got past where the fault struck.
         if wait_for(lambda: (job.progress()[0] != before[0] and job.progress()[1] > before[1])
                     or job.master.poll() is not None, deadline - time.monotonic(),

@@ -28,13 +28,38 @@ RemoteCoordinator::RemoteCoordinator(boost::asio::io_context& io, RemoteCoordina
       watch_timer_(io),
       reports_(io, client_,
                {[this](const NodeView& view) {
-                  last_contact_ = Clock::now();
+                  Contact();
                   Apply(view);
                 },
-                [this](const RpcOutcome& out) { return ServerLost(out); }},
+                [this](const RpcOutcome& out) { return ServerLost(out); },
+                [this](const RpcOutcome& out) {
+                  Contact();
+                  if (out.unknown_node()) Rejoin(out.message);
+                }},
                opts_.store_port) {}
 
 RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
+
+void RemoteCoordinator::ProbeStore() {
+  if (!store_probe_) return;
+  const NodeView& v = follower_->last_view();
+  if (!follower_->finished() && v.phase == Phase::kRunning && v.member &&
+      follower_->started_round() == v.round && v.assignment.group_rank > 0) {
+    store_probe_->Watch(v.round, v.assignment.master_addr, v.assignment.master_port,
+                        v.assignment.group_world_size);
+  } else {
+    store_probe_->Stop();
+  }
+}
+
+void RemoteCoordinator::OnStoreUnreachable(uint64_t round, const std::string& error) {
+  LauncherLog()->warn(
+      "this node cannot reach group rank 0's store {} (round={}); telling the rendezvous", error,
+      round);
+  rendezvous::RoundReport r = rendezvous::RoundReport::Of(ReportKind::kUnreachable, round);
+  r.details.error = error;
+  reports_.Push(std::move(r));
+}
 
 void RemoteCoordinator::Start(Listener* listener) {
   follower_.emplace(
@@ -45,6 +70,11 @@ void RemoteCoordinator::Start(Listener* listener) {
       opts_.role);
   join_started_ = Clock::now();
   last_wait_log_ = join_started_;
+  if (opts_.store_port > 0) {
+    store_probe_.emplace(io_, opts_.store_probe, [this](uint64_t round, const std::string& error) {
+      OnStoreUnreachable(round, error);
+    });
+  }
   Join();
 }
 
@@ -60,9 +90,15 @@ void RemoteCoordinator::Join() {
   } else if (auto port = PickFreePort()) {
     opts_.node.free_port = *port;
   }
+  opts_.node.running.reset();
   if (auto round = follower_->started_round()) {  // a server that forgot us goes on from here
+    const NodeView& v = follower_->last_view();
     opts_.node.next_round = *round + 1;
-    opts_.node.restart_count = follower_->last_view().restart_count;
+    opts_.node.restart_count = v.restart_count;
+    // Its workers run (or just ran) that round: the server may take it over unchanged.
+    if (v.phase == Phase::kRunning && v.member && v.round == *round) {
+      opts_.node.running = v.assignment;
+    }
   }
   client_.Join(opts_.node, [this](const RpcOutcome& out) { OnJoined(out); });
 }
@@ -72,7 +108,9 @@ void RemoteCoordinator::OnJoined(const RpcOutcome& out) {
   const auto now = Clock::now();
   if (out.ok()) {
     joined_ = true;
-    last_contact_ = now;
+    ever_joined_ = true;
+    rejoining_ = false;
+    Contact();
     known_version_ = 0;  // a (re)join may meet a new server whose versions start again
     LauncherLog()->info("joined the job at {} node_id={} attempts={} nodes_joined={} phase={}",
                         endpoint_, opts_.client.node_id, join_attempts_, out.view.nodes_joined,
@@ -83,6 +121,10 @@ void RemoteCoordinator::OnJoined(const RpcOutcome& out) {
       Watch();
     }
     return;
+  }
+  if (out.transient() && ever_joined_) {  // rejoining: the outage window applies
+    if (ServerLost(out)) return;
+    return RetryAfter(join_timer_, Duration(0.2), &RemoteCoordinator::Join);
   }
   if (out.transient() || out.rank_held()) {
     const Duration waited = now - join_started_;
@@ -112,23 +154,43 @@ void RemoteCoordinator::Watch() {
 void RemoteCoordinator::OnWatched(const RpcOutcome& out) {
   if (shutting_down_ || follower_->finished()) return;
   if (out.ok()) {
-    last_contact_ = Clock::now();
+    Contact();
     if (out.view.version > known_version_ || out.view.phase != follower_->last_view().phase) {
       Apply(out.view);
     }
     return Watch();
   }
   if (out.unknown_node()) {
-    LauncherLog()->warn("the rendezvous server no longer knows this node ({}); joining again",
-                        out.message);
-    joined_ = false;
-    watching_ = false;
-    join_started_ = Clock::now();
-    join_attempts_ = 0;
-    return Join();
+    Contact();
+    watching_ = false;  // the join starts it again
+    return Rejoin(out.message);
   }
   if (ServerLost(out)) return;
   RetryAfter(watch_timer_, Duration(0.2), &RemoteCoordinator::Watch);
+}
+
+void RemoteCoordinator::Rejoin(const std::string& why) {
+  if (rejoining_ || shutting_down_ || follower_->finished()) return;
+  rejoining_ = true;
+  const auto round = follower_->started_round();
+  const NodeView& v = follower_->last_view();
+  const bool claim = round && v.phase == Phase::kRunning && v.member && v.round == *round;
+  LauncherLog()->warn("the rendezvous server no longer knows this node ({}); joining again{}", why,
+                      claim
+                          ? fmt::format(" with the round its workers run (round={} group_rank={})",
+                                        *round, v.assignment.group_rank)
+                          : "");
+  joined_ = false;
+  join_started_ = Clock::now();
+  join_attempts_ = 0;
+  Join();
+}
+
+void RemoteCoordinator::Contact() {
+  if (!outage_since_) return;
+  LauncherLog()->info("the rendezvous server at {} answers again after {}", endpoint_,
+                      Secs(Clock::now() - *outage_since_));
+  outage_since_.reset();
 }
 
 bool RemoteCoordinator::ServerLost(const RpcOutcome& out) {
@@ -136,12 +198,33 @@ bool RemoteCoordinator::ServerLost(const RpcOutcome& out) {
     Fail("the rendezvous server at " + endpoint_ + " answered: " + out.message);
     return true;
   }
-  if (Clock::now() - last_contact_ > opts_.lost_after) {
-    Fail("lost contact with the rendezvous server at " + endpoint_ + " for " +
-         Secs(opts_.lost_after) + ": " + out.message);
+  const auto now = Clock::now();
+  if (!outage_since_) {
+    // The window counts from the first failed call: a long poll in flight when the server
+    // went away may have been answered seconds before.
+    outage_since_ = now;
+    LauncherLog()->warn(
+        "the rendezvous server at {} does not answer ({}); the workers go on, waiting up to {} "
+        "for it to come back",
+        endpoint_, out.message, Secs(opts_.lost_after));
+    return false;
+  }
+  if (now - *outage_since_ <= opts_.lost_after) return false;
+  const std::string lost = "lost contact with the rendezvous server at " + endpoint_ + " for " +
+                           Secs(opts_.lost_after) + ": " + out.message;
+  if (succeeded_round_ && succeeded_round_ == follower_->started_round()) {
+    // As torchrun's agent, whose workers succeeded, exits 0 without the others' outcome.
+    NodeView v = follower_->last_view();
+    v.phase = Phase::kSucceeded;
+    v.reason = "this node's workers succeeded; " + lost + " (the other nodes' outcome is unknown)";
+    v.failures.clear();
+    LauncherLog()->warn("{}", v.reason);
+    follower_->Apply(v);
+    ProbeStore();
     return true;
   }
-  return false;
+  Fail(lost);
+  return true;
 }
 
 void RemoteCoordinator::Apply(const NodeView& view) {
@@ -151,6 +234,7 @@ void RemoteCoordinator::Apply(const NodeView& view) {
   if (view.version < known_version_) return;
   known_version_ = view.version;
   follower_->Apply(view);
+  ProbeStore();
 }
 
 void RemoteCoordinator::RetryAfter(boost::asio::steady_timer& timer, Duration delay,
@@ -167,19 +251,24 @@ void RemoteCoordinator::Fail(const std::string& reason) {
   v.reason = reason;
   v.failures.clear();
   follower_->Apply(v);
+  ProbeStore();
 }
 
 void RemoteCoordinator::Report(rendezvous::RoundReport report) {
   // A check belongs to the round being formed, not to the last one this node ran.
   report.round =
       report.kind == ReportKind::kChecked ? follower_->last_view().round : CurrentRound();
+  if (report.kind == ReportKind::kSucceeded) succeeded_round_ = report.round;
   reports_.Push(std::move(report));
 }
 
 void RemoteCoordinator::WorkersStopped() {
   std::weak_ptr<bool> alive = alive_;
   boost::asio::post(io_, [this, alive] {
-    if (auto a = alive.lock(); a && *a && !shutting_down_) follower_->WorkersStopped();
+    if (auto a = alive.lock(); a && *a && !shutting_down_) {
+      follower_->WorkersStopped();
+      ProbeStore();
+    }
   });
 }
 
@@ -189,6 +278,7 @@ void RemoteCoordinator::Shutdown() {
   join_timer_.cancel();
   watch_timer_.cancel();
   reports_.Stop();
+  if (store_probe_) store_probe_->Stop();
   client_.CancelAll();
   if (joined_ && !(follower_ && follower_->finished())) {
     // Leaving tells the others at once; they re-form without us (or wait for a replacement).

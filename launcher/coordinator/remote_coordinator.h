@@ -3,9 +3,18 @@
 // reports this node's worker outcomes in order (ReportQueue: one report in flight). When this agent
 // hosts the server, it owns it and shuts it down once every node has seen the job's end.
 //
+// A server that forgets this node (a restarted `ftrun master`) is joined again with the round
+// this node's workers run (NodeInfo::running), so that it can take that round over and the
+// workers go on; reports wait meanwhile and are never dropped.
+//
+// A member other than group rank 0 checks that it reaches group rank 0's store while its
+// workers run (StoreProbe, with the agent store only) and reports a partition to the server.
+//
 // Thread: loop only. Listener calls happen in RPC completions or posted, never inside a
 // Coordinator call. Errors: a refusal (token, run id, --nnodes/--nproc-per-node mismatch) or
-// a server lost for longer than lost_after ends the job with a reason naming it.
+// a server that has not answered for lost_after since the first call it failed ends the job
+// with a reason naming it; as a success when this node's workers had all succeeded (the
+// server was lost before it could say that the others had too).
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -16,6 +25,7 @@
 
 #include "launcher/coordinator/coordinator.h"
 #include "launcher/coordinator/report_queue.h"
+#include "launcher/coordinator/store_probe.h"
 #include "launcher/coordinator/view_follower.h"
 #include "launcher/netcheck/pair_probe.h"
 #include "rendezvous/rendezvous_client.h"
@@ -28,12 +38,13 @@ struct RemoteCoordinatorOptions {
   rendezvous::NodeInfo node;
   int store_port = 0;  // > 0: every join's and report's free_port (the agent store)
   rendezvous::Duration connect_timeout{900};  // the server is not reachable yet
-  rendezvous::Duration lost_after{15};        // the server stopped answering
+  rendezvous::Duration lost_after{15};        // the server stopped answering (outage window)
   rendezvous::Duration watch_wait{5};
   rendezvous::Duration linger{10};  // hosting: wait for every node to see the end
   std::unique_ptr<rendezvous::RendezvousServer> server;  // started; hosted by this agent
   std::unique_ptr<ProbeServer> probe_server;  // --network-check: answers the other agents
   std::string role = "default";
+  StoreProbeOptions store_probe;  // used when store_port > 0
 };
 
 class RemoteCoordinator : public Coordinator {
@@ -54,7 +65,11 @@ class RemoteCoordinator : public Coordinator {
   void Report(rendezvous::RoundReport report) override;
 
   void Join();
+  // The server no longer knows this node: join again (once at a time).
+  void Rejoin(const std::string& why);
   void OnJoined(const rendezvous::RpcOutcome& out);
+  // The server answered: an outage is over.
+  void Contact();
   void Watch();
   void OnWatched(const rendezvous::RpcOutcome& out);
   void Apply(const rendezvous::NodeView& view);
@@ -63,6 +78,9 @@ class RemoteCoordinator : public Coordinator {
                   void (RemoteCoordinator::*what)());
   bool ServerLost(const rendezvous::RpcOutcome& out);
   uint64_t CurrentRound() const;
+  // Starts or stops the store probe after the view or the workers changed.
+  void ProbeStore();
+  void OnStoreUnreachable(uint64_t round, const std::string& error);
 
   boost::asio::io_context& io_;
   RemoteCoordinatorOptions opts_;
@@ -74,13 +92,17 @@ class RemoteCoordinator : public Coordinator {
   boost::asio::steady_timer join_timer_;
   boost::asio::steady_timer watch_timer_;
   rendezvous::TimePoint join_started_;
-  rendezvous::TimePoint last_contact_;
+  std::optional<rendezvous::TimePoint> outage_since_;  // the first failed call since an answer
   rendezvous::TimePoint last_wait_log_;
   int join_attempts_ = 0;
   bool joined_ = false;
+  bool ever_joined_ = false;
+  bool rejoining_ = false;
+  std::optional<uint64_t> succeeded_round_;  // this node reported its workers' success
   bool watching_ = false;
   uint64_t known_version_ = 0;
   ReportQueue reports_;  // after client_: borrows it
+  std::optional<StoreProbe> store_probe_;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -43,12 +43,17 @@ void ReportQueue::SendNext() {
 void ReportQueue::OnAnswer(const rendezvous::RpcOutcome& out) {
   in_flight_ = false;
   if (stopped_) return;
-  if (out.ok() || out.unknown_node()) {
-    reports_.pop_front();  // an unknown node rejoins through its watch
-    if (out.ok()) callbacks_.answered(out.view);
+  if (out.ok()) {
+    reports_.pop_front();
+    callbacks_.answered(out.view);
     return SendNext();
   }
-  if (callbacks_.lost(out)) return;
+  if (out.unknown_node() || out.retry_later()) {
+    if (callbacks_.not_now) callbacks_.not_now(out);
+    if (stopped_) return;
+  } else if (callbacks_.lost(out)) {
+    return;
+  }
   retry_.expires_after(std::chrono::milliseconds(200));
   retry_.async_wait(
       [this, alive = std::weak_ptr<bool>(alive_)](const boost::system::error_code& ec) {

@@ -5,8 +5,11 @@
 //
 // Thread: loop only. Ownership: borrows the client (it outlives the queue). Errors: a failed
 // call goes to `lost`, which decides whether the server is gone for good (then the queue
-// stops retrying; the owner ends the job). NOT_FOUND drops the report: the node rejoins
-// through its watch. Callbacks never run after Stop() or destruction.
+// stops retrying; the owner ends the job). NOT_FOUND (the server does not know the node: a
+// restarted master) and ABORTED (it is rebuilding the round) keep the report and retry it:
+// `not_now` tells the owner, which rejoins. A report is never dropped unanswered, so a
+// success reported while the master was down still counts. Callbacks never run after Stop()
+// or destruction.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -22,8 +25,9 @@ namespace ftrun::launcher {
 class ReportQueue {
  public:
   struct Callbacks {
-    std::function<void(const rendezvous::NodeView&)> answered;  // the view in an answer
-    std::function<bool(const rendezvous::RpcOutcome&)> lost;    // true: stop retrying
+    std::function<void(const rendezvous::NodeView&)> answered;   // the view in an answer
+    std::function<bool(const rendezvous::RpcOutcome&)> lost;     // true: stop retrying
+    std::function<void(const rendezvous::RpcOutcome&)> not_now;  // answered; retried later
   };
 
   // `store_port` > 0: a stopped report's free_port (the agent store); else a port free then.

@@ -27,8 +27,12 @@
 //   touch PATH             create PATH
 //   exit-once PATH         if PATH does not exist: create it and exit 1; else go on
 //   wait-file PATH         sleep until PATH exists
+//   connect-master         retry a TCP connection to MASTER_ADDR:MASTER_PORT (the store a
+//                          real worker must reach) every 0.1 s until one succeeds
 #include <dirent.h>
+#include <netdb.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -191,6 +195,21 @@ int main(int argc, char** argv) {
       }
     } else if (op == "touch") {
       std::ofstream(arg(), std::ios::app);
+    } else if (op == "connect-master") {
+      const std::string host = Env("MASTER_ADDR"), port = Env("MASTER_PORT");
+      for (bool connected = false; !connected; usleep(100000)) {
+        addrinfo hints{};
+        hints.ai_socktype = SOCK_STREAM;
+        addrinfo* res = nullptr;
+        if (getaddrinfo(host.c_str(), port.c_str(), &hints, &res) != 0) continue;
+        for (addrinfo* ai = res; ai && !connected; ai = ai->ai_next) {
+          const int fd = socket(ai->ai_family, ai->ai_socktype, ai->ai_protocol);
+          if (fd < 0) continue;
+          connected = connect(fd, ai->ai_addr, ai->ai_addrlen) == 0;
+          close(fd);
+        }
+        freeaddrinfo(res);
+      }
     } else if (op == "wait-file") {
       std::string path = arg();
       struct stat st {};

@@ -80,7 +80,7 @@ TEST(ReportQueueTest, ReportsGoInOrderAndTheAnswersReachTheOwner) {
                                    both.set_value();
                                  }
                                },
-                               [](const RpcOutcome&) { return false; }});
+                               [](const RpcOutcome&) { return false; }, nullptr});
     auto failed = RoundReport::Of(ReportKind::kFailed, 0);
     rendezvous::WorkerFailure f;
     f.rank = 0;
@@ -124,7 +124,8 @@ TEST(ReportQueueTest, AnUnreachableServerIsRetriedUntilTheOwnerCallsItLost) {
                                  if (++tries < 3) return false;  // retry
                                  gave_up.set_value();
                                  return true;
-                               }});
+                               },
+                               nullptr});
     queue->Push(RoundReport::Of(ReportKind::kSucceeded, 0));
   });
   ASSERT_EQ(gave_up.get_future().wait_for(20s), std::future_status::ready);
@@ -132,6 +133,62 @@ TEST(ReportQueueTest, AnUnreachableServerIsRetriedUntilTheOwnerCallsItLost) {
     EXPECT_EQ(tries, 3);
     queue.reset();
     client.CancelAll();
+  });
+  work.reset();
+  io.stop();
+  loop.join();
+}
+
+}  // namespace
+}  // namespace ftrun::launcher
+
+namespace ftrun::launcher {
+namespace {
+
+TEST(ReportQueueTest, AReportTheServerCannotPlaceYetIsKeptUntilTheNodeHasJoined) {
+  // A restarted master does not know the node (NOT_FOUND): the report is kept, the owner is
+  // told (it rejoins), and the report counts once the node is back.
+  boost::asio::io_context io;
+  auto work = boost::asio::make_work_guard(io);
+  rendezvous::ServerOptions so;
+  so.listen_host = "127.0.0.1";
+  so.job.run_id = "job";
+  so.job.min_nodes = so.job.max_nodes = 1;
+  so.job.fault_save = false;
+  rendezvous::RendezvousServer server(io, so);
+  auto port = server.Start();
+  ASSERT_TRUE(port) << port.error().message;
+  std::thread loop([&] { io.run(); });
+  rendezvous::RendezvousClient client(io, Client(*port));
+  rendezvous::NodeInfo node;
+  node.host = node.addr = "127.0.0.1";
+  node.nproc_per_node = 1;
+  node.free_port = 1234;
+  int not_now = 0;  // loop only
+  std::promise<NodeView> answered;
+  std::unique_ptr<ReportQueue> queue;
+  OnLoop(io, [&] {
+    queue = std::make_unique<ReportQueue>(
+        io, client,
+        ReportQueue::Callbacks{[&](const NodeView& v) { answered.set_value(v); },
+                               [](const RpcOutcome& out) {
+                                 ADD_FAILURE() << "not lost: " << out.message;
+                                 return true;
+                               },
+                               [&](const RpcOutcome& out) {
+                                 EXPECT_TRUE(out.unknown_node()) << out.message;
+                                 if (++not_now == 1) client.Join(node, [](const RpcOutcome&) {});
+                               }});
+    queue->Push(RoundReport::Of(ReportKind::kSucceeded, 0));
+  });
+  auto view = answered.get_future();
+  ASSERT_EQ(view.wait_for(10s), std::future_status::ready);
+  EXPECT_EQ(view.get().phase, rendezvous::Phase::kSucceeded) << "the kept report counted";
+  OnLoop(io, [&] {
+    EXPECT_GE(not_now, 1);
+    queue.reset();
+    client.CancelAll();
+    server.Shutdown([] {});
   });
   work.reset();
   io.stop();

@@ -1,0 +1,155 @@
+// A network partition between two nodes that both still reach `ftrun master`: three network
+// namespaces the test creates (m for the master, a and b for the agents), a veth pair from m
+// to each, m forwarding. a and b have no route to each other until the test adds them (the
+// partition heals). Skips, saying why, where namespaces cannot be created.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "tests/support/test_support.h"
+
+namespace ftrun::testing {
+namespace {
+
+using namespace std::chrono_literals;
+
+int Ip(const std::vector<std::string>& args, std::string* err = nullptr) {
+  ChildRun run("/usr/sbin/ip", args);
+  auto r = run.Wait(10s);
+  if (err) *err = r.err;
+  return r.exit_code;
+}
+
+class Partition : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const int id = ::getpid() % 10000;
+    const std::string p = "ftp" + std::to_string(id);
+    m_ = p + "m";
+    a_ = p + "a";
+    b_ = p + "b";
+    const std::string x = std::to_string(id % 250);
+    net_a_ = "10.78." + x + ".";
+    net_b_ = "10.79." + x + ".";
+    std::string err;
+    if (::access("/usr/sbin/ip", X_OK) != 0) GTEST_SKIP() << "iproute2 (ip) is not installed";
+    if (Ip({"netns", "add", m_}, &err) != 0) {
+      GTEST_SKIP() << "cannot create network namespaces here: " << err;
+    }
+    created_ = true;
+    const std::string ma = p + "ma", am = p + "am", mb = p + "mb", bm = p + "bm";
+    const std::vector<std::vector<std::string>> steps = {
+        {"netns", "add", a_},
+        {"netns", "add", b_},
+        {"link", "add", ma, "type", "veth", "peer", "name", am},
+        {"link", "add", mb, "type", "veth", "peer", "name", bm},
+        {"link", "set", ma, "netns", m_},
+        {"link", "set", mb, "netns", m_},
+        {"link", "set", am, "netns", a_},
+        {"link", "set", bm, "netns", b_},
+        {"-n", m_, "addr", "add", net_a_ + "1/24", "dev", ma},
+        {"-n", m_, "addr", "add", net_b_ + "1/24", "dev", mb},
+        {"-n", a_, "addr", "add", net_a_ + "2/24", "dev", am},
+        {"-n", b_, "addr", "add", net_b_ + "2/24", "dev", bm},
+        {"-n", m_, "link", "set", ma, "up"},
+        {"-n", m_, "link", "set", mb, "up"},
+        {"-n", a_, "link", "set", am, "up"},
+        {"-n", b_, "link", "set", bm, "up"},
+        {"-n", m_, "link", "set", "lo", "up"},
+        {"-n", a_, "link", "set", "lo", "up"},
+        {"-n", b_, "link", "set", "lo", "up"},
+    };
+    for (const auto& s : steps) ASSERT_EQ(Ip(s, &err), 0) << err;
+    ChildRun fwd("/usr/sbin/ip", {"netns", "exec", m_, "sysctl", "-qw", "net.ipv4.ip_forward=1"});
+    ASSERT_EQ(fwd.Wait(10s).exit_code, 0);
+  }
+  void TearDown() override {
+    if (!created_) return;
+    for (const auto& ns : {m_, a_, b_}) Ip({"netns", "del", ns});
+  }
+  // The partition heals: a and b get routes to each other through m.
+  void Heal() {
+    std::string err;
+    ASSERT_EQ(Ip({"-n", a_, "route", "add", net_b_ + "0/24", "via", net_a_ + "1"}, &err), 0) << err;
+    ASSERT_EQ(Ip({"-n", b_, "route", "add", net_a_ + "0/24", "via", net_b_ + "1"}, &err), 0) << err;
+  }
+  std::unique_ptr<ChildRun> In(const std::string& ns, std::vector<std::string> args) {
+    args.insert(args.begin(), {"netns", "exec", ns, FtrunBinary()});
+    return std::make_unique<ChildRun>("/usr/sbin/ip", args);
+  }
+  std::unique_ptr<ChildRun> Agent(const std::string& ns, const std::string& net) {
+    return In(ns, {"--nnodes",         "2",
+                   "--nproc-per-node", "1",
+                   "--rdzv-backend",   "c10d",
+                   "--rdzv-endpoint",  net + "1:29400",
+                   "--rdzv-id",        "part",
+                   "--rdzv-conf",      "is_host=0,last_call_timeout=0.5",
+                   "--local-addr",     net + "2",
+                   "--log-dir",        dir_ / ("logs-" + ns),
+                   "--no-python",      FakeWorkerBinary(),
+                   "record",           dir_ / "records",
+                   "connect-master",   "pidfile",
+                   dir_ / "connected", "wait-file",
+                   dir_ / "go"});
+  }
+
+  std::string m_, a_, b_, net_a_, net_b_;
+  bool created_ = false;
+  TempDir dir_;
+};
+
+TEST_F(Partition, IsNamedBacksOffSpendsNoRestartAndTheJobGoesOnOnceItHeals) {
+  std::filesystem::create_directories(dir_ / "connected");
+  auto master = In(m_, {"master", "--port", "29400", "--nnodes", "2", "--rdzv-id", "part",
+                        "--max-restarts", "1", "--event-log", dir_ / "events"});
+  ASSERT_TRUE(WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s))
+      << master->Err();
+  // a joins first: it is group rank 0 and hosts the workers' store, which b cannot reach.
+  auto a = Agent(a_, net_a_);
+  ASSERT_TRUE(WaitFor([&] { return a->Err().find("joined the job") != std::string::npos; }, 20s))
+      << a->Err();
+  auto b = Agent(b_, net_b_);
+  const std::string named = "cannot reach node ";
+  auto partitions = [&] {
+    int n = 0;
+    for (const auto& l : Lines(master->Err()))
+      n += l.find("partition detected") != std::string::npos;
+    return n;
+  };
+  // Found, named (b's address and a's), and found again after a longer wait.
+  ASSERT_TRUE(WaitFor([&] { return partitions() >= 2; }, 60s)) << master->Err() << b->Err();
+  const std::string log = master->Err();
+  EXPECT_NE(log.find("at " + net_b_ + "2 cannot reach node "), std::string::npos) << log;
+  EXPECT_NE(log.find("at " + net_a_ + "2 (group rank 0's store " + net_a_ + "2:"),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("the next one waits 1s"), std::string::npos) << log;
+  EXPECT_NE(log.find("the next one waits 2s"), std::string::npos) << log;
+  EXPECT_NE(b->Err().find("this node cannot reach group rank 0's store"), std::string::npos)
+      << b->Err();
+  EXPECT_NE(ReadFile(dir_ / "events").find("\"event\":\"partition\""), std::string::npos)
+      << ReadFile(dir_ / "events");
+  // The master's log gives each round's real size.
+  EXPECT_NE(log.find("nodes=2 restart_count=0 world_size=2"), std::string::npos) << log;
+  // Both agents are still in the job; the network heals, and the job finishes.
+  // Until then b's worker could not reach the store (as a real worker's init would hang).
+  EXPECT_FALSE(FileExists(dir_ / "connected/1.pid"));
+  Heal();
+  // The next round (after the back-off) runs with both nodes: both workers reach the store.
+  ASSERT_TRUE(WaitFor(
+      [&] { return FileExists(dir_ / "connected/0.pid") && FileExists(dir_ / "connected/1.pid"); },
+      60s))
+      << master->Err();
+  std::ofstream(dir_ / "go") << "";
+  auto ra = a->Wait(60s), rb = b->Wait(60s), rm = master->Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_EQ(rm.err.find("restart 1/1"), std::string::npos) << "no restart was spent" << rm.err;
+  EXPECT_EQ(rb.err.find("Worker group FAILED"), std::string::npos) << rb.err;
+}
+
+}  // namespace
+}  // namespace ftrun::testing
