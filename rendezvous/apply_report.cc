@@ -27,6 +27,8 @@ Status ApplyReport(RendezvousState& state, const std::string& node, const RoundR
     case ReportKind::kChecked:
       state.ReportCheck(node, r.round, d.check_id, d.check_results, now);
       return {};
+    case ReportKind::kStacks:  // not the state's: the server's StacksBoard keeps them
+      return {};
   }
   return Error{"unknown report kind"};
 }

@@ -170,6 +170,8 @@ void Agent::OnCheckFinished(uint64_t check_id, const std::vector<std::string>& t
 
 void Agent::OnExcluded(const std::string& reason) { ExitExcluded(reason); }
 
+void Agent::OnStacksOrder(uint64_t /*round*/, uint64_t stacks_id) { stacks_.OnOrder(stacks_id); }
+
 void Agent::OnJobFinished(const JobResult& result) {
   if (state_ == AgentState::kFinished) return;
   result_ = result;

@@ -113,6 +113,7 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   opts.agent_env = std::move(env);
   opts.host = host;
   opts.watchdog_fifo = hooks.watchdog_fifo;
+  opts.stacks_dir = hooks.stacks_dir;
   opts.events = events;
   opts.signal_exit_code = hooks.signal_exit_code;
   opts.store = std::move(store);

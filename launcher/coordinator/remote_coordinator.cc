@@ -32,7 +32,8 @@ RemoteCoordinator::RemoteCoordinator(boost::asio::io_context& io, RemoteCoordina
                   Apply(view);
                 },
                 [this](const RpcOutcome& out) { return ServerLost(out); }},
-               opts_.store_port) {}
+               opts_.store_port),
+      stacks_(io, client_) {}
 
 RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 
@@ -174,6 +175,13 @@ void RemoteCoordinator::Report(rendezvous::RoundReport report) {
   report.round =
       report.kind == ReportKind::kChecked ? follower_->last_view().round : CurrentRound();
   reports_.Push(std::move(report));
+}
+
+void RemoteCoordinator::GatherJobStacks(rendezvous::Duration wait, GatherDone done) {
+  stacks_.Gather(
+      wait, [done = std::move(done)](const RpcOutcome& out, const rendezvous::StacksCollection& c) {
+        done(true, out, c);
+      });
 }
 
 void RemoteCoordinator::WorkersStopped() {

@@ -17,6 +17,7 @@
 #include "launcher/coordinator/coordinator.h"
 #include "launcher/coordinator/report_queue.h"
 #include "launcher/coordinator/view_follower.h"
+#include "launcher/diagnostics/stacks_gatherer.h"
 #include "launcher/netcheck/pair_probe.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/rendezvous_server.h"
@@ -48,6 +49,7 @@ class RemoteCoordinator : public Coordinator {
     return opts_.server ? opts_.server->RenderMetrics() : "";
   }
   bool HostsRendezvous() const override { return opts_.server != nullptr; }
+  void GatherJobStacks(rendezvous::Duration wait, GatherDone done) override;
 
  private:
   // Every report goes to the server, in order, retried while it is unreachable.
@@ -80,7 +82,8 @@ class RemoteCoordinator : public Coordinator {
   bool joined_ = false;
   bool watching_ = false;
   uint64_t known_version_ = 0;
-  ReportQueue reports_;  // after client_: borrows it
+  ReportQueue reports_;    // after client_: borrows it
+  StacksGatherer stacks_;  // likewise
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };
