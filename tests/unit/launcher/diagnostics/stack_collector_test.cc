@@ -93,12 +93,16 @@ TEST_F(StackCollectorTest, AScriptThatNeverImportsFtrunDumpsIntoItsOwnFile) {
   EXPECT_TRUE(FileExists(dir_ / "mark")) << "the user's sitecustomize did not run";
   ASSERT_TRUE(WaitFor([&] { return StackCollector::CatchesSignal(a.pid(), kSignal); }, 10s));
 
+  ASSERT_FALSE(StackCollector::FindEuStack(CurrentEnvironment()).empty())
+      << "eu-stack is required (Debian's elfutils, scripts/install-deps.sh)";
   auto dumps = Collect({{0, a.pid()}, {1, b.pid()}});
   ASSERT_EQ(dumps.size(), 2u);
   for (const auto& d : dumps) {
     EXPECT_EQ(d.note, "") << d.rank;
     EXPECT_NE(d.python.find("(most recent call first)"), std::string::npos) << d.python;
     EXPECT_NE(d.python.find("in stuck_in_user_code"), std::string::npos) << d.python;
+    // Native stacks too (eu-stack, installed by scripts/install-deps.sh with elfutils).
+    EXPECT_NE(d.native.find("TID "), std::string::npos) << "no native stack: " << d.native;
     // One dump per file: never two interleaved.
     EXPECT_EQ(d.python.find("Current thread"), d.python.rfind("Current thread")) << d.python;
   }
