@@ -30,6 +30,8 @@ Status ApplyReport(RendezvousState& state, const std::string& node, const RoundR
     case ReportKind::kUnreachable:
       state.ReportUnreachable(node, r.round, d.error, now);
       return {};
+    case ReportKind::kStacks:  // not the state's: the server's StacksBoard keeps them
+      return {};
   }
   return Error{"unknown report kind"};
 }

@@ -118,7 +118,35 @@ struct CheckTaskResult {
 
 // What a node joining the job says about itself.
 // kUnreachable: this node cannot reach group rank 0's store (a partition; `details.error`).
-enum class ReportKind { kFailed, kSucceeded, kStopped, kProgress, kSaved, kChecked, kUnreachable };
+// One rank's stacks, as its agent collected them (launcher/diagnostics/stack_collector.h).
+struct RankStack {
+  int rank = -1;
+  std::string host;
+  int pid = 0;
+  std::string python;  // faulthandler's dump ("" : none)
+  std::string native;  // eu-stack's output ("" : none)
+  std::string note;    // why a part is missing
+};
+
+// What the nodes answered to one stack-dump order.
+struct StacksCollection {
+  uint64_t id = 0;
+  bool complete = false;             // every member of the round answered
+  std::vector<RankStack> stacks;     // by rank
+  std::vector<std::string> missing;  // hosts that did not answer (yet)
+  int left_out = 0;                  // ranks left out for the size bound
+};
+
+enum class ReportKind {
+  kFailed,
+  kSucceeded,
+  kStopped,
+  kProgress,
+  kSaved,
+  kChecked,
+  kUnreachable,
+  kStacks
+};
 
 // What a report carries besides failures: the fault-time save's part (kProgress, kSaved) or
 // the network check's (kChecked).
@@ -132,6 +160,8 @@ struct ReportDetails {
   std::string error{};
   uint64_t check_id = 0;  // kChecked: the order
   std::vector<CheckTaskResult> check_results{};
+  uint64_t stacks_id = 0;  // kStacks: the order
+  std::vector<RankStack> stacks{};
 };
 
 // One report of a node about `round`: its workers failed (with the failures), succeeded or
@@ -187,6 +217,7 @@ struct NodeView {
   uint64_t check_id = 0;                 // the last finished check (0: none) ...
   std::vector<std::string> check_table;  // ... its results table, for every agent's log
   std::string check_json;                // ... and its event-log record
+  uint64_t stacks_id = 0;                // the newest stack-dump order (0: none)
 };
 
 // For operators: one node as the server sees it.
@@ -209,7 +240,15 @@ struct JobStatus {
   int min_nodes = 0;
   int max_nodes = 0;
   int world_size = 0;
-  std::vector<NodeStatus> nodes;  // members in group-rank order, then the others
+  std::vector<NodeStatus> nodes;           // members in group-rank order, then the others
+  std::optional<StacksCollection> stacks;  // when the request asked for stacks
+};
+
+// What `ftrun status` asks beyond the job's state: a stack dump, or what one collected.
+struct StatusQuery {
+  bool dump_stacks = false;
+  uint64_t stacks_id = 0;  // 0: the newest order
+  bool wants_stacks() const { return dump_stacks || stacks_id != 0; }
 };
 
 }  // namespace ftrun::rendezvous

@@ -193,9 +193,16 @@ void RendezvousClient::Leave(Duration timeout, Done done) {
 }
 
 void RendezvousClient::Status(std::function<void(const RpcOutcome&, const JobStatus&)> done) {
+  Status(StatusQuery{}, std::move(done));
+}
+
+void RendezvousClient::Status(const StatusQuery& query,
+                              std::function<void(const RpcOutcome&, const JobStatus&)> done) {
   using C = Call<v1::StatusRequest, v1::JobStatus>;
   auto call = std::make_shared<C>();
   FillHeader(opts_, call->req.mutable_header());
+  call->req.set_dump_stacks(query.dump_stacks);
+  call->req.set_stacks_id(query.stacks_id);
   auto status = std::make_shared<JobStatus>();
   Launch(
       io_, calls_, call, opts_.call_timeout, true,

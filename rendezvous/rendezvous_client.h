@@ -70,6 +70,9 @@ class RendezvousClient {
   void Leave(Duration timeout, Done done);
   // For operators: the job and its nodes (an empty run id in the options: any job).
   void Status(std::function<void(const RpcOutcome&, const JobStatus&)> done);
+  // The same, asking for a stack dump or what one collected (JobStatus::stacks).
+  void Status(const StatusQuery& query,
+              std::function<void(const RpcOutcome&, const JobStatus&)> done);
   // Cancels every call in flight; their callbacks still run, with a cancelled outcome.
   void CancelAll();
 

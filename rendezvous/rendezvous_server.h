@@ -32,11 +32,16 @@
 #include "common/result.h"
 #include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_state.h"
+#include "rendezvous/stacks_board.h"
 #include "rendezvous/transition_log.h"
 
 namespace grpc {
 class Server;
 }
+namespace ftrun::v1 {
+class StatusRequest;
+class ReportRequest;
+}  // namespace ftrun::v1
 
 namespace ftrun::rendezvous {
 
@@ -107,6 +112,10 @@ class RendezvousServer {
   void LogTransitions();
   bool AllInformed() const;
   void MarkInformed(const std::string& node_id);
+  // rendezvous_server_stacks.cc: stack-dump orders (stacks_board.h). AddStacks fills the
+  // status with what `request` asks for; true when it opened a new order.
+  bool AddStacks(const v1::StatusRequest& request, JobStatus& job);
+  void TakeStacks(const std::string& node, const v1::ReportRequest& report);
 
   boost::asio::io_context& io_;
   ServerOptions opts_;
@@ -134,6 +143,7 @@ class RendezvousServer {
   std::function<void()> on_all_informed_;
   std::function<void(const NodeView&)> on_finished_;
   TransitionLog transitions_;
+  StacksBoard stacks_;
 };
 
 }  // namespace ftrun::rendezvous

@@ -69,8 +69,12 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   }
   if (auto* status = std::get_if<Call::Status>(&call.request);
       status && (h.run_id().empty() || h.run_id() == spec.run_id)) {
-    ToWire(state_.Status(Clock::now()), status->response);
-    return call.reactor->Finish(grpc::Status::OK);
+    JobStatus job = state_.Status(Clock::now());
+    const bool ordered = AddStacks(status->request, job);
+    ToWire(job, status->response);
+    call.reactor->Finish(grpc::Status::OK);
+    if (ordered) AfterEvent();  // the order is in every view: wake the watchers
+    return;
   }
   if (h.run_id() != spec.run_id) {
     return reject(
@@ -157,6 +161,14 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   }
   // Status was answered or rejected above: this is a Report.
   Call::Report& report = std::get<Call::Report>(call.request);
+  if (report.request.kind() == v1::ReportRequest::KIND_STACKS) {
+    if (auto s = CheckLimits(report.request); !s) {
+      return reject(StatusCode::INVALID_ARGUMENT, s.error().message);
+    }
+    TakeStacks(node, report.request);
+    ToWire(state_.View(node), report.response->mutable_view());
+    return call.reactor->Finish(grpc::Status::OK);
+  }
   if (state_.Rebuilding()) {
     // The round it reports on may be the one being rebuilt: the agent sends it again.
     return call.reactor->Finish(

@@ -176,6 +176,13 @@ class RendezvousState {
   // The last finished network check (nullopt before the first).
   const std::optional<NetworkCheckReport>& last_check() const { return last_check_; }
 
+  // A stack-dump order (rendezvous/stacks_board.h keeps the answers): every view carries
+  // `id` from now on, and watchers are woken.
+  void OrderStacks(uint64_t id) {
+    stacks_id_ = id;
+    Changed();
+  }
+
   // Applies deadlines (last call, join timeout, liveness).
   void Tick(TimePoint now);
   static constexpr Duration kFailureDisconnectGrace{0.2};
@@ -284,6 +291,8 @@ class RendezvousState {
   SaveRound::Stage save_stage_ = SaveRound::Stage::kDone;
   AfterSave after_save_;
   uint64_t next_save_id_ = 1;
+
+  uint64_t stacks_id_ = 0;  // the newest stack-dump order
 
   // Checking.
   std::optional<NetworkCheckSession> check_;

@@ -29,6 +29,7 @@ NodeView RendezvousState::View(const std::string& node_id) const {
     v.save = o;
   }
   AddCheckTo(v, node_id);
+  v.stacks_id = stacks_id_;
   const bool running = phase_ != Phase::kForming && alive_members_ > 0;
   v.nodes_joined = running ? static_cast<int>(members_.size())
                            : std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);

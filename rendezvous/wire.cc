@@ -143,6 +143,7 @@ void ToWire(const NodeView& in, v1::NodeView* out) {
     o->set_finalizer(in.save->finalizer);
   }
   CheckToWire(in, out);
+  out->set_stacks_id(in.stacks_id);
 }
 
 void ToWire(const RankProgress& in, v1::RankProgress* out) {
@@ -183,6 +184,7 @@ NodeView FromWire(const v1::NodeView& in) {
     v.save = o;
   }
   CheckFromWire(in, v);
+  v.stacks_id = in.stacks_id();
   return v;
 }
 
@@ -205,6 +207,7 @@ void ToWire(const JobStatus& in, v1::JobStatus* out) {
     o->set_disconnected(n.disconnected);
     o->set_switch_path(n.switch_path);
   }
+  if (in.stacks) ToWire(*in.stacks, out->mutable_stacks());
 }
 
 JobStatus FromWire(const v1::JobStatus& in) {
@@ -219,6 +222,7 @@ JobStatus FromWire(const v1::JobStatus& in) {
                                  n.group_rank(), n.base_rank(), n.silent_seconds(),
                                  n.disconnected(), n.switch_path()});
   }
+  if (in.has_stacks()) s.stacks = FromWire(in.stacks());
   return s;
 }
 
@@ -241,6 +245,7 @@ Status CheckLimits(const v1::ReportRequest& req) {
     if (p.group().size() > 1024) return Error{"replica group name over 1 KiB"};
   }
   if (req.error().size() > kMaxText) return Error{"report carries an error over 64 KiB"};
+  if (auto s = CheckStacksLimits(req); !s) return s;
   return CheckResultLimits(req);
 }
 
@@ -300,7 +305,7 @@ constexpr v1::ReportRequest::Kind kWireKinds[] = {
     v1::ReportRequest::KIND_FAILED,      v1::ReportRequest::KIND_SUCCEEDED,
     v1::ReportRequest::KIND_STOPPED,     v1::ReportRequest::KIND_PROGRESS,
     v1::ReportRequest::KIND_SAVED,       v1::ReportRequest::KIND_CHECKED,
-    v1::ReportRequest::KIND_UNREACHABLE,
+    v1::ReportRequest::KIND_UNREACHABLE, v1::ReportRequest::KIND_STACKS,
 };
 
 template <class Repeated>
@@ -328,6 +333,8 @@ void ToWire(const RoundReport& in, v1::ReportRequest* out) {
     ToWire(in.failures[i], out->add_failures());
   }
   out->set_free_port(in.free_port);
+  out->set_stacks_id(d.stacks_id);
+  for (const auto& st : d.stacks) ToWire(st, out->add_stacks());
 }
 
 Result<RoundReport> FromWire(const v1::ReportRequest& in) {
@@ -348,6 +355,8 @@ Result<RoundReport> FromWire(const v1::ReportRequest& in) {
   d.error = in.error();
   d.check_id = in.check_id();
   d.check_results = AllFromWire(in.check_results());
+  d.stacks_id = in.stacks_id();
+  d.stacks = AllFromWire(in.stacks());
   return r;
 }
 

@@ -50,6 +50,15 @@ void ToWire(const CheckTaskResult& in, v1::CheckTaskResult* out);
 CheckTaskResult FromWire(const v1::CheckTaskResult& in);
 Status CheckResultLimits(const v1::ReportRequest& req);
 
+// wire_stacks.cc: stack dumps (texts clipped to kMaxStackText, notes to 1 KiB).
+inline constexpr size_t kMaxStackText = 64 * 1024;
+inline constexpr size_t kMaxStacksPerReport = 4096;
+void ToWire(const RankStack& in, v1::RankStack* out);
+RankStack FromWire(const v1::RankStack& in);
+void ToWire(const StacksCollection& in, v1::StacksCollection* out);
+StacksCollection FromWire(const v1::StacksCollection& in);
+Status CheckStacksLimits(const v1::ReportRequest& req);
+
 // Checks the size limits of a request's repeated and text fields.
 Status CheckLimits(const v1::ReportRequest& req);
 Status CheckLimits(const v1::NodeInfo& node);

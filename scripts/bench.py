@@ -6,8 +6,8 @@ ratio ftrun/torchrun. A second table puts ftrun variants side by side on the sam
 pre-flight network check on and off (4 agents on loopback), and `ftrun dlrover-run` against
 plain ftrun. Not a test: a missed target is only reported. Exits non-zero only if a launcher
 run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
---only SECTION (torchrun, store, recovery, nodeloss, variants, save, scale, flash, etcd; repeatable) runs part of
-it.
+--only SECTION (torchrun, store, recovery, nodeloss, variants, save, scale, flash, etcd,
+stacks; repeatable) runs part of it.
 """
 import argparse
 import datetime
@@ -235,6 +235,44 @@ def fault_time_save(bench: Bench, agents: int) -> tuple:
     if len(starts) != 4 * agents or min(restarted) < done:
         raise LauncherFailed(f"unexpected starts in {run_dir}: {starts}")
     return (received - exit_ns) / 1e6, (max(restarted) - done) / 1e6
+
+
+def log_time(line: str) -> float:
+    """Seconds since the epoch of an ftrun log line ("[2026-11-26 01:54:13.038] ...")."""
+    return datetime.datetime.strptime(line[1:24], "%Y-%m-%d %H:%M:%S.%f").timestamp()
+
+
+def merged_stacks(bench: Bench) -> float:
+    """ms from --hang-timeout firing to the merged report written, on the agent that wrote
+    the first: 4 agents x 8 ranks on loopback (tests/bench/hang_worker.py, no torch), the
+    last rank hung in user code, the others waiting. Every rank of every node is dumped
+    (Python, and native with eu-stack) and merged job-wide through the rendezvous server."""
+    worker = os.path.join(REPO, "tests", "bench", "hang_worker.py")
+    run_dir = bench.run(bench.ftrun_cmd(), 8, [worker], worker=PYTHON, nodes=4,
+                        max_restarts=1, hang_timeout=2, rdzv_conf="last_call_timeout=1").dir
+    best = None
+    for node in range(4):
+        fired = done = None
+        for line in read_lines(f"{run_dir}/console.{node}"):
+            if fired is None and "reported no progress for" in line:
+                fired = log_time(line)
+            if done is None and "merged stacks: " in line:
+                done = log_time(line)
+                if "rank(s) 31 stuck where the others are not (0-30 at " not in line:
+                    raise LauncherFailed(f"unexpected merged stacks in {run_dir}: {line}")
+        if fired is not None and done is not None and (best is None or done < best[1]):
+            best = (fired, done)
+    if best is None:
+        raise LauncherFailed(f"no merged stacks in {run_dir}")
+    return (best[1] - best[0]) * 1000
+
+
+def print_stacks(samples: list):
+    print()
+    print("merged stacks, 4 agents x 8 ranks (simulated: Python ranks without torch):")
+    print(f"  hang timeout -> merged report: median {statistics.median(samples):.0f} ms, "
+          f"max {max(samples):.0f} ms (target < 5000 ms)"
+          + ("  ok" if max(samples) < 5000 else "  MISSED"))
 
 
 def event_ns(record: dict) -> int:
@@ -751,7 +789,7 @@ def header(bench: Bench, ftrun_path: str):
 
 
 SECTIONS = ("torchrun", "store", "recovery", "nodeloss", "variants", "save", "scale", "flash",
-            "etcd")
+            "etcd", "stacks")
 
 
 def main() -> int:
@@ -782,7 +820,7 @@ def main() -> int:
 
     sections = set(opts.only or SECTIONS)
     bench = Bench(opts.ftrun, opts.fake_worker, opts.runs)
-    results, pairs, scale, saves, recoveries, losses = [], [], [], [], [], []
+    results, pairs, scale, saves, recoveries, losses, stacks = [], [], [], [], [], [], []
     try:
         header(bench, opts.ftrun)  # also warms the page cache for torch
         for row in ROWS if "torchrun" in sections else []:
@@ -828,6 +866,10 @@ def main() -> int:
                       file=sys.stderr, flush=True)
                 samples.append(fault_time_save(bench, agents))
             saves.append((agents, samples))
+        for i in range(bench.runs) if "stacks" in sections else ():
+            print(f"  merged_stacks [4 agents x 8 ranks] run {i + 1}/{bench.runs}",
+                  file=sys.stderr, flush=True)
+            stacks.append(merged_stacks(bench))
     except LauncherFailed as e:
         print(f"launcher run failed: {e}", file=sys.stderr)
         return 1
@@ -864,6 +906,8 @@ def main() -> int:
 
     if saves:
         print_saves(saves)
+    if stacks:
+        print_stacks(stacks)
     if scale:
         print_scale(scale)
     if "etcd" in sections:

@@ -17,6 +17,8 @@ packages=(
   openssl
   # tests and benchmarks of --rdzv-backend etcd: a real etcd (3.4), started on loopback
   etcd-server
+  # merged stacks of a hang (--hang-timeout, ftrun status --stacks): native stacks (eu-stack)
+  elfutils
   # formatting check (scripts/check-format.sh, run by scripts/test.sh)
   clang-format
   # tests: `ftrun report`'s page is rendered in headless Chromium and what it draws is checked

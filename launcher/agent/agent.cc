@@ -221,6 +221,8 @@ void Agent::OnWaitingAsSpare(uint64_t round) {
   spawner_.Prepare(specs);
 }
 
+void Agent::OnStacksOrder(uint64_t /*round*/, uint64_t stacks_id) { stacks_.OnOrder(stacks_id); }
+
 void Agent::OnJobFinished(const JobResult& result) {
   if (state_ == AgentState::kFinished) return;
   result_ = result;

@@ -41,6 +41,7 @@
 #include "launcher/agent/hang_detector.h"
 #include "launcher/agent/preflight_driver.h"
 #include "launcher/agent/save_relay.h"
+#include "launcher/agent/stack_dumps.h"
 #include "launcher/agent/worker_channels.h"
 #include "launcher/checkpoint/flash_service.h"
 #include "launcher/config/launch_config.h"
@@ -71,6 +72,8 @@ struct AgentOptions {
   // right after the first workers started (e.g. the demo's progress line).
   std::function<int(int sig)> signal_exit_code;
   std::function<void()> on_workers_started;
+  // Where merged stacks are written: <log dir>/<run dir>/stacks ("" : $TMPDIR/ftrun-stacks).
+  std::string stacks_dir;
   // The workers' c10d store (agent_store.h; null: none). The agent drops the stopped
   // workers' keys before it reports them stopped, and stops the store when it finishes.
   std::unique_ptr<store::StoreServer> store;
@@ -116,6 +119,7 @@ class Agent : public Coordinator::Listener {
                        const std::string& json) override;
   void OnExcluded(const std::string& reason) override;
   void OnWaitingAsSpare(uint64_t round) override;
+  void OnStacksOrder(uint64_t round, uint64_t stacks_id) override;
 
  private:
   // Every change of state_ goes through here (and is logged).
@@ -156,6 +160,7 @@ class Agent : public Coordinator::Listener {
   WorkerChannels channels_;
   FlashService flash_;  // memory snapshots of the ranks' state (flash checkpoint)
   SaveRelay relay_;
+  StackDumps stacks_;  // merged stacks of a hang, and the job's stack-dump orders
   HangDetector hangs_;
   PreflightDriver preflight_;
   std::unique_ptr<Timer> fault_timer_;  // the save deadline, or the survivors' grace

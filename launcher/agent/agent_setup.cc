@@ -29,10 +29,19 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
              }),
       relay_(config_, channels_, *coordinator_, events_, metrics_, clock_,
              [this] { return group_.get(); }),
-      hangs_(clock_, config_, channels_, opts_.host,
-             [this](const WorkerFailure& f) {
-               if (WorkersLive(state_)) OnLocalFailure(f);
-             }),
+      stacks_(io, clock_, channels_, *coordinator_,
+              !opts_.stacks_dir.empty()
+                  ? opts_.stacks_dir
+                  : Lookup(opts_.agent_env, "TMPDIR").value_or("/tmp") + "/ftrun-stacks",
+              opts_.host, [this] { return group_.get(); }),
+      hangs_(
+          clock_, config_, channels_, opts_.host,
+          [this](uint64_t round, std::function<void(const std::string&)> done) {
+            stacks_.ForHang(round, std::move(done));
+          },
+          [this](const WorkerFailure& f) {
+            if (WorkersLive(state_)) OnLocalFailure(f);
+          }),
       preflight_(io, config_, opts_.agent_env, *coordinator_, events_,
                  {[this] { coordinator_->Start(this); },
                   [this](const std::string& why) { ExitExcluded(why); },

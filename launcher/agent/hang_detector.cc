@@ -5,15 +5,17 @@
 #include <algorithm>
 
 #include "common/log.h"
+#include "launcher/diagnostics/stacks.h"
 
 namespace ftrun::launcher {
 
 HangDetector::HangDetector(Clock& clock, const LaunchConfig& config, const WorkerChannels& channels,
-                           std::shared_future<std::string> host, OnHang on_hang)
+                           std::shared_future<std::string> host, DumpStacks dump, OnHang on_hang)
     : clock_(clock),
       config_(config),
       channels_(channels),
       host_(std::move(host)),
+      dump_(std::move(dump)),
       on_hang_(std::move(on_hang)),
       monitor_(clock.NewTimer()) {}
 
@@ -27,7 +29,7 @@ void HangDetector::Stop() {
   group_ = nullptr;
   hung_.clear();
   monitor_->Cancel();
-  verdicts_.clear();
+  ++epoch_;
 }
 
 void HangDetector::Arm() {
@@ -57,26 +59,26 @@ void HangDetector::Check() {
   std::sort(silent.begin(), silent.end(), [&](int a, int b) {
     return channel.rank(a).last_progress < channel.rank(b).last_progress;
   });
-  std::string ranks;
+  std::vector<int> silent_ranks;
   for (int lr : silent) {
-    const auto& w = group_->workers().at(lr);
     hung_.insert(lr);
-    ranks += (ranks.empty() ? "" : ",") + std::to_string(w.rank);
-    w.process->Signal(WorkerChannels::StackDumpSignal());
+    silent_ranks.push_back(group_->workers().at(lr).rank);
   }
-  // A rank stuck in a collective makes its peers wait too: every silent rank is listed and
-  // dumps its stacks, and one failure (the longest silent) starts the fault protocol.
+  const std::string ranks = FoldRanks(silent_ranks);
+  // A rank stuck in a collective makes its peers wait too: every rank's stacks are merged
+  // to tell the one stuck elsewhere, and one failure (the longest silent) starts the fault
+  // protocol once they are in.
   LauncherLog()->warn(
-      "rank(s) {} reported no progress for {:g}s after step {}; dumping their stacks "
+      "rank(s) {} reported no progress for {:g}s after step {}; merging every rank's stacks "
       "and treating it as a failure",
       ranks, config_.hang_timeout.count(), channel.rank(silent.front()).step);
-  // Give faulthandler a moment to write the stacks before the stop begins.
-  verdicts_.push_back(clock_.NewTimer());
-  verdicts_.back()->Start(ClockDuration(std::chrono::seconds(1)),
-                          [this, lr = silent.front(), ranks] { Declare(lr, ranks); });
+  dump_(group_->assignment().round,
+        [this, epoch = epoch_, lr = silent.front(), ranks](const std::string& summary) {
+          if (epoch == epoch_ && group_) Declare(lr, ranks, summary);
+        });
 }
 
-void HangDetector::Declare(int local_rank, const std::string& ranks) {
+void HangDetector::Declare(int local_rank, const std::string& ranks, const std::string& summary) {
   const auto& w = group_->workers().at(local_rank);
   const ControlServer& channel = *channels_.control();
   WorkerFailure f;
@@ -85,10 +87,9 @@ void HangDetector::Declare(int local_rank, const std::string& ranks) {
   f.pid = w.process->pid();
   f.exitcode = 124;  // timeout(1)'s code: the process did not exit, it stopped progressing
   f.error_file = "<N/A>";
-  f.message = fmt::format(
-      "hang: rank(s) {} made no progress for {:g}s after step {} (their stacks are in their "
-      "stderr)",
-      ranks, config_.hang_timeout.count(), channel.rank(local_rank).step);
+  f.message =
+      fmt::format("hang: no progress for {:g}s after step {} (silent here: {}); {}",
+                  config_.hang_timeout.count(), channel.rank(local_rank).step, ranks, summary);
   f.timestamp = std::chrono::duration_cast<std::chrono::seconds>(
                     std::chrono::system_clock::now().time_since_epoch())
                     .count();

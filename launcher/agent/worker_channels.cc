@@ -2,8 +2,12 @@
 
 #include <fmt/format.h>
 #include <signal.h>
+#include <stdlib.h>
+
+#include <filesystem>
 
 #include "common/log.h"
+#include "launcher/diagnostics/python_stack_hook.h"
 
 namespace ftrun::launcher {
 
@@ -41,22 +45,59 @@ void WorkerChannels::StartControl(const EnvMap& agent_env) {
     }
   }
   LauncherLog()->debug("control channel ready path={}", control_->path());
+  original_pythonpath_ = Lookup(agent_env, "PYTHONPATH").value_or("");
+  StartStackHook(std::filesystem::path(control_->path()).parent_path().parent_path().string());
+}
+
+// Stack dumps need no cooperation from the script: the hook registers faulthandler at start.
+void WorkerChannels::StartStackHook(const std::string& root) {
+  std::string tmpl = root + "/ftrun-stacks-XXXXXX";
+  if (::mkdtemp(tmpl.data()) == nullptr) {
+    LauncherLog()->warn("no stack-dump directory under {}: stacks only from the helper", root);
+    return;
+  }
+  stacks_root_ = tmpl;
+  std::error_code ec;
+  std::filesystem::create_directory(stacks_root_ + "/python", ec);
+  std::filesystem::create_directory(stacks_root_ + "/dumps", ec);
+  if (auto s = WritePythonStackHook(stacks_root_ + "/python"); ec || !s) {
+    LauncherLog()->warn("no stack-dump hook ({}): stacks only from the helper",
+                        ec ? ec.message() : s.error().message);
+    std::filesystem::remove_all(stacks_root_, ec);
+    stacks_root_.clear();
+    return;
+  }
+  dump_dir_ = stacks_root_ + "/dumps";
 }
 
 void WorkerChannels::Stop() {
   if (watchdog_) watchdog_->Stop();
   if (control_) control_->Stop();
+  if (!stacks_root_.empty()) {
+    std::error_code ec;
+    std::filesystem::remove_all(stacks_root_, ec);
+    stacks_root_.clear();
+    dump_dir_.clear();
+  }
 }
 
 EnvMap WorkerChannels::WorkerEnv() const {
   if (!control_) return {};
-  return {
+  EnvMap env = {
       {"FTRUN_CONTROL_SOCKET", control_->path()},
       {"FTRUN_STACK_SIGNAL", std::to_string(StackDumpSignal())},
       {"FTRUN_SAVE_TIMEOUT", fmt::format("{:g}", config_.save_timeout.count())},
       // The agent keeps memory snapshots (flash checkpoint) within this many bytes.
       {"FTRUN_FLASH_MEMORY_BUDGET", std::to_string(FlashMemoryBudget(config_))},
   };
+  if (!dump_dir_.empty()) {
+    EnvMap original;
+    if (!original_pythonpath_.empty()) original["PYTHONPATH"] = original_pythonpath_;
+    for (auto& [k, v] : PythonStackHookEnv(stacks_root_ + "/python", dump_dir_, original)) {
+      env[k] = v;
+    }
+  }
+  return env;
 }
 
 void WorkerChannels::GroupStarted(const WorkerGroup& group) {

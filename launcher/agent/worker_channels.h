@@ -47,9 +47,13 @@ class WorkerChannels {
 
   // The signal on which the Python helper dumps every thread's stack (faulthandler).
   static int StackDumpSignal();
+  // Where the workers write their stack dumps (python_stack_hook.h); "" without a control
+  // channel. A private directory next to the control channel's, removed by Stop().
+  const std::string& stack_dump_dir() const { return dump_dir_; }
 
  private:
   void StartControl(const EnvMap& agent_env);
+  void StartStackHook(const std::string& root);
 
   boost::asio::io_context& io_;
   const LaunchConfig& config_;
@@ -57,6 +61,9 @@ class WorkerChannels {
   std::unique_ptr<ControlServer> control_;
   std::unique_ptr<FileTimerServer> watchdog_;
   CurrentGroup current_;
+  std::string original_pythonpath_;  // the agent's, for the hook to give back
+  std::string stacks_root_;          // ftrun-stacks-XXXXXX: python/ (the hook) and dumps/
+  std::string dump_dir_;
 };
 
 }  // namespace ftrun::launcher

@@ -129,6 +129,7 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   opts.agent_env = std::move(env);
   opts.host = host;
   opts.watchdog_fifo = hooks.watchdog_fifo;
+  opts.stacks_dir = hooks.stacks_dir;
   opts.events = events;
   if (!hooks.run_dir.empty() && !event_log.empty()) {
     std::error_code ec;

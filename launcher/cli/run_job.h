@@ -28,6 +28,7 @@ struct JobHooks {
   // Called once, when this node's first workers have started (whatever the job's shape).
   std::function<void()> on_workers_started;
   std::string watchdog_fifo;  // torch's FileTimerClient FIFO ("" = off)
+  std::string stacks_dir;     // merged stacks (AgentOptions::stacks_dir)
   // Host the workers' c10d store in the agent (launcher/agent/agent_store.h); msrun's workers
   // use none.
   bool agent_store = true;

@@ -31,7 +31,9 @@ inline constexpr Option kSaveTimeout{
     "SECONDS"};
 inline constexpr Option kHangTimeout{
     "hang-timeout",
-    "Treat a rank that reported progress and then nothing for this long as failed (0: off)",
+    "Treat a rank that reported progress and then nothing for this long as failed (0: off); "
+    "first every rank's stacks are merged into <run dir>/stacks/hang-*.txt and .svg, naming "
+    "the ranks stuck where the others are not",
     "SECONDS"};
 inline constexpr Option kRestartBackoff{
     "restart-backoff",

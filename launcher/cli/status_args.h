@@ -1,5 +1,6 @@
 // `ftrun status HOST:PORT`: asks a job's rendezvous server (the hosting agent, or
-// `ftrun master`) for the job's state and prints it as a table.
+// `ftrun master`) for the job's state and prints it as a table; with --stacks, has every
+// rank dump its stacks and prints them merged (launcher/diagnostics/).
 #pragma once
 
 #include <string>
@@ -18,6 +19,8 @@ struct StatusArgs {
   std::string tls_cert;    // mutual TLS: this client's certificate and key
   std::string tls_key;
   bool json = false;
+  bool stacks = false;     // --stacks: a job-wide stack dump, merged
+  std::string stacks_dir;  // --stacks-dir: where the report is written too ("" : nowhere)
   double timeout = 5;
 };
 

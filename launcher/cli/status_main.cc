@@ -8,6 +8,9 @@
 #include "common/json_message.h"
 #include "common/log.h"
 #include "launcher/cli/status_args.h"
+#include "launcher/diagnostics/stacks.h"
+#include "launcher/diagnostics/stacks_gatherer.h"
+#include "launcher/diagnostics/stacks_report.h"
 #include "rendezvous/rendezvous_client.h"
 
 namespace ftrun::launcher {
@@ -76,6 +79,49 @@ std::string ToJson(const JobStatus& s) {
   return j.str();
 }
 
+// --stacks: one job-wide dump, merged; what came within the timeout is printed either way.
+int PrintStacks(boost::asio::io_context& io, rendezvous::RendezvousClient& client,
+                const StatusArgs& a) {
+  StacksGatherer gatherer(io, client);
+  int code = 1;
+  gatherer.Gather(rendezvous::Duration(a.timeout), [&](const rendezvous::RpcOutcome& out,
+                                                       const rendezvous::StacksCollection& c) {
+    if (!out.ok() && c.id == 0) {
+      std::cerr << "ftrun status: " << client.options().target << ": " << out.message << std::endl;
+      return;
+    }
+    std::vector<int> ranks;
+    bool native = false;
+    for (const auto& s : c.stacks) {
+      ranks.push_back(s.rank);
+      native |= !s.native.empty();
+    }
+    std::string title = "ftrun merged stacks: order " + std::to_string(c.id) + ", rank(s) " +
+                        (ranks.empty() ? "none" : FoldRanks(ranks));
+    if (!c.missing.empty()) {
+      std::string hosts;
+      for (const auto& h : c.missing) hosts += (hosts.empty() ? "" : ", ") + h;
+      title += " (no answer within " + fmt::format("{:g}", a.timeout) + "s from " + hosts + ")";
+    }
+    if (c.left_out > 0) title += " (" + std::to_string(c.left_out) + " rank(s) left out)";
+    StacksReport report = MakeStacksReport(
+        c.stacks, title,
+        native ? "" : "no node sent one (eu-stack missing there, or no ptrace rights)");
+    std::cout << report.text << std::flush;
+    code = 0;
+    if (a.stacks_dir.empty()) return;
+    if (auto s = WriteStacksReport(a.stacks_dir, StacksReportBase("status", c.id), report); !s) {
+      std::cerr << "ftrun status: " << s.error().message << std::endl;
+      code = 1;
+    } else {
+      std::cerr << "ftrun status: merged stacks written to " << report.text_path << " and "
+                << report.svg_path << std::endl;
+    }
+  });
+  io.run();
+  return code;
+}
+
 }  // namespace
 
 int RunStatus(const std::vector<std::string>& argv) {
@@ -101,6 +147,7 @@ int RunStatus(const std::vector<std::string>& argv) {
   o.call_timeout = rendezvous::Duration(a.timeout);
   boost::asio::io_context io;
   rendezvous::RendezvousClient client(io, o);
+  if (a.stacks) return PrintStacks(io, client, a);
   int code = 1;
   client.Status([&](const rendezvous::RpcOutcome& out, const JobStatus& s) {
     if (!out.ok()) {

@@ -115,7 +115,16 @@ class StatusParser : public OptionsParser<StatusArgs> {
          "Mutual TLS: this client's certificate [default: FTRUN_RDZV_TLS_CERT]");
     file("tls-key", a.tls_key, "Mutual TLS: this client's key [default: FTRUN_RDZV_TLS_KEY]");
     app_.add_flag(Names("json"), a.json, "Print the state as one JSON object");
-    app_.add_option(Names("timeout"), a.timeout, "Seconds to wait for an answer")
+    app_.add_flag(Names("stacks"), a.stacks,
+                  "Have every rank of the job dump its stacks (Python, and native with "
+                  "eu-stack) and print them merged: identical stacks once, ranks folded (0-3,8), "
+                  "the ranks that differ from the majority marked");
+    app_.add_option(Names("stacks-dir"), a.stacks_dir,
+                    "With --stacks: also write the merged report there "
+                    "(status-<round>-<time>.txt and .svg)")
+        ->type_name("DIR");
+    app_.add_option(Names("timeout"), a.timeout,
+                    "Seconds to wait for an answer (with --stacks: for every node's stacks)")
         ->type_name("SECONDS")
         ->capture_default_str();
   }

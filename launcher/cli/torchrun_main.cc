@@ -111,7 +111,10 @@ int RunLaunch(LaunchConfig& config, EnvMap env, const std::vector<std::string>& 
 
   JobHooks job;
   job.watchdog_fifo = watchdog_fifo;
-  if (!log_dir->disabled()) job.run_dir = log_dir->run_dir();
+  if (!log_dir->disabled()) {
+    job.run_dir = log_dir->run_dir();
+    job.stacks_dir = log_dir->run_dir() + "/stacks";
+  }
   job.make_planner = [&config, &env, &log_dir](bool) -> Result<std::unique_ptr<WorkerPlanner>> {
     return std::unique_ptr<WorkerPlanner>(
         std::make_unique<TorchrunPlanner>(config, env, std::move(*log_dir)));

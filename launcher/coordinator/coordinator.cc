@@ -40,4 +40,12 @@ void Coordinator::ReportCheck(uint64_t order_id,
   Report(With(ReportKind::kChecked, {.check_id = order_id, .check_results = results}));
 }
 
+void Coordinator::ReportStacks(uint64_t stacks_id, std::vector<rendezvous::RankStack> stacks) {
+  Report(With(ReportKind::kStacks, {.stacks_id = stacks_id, .stacks = std::move(stacks)}));
+}
+
+void Coordinator::GatherJobStacks(rendezvous::Duration /*wait*/, GatherDone done) {
+  done(false, rendezvous::RpcOutcome{}, rendezvous::StacksCollection{});
+}
+
 }  // namespace ftrun::launcher

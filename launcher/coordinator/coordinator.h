@@ -10,12 +10,14 @@
 // budget spent) reaches the listener as OnJobFinished with the reason.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "launcher/workers/failure_report.h"
 #include "rendezvous/assignment.h"
 #include "rendezvous/job_state.h"
+#include "rendezvous/rendezvous_client.h"
 
 namespace ftrun::launcher {
 
@@ -53,6 +55,9 @@ class Coordinator {
     // This node has joined, but round `round` runs without it (a spare beyond --nnodes MAX, or
     // beyond a multiple of --node-unit): it waits to take a lost node's place. Once per round.
     virtual void OnWaitingAsSpare(uint64_t /*round*/) {}
+    // A job-wide stack-dump order (`ftrun status --stacks`, or a hang seen by some agent):
+    // collect this node's ranks' stacks, then ReportStacks(stacks_id, ...). Once per order.
+    virtual void OnStacksOrder(uint64_t /*round*/, uint64_t /*stacks_id*/) {}
   };
 
   virtual ~Coordinator() = default;
@@ -73,6 +78,16 @@ class Coordinator {
   void ReportSaved(uint64_t save_id, int rank, bool finalize, bool ok, const std::string& error);
   // Network check: this node's results for one order.
   void ReportCheck(uint64_t order_id, const std::vector<rendezvous::CheckTaskResult>& results);
+  // Stack dump: this node's ranks' stacks for order `stacks_id`.
+  void ReportStacks(uint64_t stacks_id, std::vector<rendezvous::RankStack> stacks);
+
+  // Every rank's stacks, job-wide: orders a dump on every member and calls `done` on the loop
+  // with what they answered within `wait` (job_wide true). Coordinators without a
+  // rendezvous server to ask (single node, etcd) call it at once with job_wide false: the
+  // agent then collects its own ranks.
+  using GatherDone = std::function<void(bool job_wide, const rendezvous::RpcOutcome&,
+                                        const rendezvous::StacksCollection&)>;
+  virtual void GatherJobStacks(rendezvous::Duration wait, GatherDone done);
 
   // The agent is going away (a signal): leave the job, cancel every pending operation.
   virtual void Shutdown() = 0;

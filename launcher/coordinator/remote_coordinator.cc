@@ -36,7 +36,8 @@ RemoteCoordinator::RemoteCoordinator(boost::asio::io_context& io, RemoteCoordina
                   Contact();
                   if (out.unknown_node()) Rejoin(out.message);
                 }},
-               opts_.store_port) {}
+               opts_.store_port),
+      stacks_(io, client_) {}
 
 RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 
@@ -260,6 +261,13 @@ void RemoteCoordinator::Report(rendezvous::RoundReport report) {
       report.kind == ReportKind::kChecked ? follower_->last_view().round : CurrentRound();
   if (report.kind == ReportKind::kSucceeded) succeeded_round_ = report.round;
   reports_.Push(std::move(report));
+}
+
+void RemoteCoordinator::GatherJobStacks(rendezvous::Duration wait, GatherDone done) {
+  stacks_.Gather(
+      wait, [done = std::move(done)](const RpcOutcome& out, const rendezvous::StacksCollection& c) {
+        done(true, out, c);
+      });
 }
 
 void RemoteCoordinator::WorkersStopped() {

@@ -27,6 +27,7 @@
 #include "launcher/coordinator/report_queue.h"
 #include "launcher/coordinator/store_probe.h"
 #include "launcher/coordinator/view_follower.h"
+#include "launcher/diagnostics/stacks_gatherer.h"
 #include "launcher/netcheck/pair_probe.h"
 #include "rendezvous/rendezvous_client.h"
 #include "rendezvous/rendezvous_server.h"
@@ -59,6 +60,7 @@ class RemoteCoordinator : public Coordinator {
     return opts_.server ? opts_.server->RenderMetrics() : "";
   }
   bool HostsRendezvous() const override { return opts_.server != nullptr; }
+  void GatherJobStacks(rendezvous::Duration wait, GatherDone done) override;
 
  private:
   // Every report goes to the server, in order, retried while it is unreachable.
@@ -101,7 +103,8 @@ class RemoteCoordinator : public Coordinator {
   std::optional<uint64_t> succeeded_round_;  // this node reported its workers' success
   bool watching_ = false;
   uint64_t known_version_ = 0;
-  ReportQueue reports_;  // after client_: borrows it
+  ReportQueue reports_;    // after client_: borrows it
+  StacksGatherer stacks_;  // likewise
   std::optional<StoreProbe> store_probe_;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);

@@ -13,6 +13,14 @@ ViewFollower::ViewFollower(Coordinator::Listener* listener, ReportStopped report
 
 void ViewFollower::Apply(const NodeView& v) {
   if (finished_) return;
+  // A stack-dump order newer than the first view this node saw (older ones are not ours).
+  if (!stacks_seen_) {
+    stacks_seen_ = true;
+    last_stacks_id_ = v.stacks_id;
+  } else if (v.stacks_id > last_stacks_id_) {
+    last_stacks_id_ = v.stacks_id;
+    if (v.member) listener_->OnStacksOrder(v.round, v.stacks_id);
+  }
   last_view_ = v;
   if (v.check_id != 0 && v.check_id != last_check_id_) {
     last_check_id_ = v.check_id;

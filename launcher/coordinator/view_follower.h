@@ -10,6 +10,7 @@
 //   view checking, member, new check order   -> Listener::OnCheckOrder
 //   a new finished network check             -> Listener::OnCheckFinished
 //   view excluded                            -> Listener::OnExcluded (and nothing after)
+//   a new stack-dump order, member           -> Listener::OnStacksOrder
 //   view stopping, nothing of ours running   -> report_stopped(round)
 //   view running, not a member, no workers    -> Listener::OnWaitingAsSpare (once per round)
 //   view succeeded / failed                  -> Listener::OnJobFinished
@@ -54,6 +55,8 @@ class ViewFollower {
   std::string last_save_key_;
   uint64_t last_check_id_ = 0;  // the last network check whose results were passed on
   uint64_t last_check_order_ = 0;
+  bool stacks_seen_ = false;  // the first view sets the baseline of stack-dump orders
+  uint64_t last_stacks_id_ = 0;
   std::optional<uint64_t> stopping_round_;
   std::optional<uint64_t> started_round_;
   bool workers_live_ = false;

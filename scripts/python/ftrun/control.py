@@ -52,6 +52,25 @@ def _log(msg: str):
     print(f"ftrun[{_rank()}]: {msg}", file=sys.stderr, flush=True)
 
 
+def _register_stack_dump():
+    """The agent asks for every thread's stack with FTRUN_STACK_SIGNAL: faulthandler writes
+    it to this process's own file in FTRUN_STACK_DIR (the agent merges the ranks' files), so
+    the dumps of several ranks never interleave. The agent's sitecustomize hook registers the
+    same file at start; registering again is harmless. Without FTRUN_STACK_DIR: stderr."""
+    sig = os.environ.get("FTRUN_STACK_SIGNAL")
+    if not sig:
+        return
+    where = os.environ.get("FTRUN_STACK_DIR")
+    try:
+        if where and os.path.isdir(where):
+            dump = open(os.path.join(where, f"stack-{os.getpid()}.txt"), "a")
+            faulthandler.register(int(sig), file=dump, all_threads=True)
+            return
+        faulthandler.register(int(sig), file=sys.stderr, all_threads=True)
+    except (OSError, ValueError, AttributeError):  # stderr is not a file (redirected)
+        faulthandler.register(int(sig), file=sys.__stderr__, all_threads=True)
+
+
 class PendingAnswer:
     """A request sent to the agent whose answer has not been claimed yet."""
 
@@ -106,16 +125,12 @@ class Controller:
         self._ids = itertools.count(1)
         self._answers = {}  # request id -> [threading.Event, answer, fd]
         self._answers_lock = threading.Lock()
+        # Before the hello: a rank that said it is signalled for its stacks.
+        _register_stack_dump()
         self._sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self._sock.connect(path)
         self._send({"type": "hello", "version": PROTOCOL_VERSION, "rank": self.rank,
                     "pid": os.getpid()})
-        sig = os.environ.get("FTRUN_STACK_SIGNAL")
-        if sig:  # the agent asks a hung rank for its stacks with this signal
-            try:
-                faulthandler.register(int(sig), file=sys.stderr, all_threads=True)
-            except (OSError, ValueError, AttributeError):  # stderr is not a file (redirected)
-                faulthandler.register(int(sig), file=sys.__stderr__, all_threads=True)
         self._reader = threading.Thread(target=self._read, name="ftrun-control", daemon=True)
         self._reader.start()
 

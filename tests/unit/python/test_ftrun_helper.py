@@ -230,6 +230,27 @@ class ControlTest(unittest.TestCase):
         p.communicate()
         self.assertIn("(most recent call first)", err)
 
+    def test_stack_dump_goes_to_its_own_file_in_the_stack_dir(self):
+        code = ("import os, signal, sys, time; sys.path.insert(0, %r); os.environ['RANK']='0';"
+                "import ftrun; ft = ftrun.connect(); time.sleep(5)") % os.path.join(
+                    HERE, "..", "..", "..", "scripts", "python")
+        with tempfile.TemporaryDirectory() as where:
+            env = dict(os.environ, FTRUN_STACK_SIGNAL="36", FTRUN_STACK_DIR=where, RANK="0")
+            p = subprocess.Popen([sys.executable, "-c", code], env=env, stderr=subprocess.PIPE,
+                                 text=True)
+            self.agent.wait_for(lambda m: m["type"] == "hello" and m["rank"] == 0)
+            os.kill(p.pid, 36)
+            dump, text, deadline = os.path.join(where, f"stack-{p.pid}.txt"), "", \
+                time.monotonic() + 10
+            while "(most recent call first)" not in text and time.monotonic() < deadline:
+                time.sleep(0.05)
+                with open(dump) as f:
+                    text = f.read()
+            p.kill()
+            _, err = p.communicate()
+            self.assertIn("(most recent call first)", text)
+            self.assertNotIn("(most recent call first)", err)
+
 
 if __name__ == "__main__":
     unittest.main()

@@ -36,6 +36,9 @@ class Recorder : public launcher::Coordinator::Listener {
     calls.push_back("checked " + std::to_string(id));
   }
   void OnExcluded(const std::string& reason) override { calls.push_back("excluded " + reason); }
+  void OnStacksOrder(uint64_t round, uint64_t id) override {
+    calls.push_back("stacks " + std::to_string(round) + "/" + std::to_string(id));
+  }
   std::vector<std::string> calls;
 };
 

@@ -126,6 +126,20 @@ TEST_F(ViewFollowerTest, NetworkCheckOrdersAndResultsArePassedOnOnce) {
   EXPECT_EQ(Take(), (std::vector<std::string>{"check 1/3", "checked 9"}));
 }
 
+TEST_F(ViewFollowerTest, EachNewStackDumpOrderIsPassedOnOnceToMembers) {
+  auto running = View(Phase::kRunning, 1);
+  running.stacks_id = 4;  // an order from before this node joined: not ours
+  follower.Apply(running);
+  EXPECT_EQ(Take(), std::vector<std::string>{"start 1"});
+  running.stacks_id = 5;
+  follower.Apply(running);
+  follower.Apply(running);
+  auto outside = View(Phase::kRunning, 1, false);
+  outside.stacks_id = 6;  // not a member: nothing of ours to dump
+  follower.Apply(outside);
+  EXPECT_EQ(Take(), (std::vector<std::string>{"stacks 1/5", "restart this node left the round"}));
+}
+
 TEST_F(ViewFollowerTest, TheJobsEndIsFinalAndNothingFollowsIt) {
   follower.Apply(View(Phase::kRunning, 1));
   auto failed = View(Phase::kFailed, 1);
