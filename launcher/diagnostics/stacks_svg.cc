@@ -7,6 +7,8 @@
 #include <memory>
 #include <set>
 
+#include "common/markup.h"
+
 namespace ftrun::launcher {
 namespace {
 
@@ -32,29 +34,6 @@ struct Node {
     return children.back().get();
   }
 };
-
-std::string Escape(const std::string& s) {
-  std::string out;
-  for (unsigned char c : s) {
-    switch (c) {
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '&':
-        out += "&amp;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      default:
-        if (c >= 0x20 || c == '\t') out += static_cast<char>(c);  // no control bytes in XML
-    }
-  }
-  return out;
-}
 
 void AddGroup(Node& root, const StackGroup& g, bool is_native, size_t max_depth) {
   Node* n = &root;
@@ -93,13 +72,14 @@ class Painter {
     out += fmt::format(
         "<g><title>{} — rank(s) {} ({} thread(s))</title><rect x=\"{:.1f}\" y=\"{:.1f}\" "
         "width=\"{:.1f}\" height=\"{:.1f}\" fill=\"{}\" rx=\"2\"/>",
-        Escape(n.label), FoldRanks(ranks), n.samples, x, y, std::max(0.5, w - 0.5), kRow - 1, fill);
+        EscapeMarkup(n.label), FoldRanks(ranks), n.samples, x, y, std::max(0.5, w - 0.5), kRow - 1,
+        fill);
     const size_t fits = static_cast<size_t>(std::max(0.0, (w - 6) / 7));
     if (fits >= 4) {
       std::string text = n.label + " [" + FoldRanks(ranks) + "]";
       if (text.size() > fits) text = text.substr(0, fits - 2) + "..";
       out += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\">{}</text>", x + 3, y + kRow - 5,
-                         Escape(text));
+                         EscapeMarkup(text));
     }
     out += "</g>\n";
     double cx = x;
@@ -146,7 +126,7 @@ std::string RenderStacksSvg(const MergedStacks& m, const std::string& title, siz
       "<rect width=\"100%\" height=\"100%\" fill=\"#fdfdf8\"/>\n"
       "<text x=\"6\" y=\"16\" font-size=\"13\">{2}</text>\n"
       "<text x=\"6\" y=\"32\">{3}</text>\n",
-      kWidth, height, Escape(title), Escape(m.Summary()));
+      kWidth, height, EscapeMarkup(title), EscapeMarkup(m.Summary()));
   if (root.samples > 0) Painter(root.samples, height - 10, differing).Paint(root, 0, 0, out);
   out += "</svg>\n";
   return out;

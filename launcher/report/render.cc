@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <ctime>
 
+#include "common/markup.h"
+
 namespace ftrun::launcher::report {
 namespace {
 
@@ -23,37 +25,6 @@ constexpr PhaseStyle kPhases[] = {
     {"stop", "stop", "#b07aa1"},     {"rendezvous", "rendezvous", "#76b7b2"},
     {"spawn", "spawn", "#59a14f"},   {"first step", "first-step", "#9c755f"},
 };
-
-std::string Esc(const std::string& s) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    switch (c) {
-      case '&':
-        out += "&amp;";
-        break;
-      case '<':
-        out += "&lt;";
-        break;
-      case '>':
-        out += "&gt;";
-        break;
-      case '"':
-        out += "&quot;";
-        break;
-      case '\'':
-        out += "&#39;";
-        break;
-      default:
-        if (static_cast<unsigned char>(c) < 0x20 && c != '\n' && c != '\t') {
-          out += ' ';
-        } else {
-          out += c;
-        }
-    }
-  }
-  return out;
-}
 
 std::string Base64(const std::string& in) {
   static const char* k = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -109,7 +80,7 @@ void Axis(const Scale& s, int y, std::string& svg) {
 }
 
 std::string RowLabel(int y, const std::string& text) {
-  return fmt::format("<text x='6' y='{}' class='row'>{}</text>\n", y, Esc(text));
+  return fmt::format("<text x='6' y='{}' class='row'>{}</text>\n", y, EscapeMarkup(text));
 }
 
 std::string TimelineSvg(const Timeline& t) {
@@ -145,8 +116,8 @@ std::string TimelineSvg(const Timeline& t) {
         "fill='{1}'/><rect class='fault-mark' x='{2:.1f}' y='86' width='14' height='14' "
         "fill='{1}'/><text x='{3:.1f}' y='116' class='fault-text'>{4}</text>"
         "<title>{5}: {4} on {6}</title></g>\n",
-        x - 1.5, kFaultColour, x - 7, std::min(x + 9, kWidth - 200.0), Esc(what), Utc(f.time_ms),
-        Esc(f.host.empty() ? f.node : f.host));
+        x - 1.5, kFaultColour, x - 7, std::min(x + 9, kWidth - 200.0), EscapeMarkup(what),
+        Utc(f.time_ms), EscapeMarkup(f.host.empty() ? f.node : f.host));
   }
   for (const auto& r : t.recoveries) {
     for (size_t i = 0; i < r.phases.size() && i < std::size(kPhases); ++i) {
@@ -173,7 +144,7 @@ std::string TimelineSvg(const Timeline& t) {
     svg += fmt::format(
         "<path class='marker marker-{}' d='M{:.1f} {} l6 6 l-6 6 l-6 -6 z' fill='{}'>"
         "<title>{}: {}</title></path>\n",
-        Esc(m.kind), x, y - 6, colour, Utc(m.time_ms), Esc(m.label));
+        EscapeMarkup(m.kind), x, y - 6, colour, Utc(m.time_ms), EscapeMarkup(m.label));
   }
   svg += "</svg>\n";
   return svg;
@@ -220,7 +191,7 @@ std::string BreakdownSvg(const Recovery& r) {
 
 std::string RecoverySection(const Recovery& r, size_t n) {
   std::string h = fmt::format("<h3>Recovery {}: from attempt {} ({})</h3>\n", n + 1, r.from_attempt,
-                              Esc(r.cause));
+                              EscapeMarkup(r.cause));
   h += BreakdownSvg(r);
   h += "<table class='phases'><tr>";
   for (size_t i = 0; i < std::size(kPhases); ++i) {
@@ -239,7 +210,7 @@ std::string RecoverySection(const Recovery& r, size_t n) {
   } else if (r.fault_step) {
     lost = fmt::format("unknown (last completed step {})", *r.fault_step);
   }
-  h += "<td>" + Esc(lost) + "</td></tr></table>\n";
+  h += "<td>" + EscapeMarkup(lost) + "</td></tr></table>\n";
   return h;
 }
 
@@ -267,11 +238,11 @@ std::string RenderReportHtml(const Timeline& t, const ReportInputs& in) {
   std::string h =
       "<!DOCTYPE html>\n<html lang='en'><head><meta charset='utf-8'>\n<title>ftrun "
       "report " +
-      Esc(t.run_id) + "</title>\n" + kStyle + "</head><body>\n";
-  h += "<h1>ftrun report: run " + Esc(t.run_id.empty() ? "?" : t.run_id) + "</h1>\n";
+      EscapeMarkup(t.run_id) + "</title>\n" + kStyle + "</head><body>\n";
+  h += "<h1>ftrun report: run " + EscapeMarkup(t.run_id.empty() ? "?" : t.run_id) + "</h1>\n";
   h += "<table class='summary'>";
   auto row = [&h](const std::string& k, const std::string& v) {
-    h += "<tr><td>" + Esc(k) + "</td><td>" + Esc(v) + "</td></tr>";
+    h += "<tr><td>" + EscapeMarkup(k) + "</td><td>" + EscapeMarkup(v) + "</td></tr>";
   };
   row("outcome",
       t.outcome.empty()
@@ -313,7 +284,7 @@ std::string RenderReportHtml(const Timeline& t, const ReportInputs& in) {
   for (const auto& n : in.notes) missing.push_back(n);
   if (!missing.empty()) {
     h += "<div class='missing'><b>Not in this page:</b><ul>";
-    for (const auto& m : missing) h += "<li>" + Esc(m) + "</li>";
+    for (const auto& m : missing) h += "<li>" + EscapeMarkup(m) + "</li>";
     h += "</ul></div>\n";
   }
 
@@ -339,17 +310,18 @@ std::string RenderReportHtml(const Timeline& t, const ReportInputs& in) {
     h += "<h2>Faults</h2>\n<table><tr><th>time</th><th>node</th><th>rank</th><th>how</th>"
          "<th>last completed step</th><th>message</th></tr>\n";
     for (const auto& f : t.faults) {
-      h += "<tr><td>" + Utc(f.time_ms) + "</td><td>" + Esc(f.host.empty() ? f.node : f.host) +
-           "</td><td>" + (f.rank ? std::to_string(*f.rank) : "-") + "</td><td>" + Esc(f.exit) +
+      h += "<tr><td>" + Utc(f.time_ms) + "</td><td>" +
+           EscapeMarkup(f.host.empty() ? f.node : f.host) + "</td><td>" +
+           (f.rank ? std::to_string(*f.rank) : "-") + "</td><td>" + EscapeMarkup(f.exit) +
            "</td><td>" + (f.step ? std::to_string(*f.step) : "unknown") + "</td><td>" +
-           Esc(f.message.substr(0, 300)) + "</td></tr>\n";
+           EscapeMarkup(f.message.substr(0, 300)) + "</td></tr>\n";
     }
     h += "</table>\n";
   }
   if (!t.markers.empty()) {
     h += "<h2>Checkpoints, rounds and nodes</h2>\n<table><tr><th>time</th><th>what</th></tr>\n";
     for (const auto& m : t.markers) {
-      h += "<tr><td>" + Utc(m.time_ms) + "</td><td>" + Esc(m.label) + "</td></tr>\n";
+      h += "<tr><td>" + Utc(m.time_ms) + "</td><td>" + EscapeMarkup(m.label) + "</td></tr>\n";
     }
     h += "</table>\n";
   }
@@ -357,15 +329,16 @@ std::string RenderReportHtml(const Timeline& t, const ReportInputs& in) {
     h += "<h2>Merged stacks of hung ranks</h2>\n";
     for (const auto& s : in.stacks_svg) {
       // As an image: the SVG's own scripts, if any, do not run.
-      h += "<h3>" + Esc(s.name) + "</h3>\n<img class='stacks' alt='" + Esc(s.name) +
-           "' style='max-width:100%' src='data:image/svg+xml;base64," + Base64(s.text) + "'>\n";
+      h += "<h3>" + EscapeMarkup(s.name) + "</h3>\n<img class='stacks' alt='" +
+           EscapeMarkup(s.name) + "' style='max-width:100%' src='data:image/svg+xml;base64," +
+           Base64(s.text) + "'>\n";
     }
     for (const auto& s : in.stacks_text) {
-      h += "<h3>" + Esc(s.name) + "</h3>\n<pre>" + Esc(s.text) + "</pre>\n";
+      h += "<h3>" + EscapeMarkup(s.name) + "</h3>\n<pre>" + EscapeMarkup(s.text) + "</pre>\n";
     }
   }
   h += "<h2>Fault record</h2>\n";
-  h += in.fault_record ? "<pre class='fault-record'>" + Esc(*in.fault_record) + "</pre>\n"
+  h += in.fault_record ? "<pre class='fault-record'>" + EscapeMarkup(*in.fault_record) + "</pre>\n"
                        : std::string(
                              "<p>No fault_record.json (the agent writes it when the job "
                              "ends in failure).</p>\n");
