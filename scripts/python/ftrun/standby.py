@@ -196,6 +196,28 @@ def _take_stdio(fds):
     sys.stderr = sys.__stderr__ = _stdio(2, "<stderr>", old[2], buffered)
 
 
+def _as_the_stack_hook_leaves_it():
+    """What the agent's sitecustomize (merged stacks, launcher/diagnostics/python_stack_hook)
+    does at a cold start, done again for the attempt's environment, which this interpreter's
+    start did not see: the stack dump goes to this attempt's directory, and the script sees
+    its own PYTHONPATH."""
+    try:
+        import faulthandler
+        sig = int(os.environ.get("FTRUN_STACK_SIGNAL", "0"))
+        where = os.environ.get("FTRUN_STACK_DIR", "")
+        if sig > 0 and where and os.path.isdir(where):
+            dump = open(os.path.join(where, f"stack-{os.getpid()}.txt"), "a")
+            faulthandler.register(sig, file=dump, all_threads=True)
+    except Exception:  # noqa: BLE001 - no dump is better than a worker that does not start
+        pass
+    original = os.environ.pop("FTRUN_ORIGINAL_PYTHONPATH", None)
+    if original is not None:
+        if original:
+            os.environ["PYTHONPATH"] = original
+        else:
+            os.environ.pop("PYTHONPATH", None)
+
+
 def _restore_signals():
     for s, handler in _FRESH_SIGNALS.items():
         try:
@@ -285,6 +307,7 @@ def main(sock_fd, main_dict):
     os.chdir(cwd)
     os.environb.clear()
     os.environb.update(e.split(b"=", 1) for e in env if b"=" in e)
+    _as_the_stack_hook_leaves_it()
     _restore_signals()
     kind = "module" if argv[0] == "-m" else "script"
     if not safe_path:
