@@ -172,6 +172,9 @@ void EtcdCoordinator::Follow() {
     const int64_t next = resp.header().revision() + 1;
     const auto& view = resp.responses(0).response_range();
     if (view.kvs_size() == 1) OnView(view.kvs(0).value());
+    // That view may have ended this node's job (a refusal): the agent has shut us down, and a
+    // watch opened now would keep its loop alive for ever.
+    if (shutting_down_ || failed_) return;
     watches_[0] = std::make_unique<rendezvous::etcd::EtcdWatch>(
         io_, *opts_.client, opts_.keys.view(opts_.node.node_id), "", next,
         [this](const std::vector<pb::Event>& events) {
