@@ -50,6 +50,12 @@ class Topology : public ::testing::Test {
 TEST_F(Topology, GroupRanksFollowTheSwitchesFromTheEnvironmentAndTheFile) {
   ChildRun master(FtrunBinary(), {"master", "--port", port_, "--nnodes", "3", "--rdzv-id", "topo",
                                   "--event-log", dir_ / "events.jsonl"});
+  // The agents' endpoint is local: an agent that found nobody listening there would host the
+  // rendezvous itself (as torchrun's c10d agents do), and the master would then find its port
+  // taken. The master listens first.
+  ASSERT_TRUE(WaitFor(
+      [&] { return master.Err().find("rendezvous server listening") != std::string::npos; }, 20s))
+      << master.Err();
   // DLRover's format; this machine is 127.0.0.1 (loopback is one of its addresses).
   std::ofstream(dir_ / "topology.txt") << "# asw psw ip\nasw-1 psw-0 127.0.0.1\n";
   // Joining in the reverse of the switch order: c (asw-2), then the file's node, then a.
