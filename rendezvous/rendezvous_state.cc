@@ -408,10 +408,8 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
   return sorted;
 }
 
-void RendezvousState::CompleteRound(TimePoint now) {
-  formed_any_ = true;
-  members_ = FormingCandidates();
-  alive_members_ = static_cast<int>(members_.size());
+void RendezvousState::SetMembers(std::vector<std::string> members) {
+  members_ = std::move(members);
   rank_of_.clear();
   base_rank_.clear();
   world_size_ = 0;
@@ -420,6 +418,12 @@ void RendezvousState::CompleteRound(TimePoint now) {
     base_rank_.push_back(world_size_);
     world_size_ += nodes_.at(members_[i]).info.nproc_per_node;
   }
+}
+
+void RendezvousState::CompleteRound(TimePoint now) {
+  formed_any_ = true;
+  SetMembers(FormingCandidates());
+  alive_members_ = static_cast<int>(members_.size());
   const NodeInfo& leader = nodes_.at(members_.front()).info;
   master_addr_ = spec_.static_ranks && !spec_.master_addr.empty() ? spec_.master_addr : leader.addr;
   master_port_ = leader.free_port;

@@ -212,6 +212,8 @@ class RendezvousState {
   void TryCompleteRound(TimePoint now);
   // How many of the joined nodes the next round takes: at most MAX, a multiple of node_unit.
   int RoundSize() const;
+  // members_ in group-rank order, and the ranks and world size they make.
+  void SetMembers(std::vector<std::string> members);
   void CompleteRound(TimePoint now);
   // rendezvous_state_check.cc: the pre-flight network check of a new round.
   void MaybeStartCheck(TimePoint now);

@@ -92,16 +92,9 @@ void RendezvousState::AdoptRebuiltRound(TimePoint now) {
                              std::to_string(r.shape.world_size),
                          now);
   }
-  members_ = r.holders;
-  rank_of_.clear();
-  base_rank_.clear();
-  world_size_ = 0;
-  for (size_t i = 0; i < members_.size(); ++i) {
-    rank_of_[members_[i]] = static_cast<int>(i);
-    base_rank_.push_back(world_size_);
-    world_size_ += nodes_.at(members_[i]).info.nproc_per_node;
-    checked_.insert(members_[i]);  // it ran: its network check (if any) is behind it
-  }
+  SetMembers(r.holders);
+  // They ran: their network check (if any) is behind them.
+  checked_.insert(members_.begin(), members_.end());
   master_addr_ = r.shape.master_addr;
   master_port_ = r.shape.master_port;
   round_ = r.shape.round;

@@ -389,7 +389,7 @@ void Agent::Finish(int exit_code) {
       LauncherLog()->info("post-mortem page path={} (ftrun report; written as the agent exits)",
                           opts_.report_path);
     }
-    ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
+    failure_report_ = ReportOutcome(*result_, exit_code_, *opts_.planner, opts_.agent_env, events_);
   }
   // A failed job keeps its newest memory snapshots: the loop runs until they are stored.
   if (exit_code_ != 0) flash_.PersistForExit([] {});

@@ -171,7 +171,8 @@ class Agent : public Coordinator::Listener {
   std::unique_ptr<WorkerGroup> group_;
   int grace_signal_ = 0;  // sent when the survivors' grace ends
   std::optional<JobResult> result_;
-  int stop_signal_ = 0;  // the forwarded signal that is stopping the job, if any
+  std::string failure_report_;  // printed once the loop has stopped (Run)
+  int stop_signal_ = 0;         // the forwarded signal that is stopping the job, if any
   bool ever_started_ = false;
   int exit_code_ = 1;
   FaultHistory history_;     // the job's faults as this node saw them (fault_record.json)

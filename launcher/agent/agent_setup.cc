@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "ftrun/v1/control.pb.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/outcome.h"
 #include "launcher/standby/warm_spawner.h"
 
 namespace ftrun::launcher {
@@ -55,6 +56,9 @@ Agent::~Agent() = default;
 
 int Agent::Run() {
   if (Start()) io_.run();
+  // A console that is slow to take the report may cost seconds: not while the loop still
+  // persists snapshots or lingers for the other nodes.
+  WriteFailureReport(failure_report_);
   return exit_code_;
 }
 

@@ -15,29 +15,32 @@ namespace {
 constexpr std::chrono::milliseconds kFailureReportWait{5000};
 }  // namespace
 
-void ReportOutcome(const JobResult& r, int exit_code, WorkerPlanner& planner,
-                   const EnvMap& agent_env, AgentEvents& events) {
+std::string ReportOutcome(const JobResult& r, int exit_code, WorkerPlanner& planner,
+                          const EnvMap& agent_env, AgentEvents& events) {
   const bool succeeded = r.succeeded && exit_code == 0;
   events.JobFinished(succeeded, exit_code, r.reason);
   if (succeeded) {
     LauncherLog()->info("job finished outcome=succeeded exit_code=0");
-    return;
+    return "";
   }
   LauncherLog()->error("job finished outcome=failed exit_code={} reason=\"{}\"", exit_code,
                        r.reason);
-  if (r.failures.empty()) return;
-  // On a console nobody reads, the report must not keep ftrun from exiting: it is also in
-  // the fault record and the error file.
+  if (r.failures.empty()) return "";
   std::ostringstream report;
   planner.ReportFailure(r.failures, report);
-  std::cerr.flush();
-  if (!WriteWithin(STDERR_FILENO, report.str(), kFailureReportWait)) {
-    LauncherLog()->warn("stderr did not take the failure report within {} s; see the fault record",
-                        kFailureReportWait.count() / 1000);
-  }
   if (auto path = Lookup(agent_env, "TORCHELASTIC_ERROR_FILE")) {
     const WorkerFailure& root = r.failures[RootCauseIndex(r.failures)];
     if (auto s = WriteAgentErrorFile(*path, root); !s) LauncherLog()->warn("{}", s.error().message);
+  }
+  return report.str();
+}
+
+void WriteFailureReport(const std::string& report) {
+  if (report.empty()) return;
+  std::cerr.flush();
+  if (!WriteWithin(STDERR_FILENO, report, kFailureReportWait)) {
+    LauncherLog()->warn("stderr did not take the failure report within {} s; see the fault record",
+                        kFailureReportWait.count() / 1000);
   }
 }
 
