@@ -27,6 +27,21 @@ int LastStep(const std::string& progress_file) {
 
 // ftrun's demo script (fault-time save through the helper), or a plain torch script whose
 // ranks exit 1 when a collective fails (so their failures reach the rendezvous first).
+// One of the agents of a 2-node job on loopback that a third agent joins as a spare: 2 ranks,
+// no restart to spend (a node loss must spend none), fast liveness.
+std::vector<std::string> SpareJobAgent(const std::string& port, const std::string& run_id,
+                                       const std::string& log_dir) {
+  return {
+      "--nproc-per-node", "2",
+      "--nnodes",         "2",
+      "--max-restarts",   "0",
+      "--rdzv-backend",   "c10d",
+      "--rdzv-endpoint",  "127.0.0.1:" + port,
+      "--rdzv-id",        run_id,
+      "--rdzv-conf",      "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4",
+      "--log-dir",        log_dir};
+}
+
 std::vector<std::string> Train(bool plain, const std::string& out, const std::string& progress) {
   std::vector<std::string> a = {"--steps", std::to_string(kSteps), "--step-time", "0.05", "--out",
                                 out};
@@ -54,23 +69,7 @@ TEST_P(SpareNode, ANodeLossPromotesTheSpareAndSpendsNoRestart) {
 
   const std::string port = std::to_string(TestPort());
   auto agent = [&](const std::string& name) {
-    std::vector<std::string> argv = {
-        "--nproc-per-node",
-        "2",
-        "--nnodes",
-        "2",
-        "--max-restarts",
-        "0",
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "127.0.0.1:" + port,
-        "--rdzv-id",
-        "spare",
-        "--rdzv-conf",
-        "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4",
-        "--log-dir",
-        dir / ("logs-" + name)};
+    std::vector<std::string> argv = SpareJobAgent(port, "spare", dir / ("logs-" + name));
     for (const auto& a : Train(plain, dir / "out", dir / "out/progress")) argv.push_back(a);
     return std::make_unique<ChildRun>(FtrunBinary(), argv,
                                       std::map<std::string, std::string>{{"PYTHON_EXEC", kPython}});
@@ -116,26 +115,10 @@ TEST(WarmRestartSpare, TheSparesStandbysAreReadyBeforeItsPromotionAndItsFirstSta
   TempDir dir;
   const std::string port = std::to_string(TestPort());
   auto agent = [&](const std::string& name) {
-    std::vector<std::string> argv = {
-        "--nproc-per-node",
-        "2",
-        "--nnodes",
-        "2",
-        "--max-restarts",
-        "0",
-        "--rdzv-backend",
-        "c10d",
-        "--rdzv-endpoint",
-        "127.0.0.1:" + port,
-        "--rdzv-id",
-        "warm-spare",
-        "--rdzv-conf",
-        "last_call_timeout=0.5,keep_alive_interval=0.5,keep_alive_max_attempt=4",
-        "--warm-restart",
-        "--log-dir",
-        dir / ("logs-" + name),
-        "--event-log",
-        dir / ("events-" + name)};
+    std::vector<std::string> argv = SpareJobAgent(port, "warm-spare", dir / ("logs-" + name));
+    for (const std::string& a : {"--warm-restart"s, "--event-log"s, dir / ("events-" + name)}) {
+      argv.push_back(a);
+    }
     // Long enough for the spare's standbys to import torch before the job ends.
     for (const std::string& a : {SourceDir() + "/tests/e2e/workers/plain_ddp.py", "--steps"s,
                                  "400"s, "--step-time"s, "0.05"s, "--out"s, dir / "out"}) {
