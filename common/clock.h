@@ -10,6 +10,7 @@
 
 #include <boost/asio/io_context.hpp>
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 
@@ -37,6 +38,13 @@ std::unique_ptr<Clock> MakeSteadyClock(boost::asio::io_context& io);
 template <typename Rep, typename Period>
 std::chrono::steady_clock::duration ClockDuration(std::chrono::duration<Rep, Period> d) {
   return std::chrono::duration_cast<std::chrono::steady_clock::duration>(d);
+}
+
+// Whole seconds since the Unix epoch (wall time, for records read by people and tools).
+inline int64_t WallSeconds() {
+  return std::chrono::duration_cast<std::chrono::seconds>(
+             std::chrono::system_clock::now().time_since_epoch())
+      .count();
 }
 
 }  // namespace ftrun

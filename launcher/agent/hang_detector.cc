@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "common/clock.h"
 #include "common/log.h"
 #include "launcher/diagnostics/stacks.h"
 
@@ -90,9 +91,7 @@ void HangDetector::Declare(int local_rank, const std::string& ranks, const std::
   f.message =
       fmt::format("hang: no progress for {:g}s after step {} (silent here: {}); {}",
                   config_.hang_timeout.count(), channel.rank(local_rank).step, ranks, summary);
-  f.timestamp = std::chrono::duration_cast<std::chrono::seconds>(
-                    std::chrono::system_clock::now().time_since_epoch())
-                    .count();
+  f.timestamp = WallSeconds();
   f.host = host_.get();
   on_hang_(f);
 }
