@@ -207,13 +207,15 @@ class Layout:
         return tensors
 
     def _number(self, value, j) -> bool:
+        """Takes `value` for number slot j: False when it is not a number (a new layout is
+        needed); a number of another kind is spliced in too (none is memoized)."""
         old = self._number_values[j]
         if value is old:
             return True
         t = type(value)
-        if t is not type(old) or t not in _NUMBERS:
+        if t not in _NUMBERS:
             return False
-        if t is int and value == old:
+        if t is int and type(old) is int and value == old:
             return True
         self._number_values[j] = value  # floats: re-encoded even when equal (0.0 and -0.0)
         self._parts[self._slot_part[j]] = _encode(value)
