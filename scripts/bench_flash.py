@@ -5,7 +5,8 @@ torch.save: under a real ftrun,
   * the restore of that state from the agent's memory, per GiB;
   * the agent's own memory (RssAnon: not the snapshots, which are shared memfd pages);
   * the cost of a MEMORY save after every step on the demo model (scripts/demo/train.py, 4
-    ranks): the training loop's time with --flash against no checkpoint at all.
+    ranks): the training loop's time with --flash against no checkpoint at all, and the
+    blocking time of one such save on rank 0 (the rank that saves).
 Targets (issue 15): save <= 0.5 s/GiB and <= 1/4 of torch.save+fsync; restore <= 0.5 s/GiB;
 every-step saves < 3 % of the training throughput.
 """
@@ -43,9 +44,10 @@ def save_and_restore(ftrun, mib, runs):
 
 
 def every_step_cost(ftrun, runs, steps=400):
-    """Training-loop seconds of the demo model, without checkpoints and with a MEMORY save
-    after every step, runs alternated: (none, flash) lists."""
-    none, flash = [], []
+    """The demo model's training loop without checkpoints and with a MEMORY save after every
+    step, runs alternated: (none, flash) lists of loop seconds, and the flash runs' blocking
+    time per save on rank 0 (the one that saves; state_dict() calls included), in seconds."""
+    none, flash, per_save = [], [], []
     for _ in range(runs):
         for extra, into in (([], none), (["--flash"], flash)):
             d = tempfile.mkdtemp(prefix="ftrun-bench-flash-")
@@ -53,9 +55,12 @@ def every_step_cost(ftrun, runs, steps=400):
                            os.path.join(REPO, "scripts", "demo", "train.py"), "--steps",
                            str(steps), "--ckpt-every", "0", "--out", d, *extra], d)
             with open(os.path.join(d, "result.0.json")) as f:
-                into.append(json.load(f)["loop_seconds"])
+                result = json.load(f)
+            into.append(result["loop_seconds"])
+            if extra:
+                per_save.append(result["save_seconds"] / (steps - result["resumed_at"]))
             subprocess.run(["rm", "-rf", d], check=False)
-    return none, flash
+    return none, flash, per_save
 
 
 def run(ftrun, runs, sizes=(256, 1024)):
@@ -77,11 +82,16 @@ def run(ftrun, runs, sizes=(256, 1024)):
               f"{r['restore_s_per_gib']:.2f} s".rjust(13) +
               f"{r['agent_rss_anon_mib']:.1f} MB".rjust(12) + ("  ok" if ok else "  MISSED"))
     print("  measuring every-step MEMORY saves on the demo model", file=sys.stderr, flush=True)
-    none, flash = every_step_cost(ftrun, runs)
+    steps = 400
+    none, flash, per_save = every_step_cost(ftrun, runs, steps)
     cost = statistics.median(flash) / statistics.median(none) - 1
-    print(f"demo model, 4 ranks, 400 steps: training loop {statistics.median(none):.2f} s "
-          f"without checkpoints, {statistics.median(flash):.2f} s with a MEMORY save every "
-          f"step: {100 * cost:+.1f} % (target < 3 %){'  ok' if cost < 0.03 else '  MISSED'}")
+    print(f"demo model, 4 ranks on {os.cpu_count()} CPUs, {steps} steps, median of {runs} jobs "
+          f"each, alternated: training loop {statistics.median(none):.2f} s without checkpoints "
+          f"(a step {1e3 * statistics.median(none) / steps:.2f} ms), "
+          f"{statistics.median(flash):.2f} s with a MEMORY save every step: {100 * cost:+.1f} % "
+          f"(target < 3 %){'  ok' if cost < 0.03 else '  MISSED'}; a save blocks rank 0 "
+          f"{1e6 * statistics.median(per_save):.0f} us (min of the jobs' means "
+          f"{1e6 * min(per_save):.0f} us)")
 
 
 if __name__ == "__main__":

@@ -161,6 +161,7 @@ def main():
         return 2
 
     loss = torch.tensor(0.0)
+    save_seconds = 0.0  # blocking time of the --flash saves (state_dict() calls included)
     loop_started = time.monotonic()
     with ft.guard():
         for step in range(start, args.steps):
@@ -187,15 +188,17 @@ def main():
             if rank == 0 and ((step + 1) % 10 == 0 or step + 1 == args.steps):
                 print(f"step {step + 1}/{args.steps} loss {loss.item():.4f}", flush=True)
             if flash is not None:
+                saving = time.perf_counter()
                 flash.save_checkpoint(step, {"model": model.module.state_dict(),
                                              "opt": opt.state_dict(), "step": step},
                                       storage_type=StorageType.MEMORY)
+                save_seconds += time.perf_counter() - saving
             elif rank == 0 and args.ckpt_every > 0 and (step + 1) % args.ckpt_every == 0:
                 ftrun.save_checkpoint(root, step, write_state)
 
     loop_seconds = time.monotonic() - loop_started
     weights = flat_weights(model.module)
-    result = {"loop_seconds": loop_seconds, "rank": rank, "world_size": world, "attempt": attempt, "steps": args.steps,
+    result = {"loop_seconds": loop_seconds, "save_seconds": save_seconds, "rank": rank, "world_size": world, "attempt": attempt, "steps": args.steps,
               "resumed_at": start, "loss": loss.item(), "checksum": checksum(weights),
               "weights": weights.tolist()}
     with open(os.path.join(args.out, f"result.{rank}.json"), "w") as f:

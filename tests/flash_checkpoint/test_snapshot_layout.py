@@ -38,7 +38,9 @@ def demo_state(step, lr=0.05):
     opt = {"state": {0: {"momentum_buffer": torch.randn(4, 3)}},
            "param_groups": [{"lr": lr, "momentum": 0.9, "nesterov": False, "foreach": None,
                              "params": [0, 1]}]}
-    return {"model": model, "opt": opt, "step": step, "note": "demo", "raw": b"\x00\x01"}
+    return {"model": model, "opt": opt, "step": step, "note": "demo", "raw": b"\x00\x01",
+            "strided": torch.randn(3, 2).t(), "conj": torch.randn(2, dtype=torch.cfloat).conj(),
+            "empty": torch.empty(0, 2)}
 
 
 def same(a, b):
