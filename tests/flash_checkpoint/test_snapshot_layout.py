@@ -33,7 +33,9 @@ def demo_state(step, lr=0.05):
     """The shape of the demo's state: a module's state_dict (an OrderedDict with _metadata),
     an optimizer's, and the step."""
     model = collections.OrderedDict(w=torch.randn(4, 3), b=torch.randn(4),
-                                    n=torch.tensor(step, dtype=torch.int64))
+                                    n=torch.tensor(step, dtype=torch.int64),
+                                    mask=torch.tensor([True, False, step % 2 == 0]),
+                                    half=torch.randn(5).to(torch.bfloat16))
     model._metadata = collections.OrderedDict({"": {"version": 1}})
     opt = {"state": {0: {"momentum_buffer": torch.randn(4, 3)}},
            "param_groups": [{"lr": lr, "momentum": 0.9, "nesterov": False, "foreach": None,
@@ -64,7 +66,7 @@ def same(a, b):
 
 def write(layout, state, step, buffer):
     """Refreshes the layout with state and writes it; False when the layout does not fit."""
-    tensors = layout.refresh(state, layout.world_size)
+    tensors = layout.refresh(state, step, layout.world_size)
     pickled = None if tensors is None else layout.pickled()
     if pickled is None:
         return False
@@ -115,8 +117,8 @@ class LayoutTest(unittest.TestCase):
             layout = Layout.build(demo_state(0), 0, 1)
             state = demo_state(1)
             change(state)
-            self.assertIsNone(layout.refresh(state, 1), what)
-            self.assertIsNone(Layout.build(demo_state(0), 0, 1).refresh(demo_state(1), 2),
+            self.assertIsNone(layout.refresh(state, 1, 1), what)
+            self.assertIsNone(Layout.build(demo_state(0), 0, 1).refresh(demo_state(1), 1, 2),
                               "the world size changed")
             rebuilt = Layout.build(state, 1, 1)  # what the save does then (or Plan)
             if rebuilt is not None:
@@ -124,15 +126,23 @@ class LayoutTest(unittest.TestCase):
                     self.assertTrue(write(rebuilt, state, 1, m), what)
                     self.assertTrue(same(snapshot.read(m), state), what)
 
+    def test_a_step_too_long_for_the_header_needs_the_plan(self):
+        layout = Layout.build({"w": torch.ones(2)}, 0, 1)
+        with mmap.mmap(-1, layout.bytes) as m:
+            for step in (10 ** 20 - 1, -10 ** 18):
+                self.assertTrue(write(layout, {"w": torch.ones(2)}, step, m))
+                self.assertEqual(snapshot.read_header(m)["step"], step)
+        self.assertIsNone(layout.refresh({"w": torch.ones(2)}, 10 ** 20, 1))
+
     def test_a_container_held_twice_is_noticed(self):
         layout = Layout.build({"a": [1, 2], "b": [1, 2]}, 0, 1)
-        self.assertIsNotNone(layout.refresh({"a": [1, 2], "b": [1, 3]}, 1))
+        self.assertIsNotNone(layout.refresh({"a": [1, 2], "b": [1, 3]}, 1, 1))
         shared = [1, 2]
-        self.assertIsNone(layout.refresh({"a": shared, "b": shared}, 1))
+        self.assertIsNone(layout.refresh({"a": shared, "b": shared}, 1, 1))
 
     def test_a_pickle_that_outgrows_its_room_needs_a_new_layout(self):
         layout = Layout.build({"w": torch.ones(2), "n": 1}, 0, 1)
-        self.assertIsNotNone(layout.refresh({"w": torch.ones(2), "n": 2 ** 800}, 1))
+        self.assertIsNotNone(layout.refresh({"w": torch.ones(2), "n": 2 ** 800}, 1, 1))
         self.assertIsNone(layout.pickled())
 
     def test_what_it_cannot_reuse_is_left_to_the_plan(self):

@@ -11,9 +11,11 @@ changed number would falsify) with each number's opcodes spliced in at its place
 
 Layout.build returns None for a state it cannot reuse (a value other than dict, OrderedDict,
 list, tuple, a CPU tensor, int, float, bool, None, str or bytes; a container held twice):
-snapshot.Plan saves those, as before. Layout.refresh says False when the structure is not the
-recorded one (a key added, a shape or dtype changed, a string changed): the caller builds a
-new Layout. Thread: the saving thread only.
+snapshot.Plan saves those, as before. Layout.refresh returns None when the structure is not
+the recorded one (a key added, a shape or dtype changed, a string changed), and pickled() None
+when the numbers outgrew the room left for them: the caller then builds a new Layout. A number
+may change its kind (an int, a float, a bool, None: none of them is memoized by the pickler).
+Thread: the saving thread only.
 """
 import collections
 import ctypes
@@ -84,25 +86,24 @@ class Layout:
         """The layout of `state`, or None when it cannot be reused (snapshot.Plan then)."""
         self = cls()
         self.world_size = world_size
-        markers = []
         # Markers: numbers no state holds, found again in the pickle (each exactly once).
         self._marker_base = (1 << 62) | (random.getrandbits(40) << 20)
         try:
-            self._root, skeleton = self._compile(state, markers, set())
+            self._root, skeleton = self._compile(state, set())
         except (_Unsupported, RecursionError):
             return None
         buf = io.BytesIO()
         _Pickler(buf, protocol=_PROTOCOL).dump(skeleton)
         pickled = buf.getvalue()
-        places = []
-        for j in range(len(markers)):
+        places, count = [], len(self._number_values)
+        for j in range(count):
             code = pickle.dumps(self._marker_base + j, _PROTOCOL)[2:-1] + pickle.BINPERSID
             at = pickled.find(code)
             if at < 0 or pickled.find(code, at + 1) >= 0:
                 return None
             places.append((at, len(code), j))
         places.sort()
-        self._parts, self._slot_part, last = [], [0] * len(markers), 0
+        self._parts, self._slot_part, last = [], [0] * count, 0
         for at, n, j in places:
             self._parts.append(pickled[last:at])
             self._slot_part[j] = len(self._parts)
@@ -112,13 +113,12 @@ class Layout:
         self._place(len(pickled))
         return self
 
-    def _compile(self, obj, markers, seen):
+    def _compile(self, obj, seen):
         """(node, skeleton) of obj; raises _Unsupported."""
         t = type(obj)
         if t in _NUMBERS:
             j = len(self._number_values)
             self._number_values.append(obj)
-            markers.append(j)
             return (_NUMBER, j), _Ref(self._marker_base + j)
         if isinstance(obj, torch.Tensor):
             if not obj.is_cpu or obj.layout is not torch.strided:
@@ -141,17 +141,17 @@ class Layout:
                 key_types = [type(k) for k in keys]
             children, skeleton = [], t()
             for k, v in obj.items():
-                node, skeleton[k] = self._compile(v, markers, seen)
+                node, skeleton[k] = self._compile(v, seen)
                 children.append(node)
             attrs = None
             if t is collections.OrderedDict:  # a state_dict's _metadata lives in its __dict__
-                attrs, skel_attrs = self._compile(vars(obj), markers, seen)
+                attrs, skel_attrs = self._compile(vars(obj), seen)
                 vars(skeleton).update(skel_attrs)
             return (_DICT, t, keys, key_types, children, attrs, self._flat(children)), skeleton
         if t is list or t is tuple:
             children, skeleton = [], []
             for v in obj:
-                node, s = self._compile(v, markers, seen)
+                node, s = self._compile(v, seen)
                 children.append(node)
                 skeleton.append(s)
             return (_SEQ, t, len(children), children, self._flat(children)), t(skeleton)
@@ -195,10 +195,10 @@ class Layout:
 
     # ---- reusing ----
 
-    def refresh(self, state, world_size: int):
+    def refresh(self, state, step: int, world_size: int):
         """The tensors of `state` in layout order when its structure is the recorded one (the
         numbers that changed are re-encoded), else None."""
-        if world_size != self.world_size:
+        if world_size != self.world_size or not -10 ** (_DIGITS - 1) < step < 10 ** _DIGITS:
             return None
         tensors, containers = [], []
         if not self._match(state, self._root, tensors, containers):

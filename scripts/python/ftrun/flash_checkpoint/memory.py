@@ -51,12 +51,12 @@ class AgentMemory:
         MemoryRefused naming it."""
         layout, plan, tensors, pickled = self._layouts.get(group), None, None, None
         if layout is not None:
-            tensors = layout.refresh(state, world_size)
+            tensors = layout.refresh(state, step, world_size)
             pickled = None if tensors is None else layout.pickled()
         if pickled is None:  # the first save of this structure, or it changed
             layout = self._new_layout(group, state, step, world_size)
             if layout is not None:
-                tensors = layout.refresh(state, world_size)
+                tensors = layout.refresh(state, step, world_size)
                 pickled = layout.pickled()
             if pickled is None:
                 layout, plan = None, snapshot.Plan(state, step, world_size)
