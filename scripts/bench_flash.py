@@ -5,7 +5,8 @@ torch.save: under a real ftrun,
   * the restore of that state from the agent's memory, per GiB;
   * the agent's own memory (RssAnon: not the snapshots, which are shared memfd pages);
   * the cost of a MEMORY save after every step on the demo model (scripts/demo/train.py, 4
-    ranks): the training loop's time with --flash against no checkpoint at all.
+    ranks): the training loop's time with --flash against no checkpoint at all, and the
+    blocking time of one such save on rank 0 (the rank that saves).
 Targets (issue 15): save <= 0.5 s/GiB and <= 1/4 of torch.save+fsync; restore <= 0.5 s/GiB;
 every-step saves < 3 % of the training throughput.
 """
@@ -43,19 +44,27 @@ def save_and_restore(ftrun, mib, runs):
 
 
 def every_step_cost(ftrun, runs, steps=400):
-    """Training-loop seconds of the demo model, without checkpoints and with a MEMORY save
-    after every step, runs alternated: (none, flash) lists."""
-    none, flash = [], []
+    """The demo model's training loop without checkpoints and with a MEMORY save after every
+    step, runs alternated. {"none"|"flash": [per job: (loop seconds, CPU seconds of the 4
+    ranks' loops, CPU seconds of the agent meanwhile, blocking seconds per save on rank 0)]}:
+    rank 0 is the one that saves; its blocking time includes the state_dict() calls."""
+    out = {"none": [], "flash": []}
     for _ in range(runs):
-        for extra, into in (([], none), (["--flash"], flash)):
+        for extra, kind in (([], "none"), (["--flash"], "flash")):
             d = tempfile.mkdtemp(prefix="ftrun-bench-flash-")
             _ftrun(ftrun, ["--nproc-per-node", "4", "--log-dir", os.path.join(d, "logs"),
                            os.path.join(REPO, "scripts", "demo", "train.py"), "--steps",
                            str(steps), "--ckpt-every", "0", "--out", d, *extra], d)
-            with open(os.path.join(d, "result.0.json")) as f:
-                into.append(json.load(f)["loop_seconds"])
+            results = []
+            for rank in range(4):
+                with open(os.path.join(d, f"result.{rank}.json")) as f:
+                    results.append(json.load(f))
+            r0 = results[0]
+            out[kind].append((r0["loop_seconds"], sum(r["loop_cpu_seconds"] for r in results),
+                              r0["agent_cpu_seconds"],
+                              r0["save_seconds"] / (steps - r0["resumed_at"])))
             subprocess.run(["rm", "-rf", d], check=False)
-    return none, flash
+    return out
 
 
 def run(ftrun, runs, sizes=(256, 1024)):
@@ -77,11 +86,25 @@ def run(ftrun, runs, sizes=(256, 1024)):
               f"{r['restore_s_per_gib']:.2f} s".rjust(13) +
               f"{r['agent_rss_anon_mib']:.1f} MB".rjust(12) + ("  ok" if ok else "  MISSED"))
     print("  measuring every-step MEMORY saves on the demo model", file=sys.stderr, flush=True)
-    none, flash = every_step_cost(ftrun, runs)
-    cost = statistics.median(flash) / statistics.median(none) - 1
-    print(f"demo model, 4 ranks, 400 steps: training loop {statistics.median(none):.2f} s "
-          f"without checkpoints, {statistics.median(flash):.2f} s with a MEMORY save every "
-          f"step: {100 * cost:+.1f} % (target < 3 %){'  ok' if cost < 0.03 else '  MISSED'}")
+    steps = 400
+    jobs = every_step_cost(ftrun, runs, steps)
+
+    def median(kind, i):
+        return statistics.median(job[i] for job in jobs[kind])
+    cost = median("flash", 0) / median("none", 0) - 1
+    print(f"demo model, 4 ranks on {os.cpu_count()} CPUs, {steps} steps, median of {runs} jobs "
+          f"each, alternated: training loop {median('none', 0):.2f} s without checkpoints "
+          f"(a step {1e3 * median('none', 0) / steps:.2f} ms), {median('flash', 0):.2f} s with "
+          f"a MEMORY save every step: {100 * cost:+.1f} % (target < 3 %)"
+          f"{'  ok' if cost < 0.03 else '  MISSED'}")
+    ranks = 1e6 * (median("flash", 1) - median("none", 1)) / steps
+    agent = 1e6 * (median("flash", 2) - median("none", 2)) / steps
+    print(f"  a save blocks rank 0 {1e6 * median('flash', 3):.0f} us (state_dict() calls "
+          f"included); CPU per step, ranks + agent: {1e6 * median('none', 1) / steps:.0f} + "
+          f"{1e6 * median('none', 2) / steps:.0f} us without saves, "
+          f"{1e6 * median('flash', 1) / steps:.0f} + {1e6 * median('flash', 2) / steps:.0f} us "
+          f"with: a save costs {ranks:.0f} us of the ranks' CPU and {agent:.0f} us of the "
+          f"agent's")
 
 
 if __name__ == "__main__":

@@ -87,6 +87,16 @@ def flat_weights(model):
     return torch.cat([p.detach().flatten() for p in model.state_dict().values()])
 
 
+def agent_cpu_seconds():
+    """CPU time of this worker's parent (the ftrun agent), for scripts/bench.py."""
+    try:
+        with open(f"/proc/{os.getppid()}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return 0.0
+
+
 def checksum(weights):
     # Rounded, so that a resumed run (whose DDP gradient buckets reduce in a different order)
     # and a fault-free run print the same digest; --out holds the exact weights.
@@ -161,7 +171,9 @@ def main():
         return 2
 
     loss = torch.tensor(0.0)
-    loop_started = time.monotonic()
+    save_seconds = 0.0  # blocking time of the --flash saves (state_dict() calls included)
+    loop_started, cpu_started, agent_started = (time.monotonic(), time.process_time(),
+                                                agent_cpu_seconds())
     with ft.guard():
         for step in range(start, args.steps):
             if attempt == 0 and rank == args.crash_rank and step == args.crash_step:
@@ -187,15 +199,20 @@ def main():
             if rank == 0 and ((step + 1) % 10 == 0 or step + 1 == args.steps):
                 print(f"step {step + 1}/{args.steps} loss {loss.item():.4f}", flush=True)
             if flash is not None:
+                saving = time.perf_counter()
                 flash.save_checkpoint(step, {"model": model.module.state_dict(),
                                              "opt": opt.state_dict(), "step": step},
                                       storage_type=StorageType.MEMORY)
+                save_seconds += time.perf_counter() - saving
             elif rank == 0 and args.ckpt_every > 0 and (step + 1) % args.ckpt_every == 0:
                 ftrun.save_checkpoint(root, step, write_state)
 
     loop_seconds = time.monotonic() - loop_started
+    loop_cpu = {"loop_cpu_seconds": time.process_time() - cpu_started,
+                "agent_cpu_seconds": agent_cpu_seconds() - agent_started}
     weights = flat_weights(model.module)
-    result = {"loop_seconds": loop_seconds, "rank": rank, "world_size": world, "attempt": attempt, "steps": args.steps,
+    result = {"loop_seconds": loop_seconds, "save_seconds": save_seconds, **loop_cpu,
+              "rank": rank, "world_size": world, "attempt": attempt, "steps": args.steps,
               "resumed_at": start, "loss": loss.item(), "checksum": checksum(weights),
               "weights": weights.tolist()}
     with open(os.path.join(args.out, f"result.{rank}.json"), "w") as f:

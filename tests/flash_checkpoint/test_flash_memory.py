@@ -41,6 +41,7 @@ def train(root, config):
     import torch.distributed as dist
     from ftrun.flash_checkpoint import snapshot
     from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+    from ftrun.flash_checkpoint.layout import Layout
     from ftrun.flash_checkpoint.sharded import ShardedCheckpointer
 
     dist.init_process_group("gloo")
@@ -77,14 +78,22 @@ def train(root, config):
         opt.step()
         doomed = attempt == 0 and step == config.get("kill_at") and rank == config["kill_rank"]
         if doomed and config.get("kill_how") == "mid_save":
-            real_write = snapshot.Plan.write
+            real_write, real_layout_write = snapshot.Plan.write, Layout.write
 
-            def half_then_die(self, buffer):
-                real_write(self, buffer)
+            def tear_and_die(self, buffer):
                 memoryview(buffer)[self.pickle_at:self.bytes] = b"\xff" * (
                     self.bytes - self.pickle_at)
                 os.kill(os.getpid(), signal.SIGKILL)  # between the copy and the commit
+
+            def half_then_die(self, buffer):
+                real_write(self, buffer)
+                tear_and_die(self, buffer)
+
+            def layout_half_then_die(self, buffer, *args):  # the every-step save's path
+                real_layout_write(self, buffer, *args)
+                tear_and_die(self, buffer)
             snapshot.Plan.write = half_then_die
+            Layout.write = layout_half_then_die
         elif doomed:
             os.kill(os.getpid(), signal.SIGKILL)
         saved = cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),

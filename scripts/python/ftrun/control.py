@@ -71,6 +71,22 @@ def _register_stack_dump():
         faulthandler.register(int(sig), file=sys.__stderr__, all_threads=True)
 
 
+class Encoded:
+    """A request encoded once by its sender (the flash checkpoint's every-step messages skip
+    json.dumps): `text` is a JSON object without its closing brace, to which the controller
+    adds the request's "id"; `kind` is its "type"."""
+    __slots__ = ("kind", "text")
+
+    def __init__(self, kind: str, text: str):
+        self.kind, self.text = kind, text
+
+
+def _line(msg, rid: int) -> str:
+    if isinstance(msg, Encoded):
+        return f'{msg.text},"id":{rid}}}\n'
+    return json.dumps(dict(msg, id=rid), separators=(",", ":")) + "\n"
+
+
 class PendingAnswer:
     """A request sent to the agent whose answer has not been claimed yet."""
 
@@ -220,12 +236,12 @@ class Controller:
         """True once the agent's channel is gone."""
         return self._closed
 
-    def post(self, msg: dict):
-        """Sends a request whose answer nobody waits for (it is dropped when it comes).
-        Raises OSError when the agent's channel is closed."""
+    def post(self, msg):
+        """Sends a request whose answer nobody waits for (it is dropped when it comes). msg: a
+        dict or an Encoded. Raises OSError when the agent's channel is closed."""
         if self._closed:
             raise OSError("the agent's control channel is closed")
-        self._send(dict(msg, id=next(self._ids)))
+        self._send_lines(_line(msg, next(self._ids)))
         if self._closed:
             raise OSError("the agent's control channel is closed")
 
@@ -235,16 +251,20 @@ class Controller:
         when the agent is gone or does not answer in time."""
         return self.request_async(msg).wait(timeout)
 
-    def request_async(self, msg: dict, before: dict = None) -> "PendingAnswer":
+    def request_async(self, msg, before=None) -> "PendingAnswer":
         """Sends a request now; its answer is waited for later (PendingAnswer.wait), so the
         round trip overlaps with the caller's own work. `before`: a message whose answer
-        nobody waits for, sent first in the same write."""
+        nobody waits for, sent first in the same write. Each a dict or an Encoded."""
         rid = next(self._ids)
-        pending = PendingAnswer(self, rid, msg.get("type"))
+        pending = PendingAnswer(self, rid, msg.kind if isinstance(msg, Encoded)
+                                else msg.get("type"))
         with self._answers_lock:
             self._answers[rid] = pending.slot
         if not self._closed:
-            self._send(*([dict(before, id=next(self._ids))] if before else []), dict(msg, id=rid))
+            if before is None:
+                self._send_lines(_line(msg, rid))
+            else:
+                self._send_lines(_line(before, next(self._ids)) + _line(msg, rid))
         if self._closed:  # nothing will answer: wait() says so at once
             pending.slot[0].set()
         return pending
@@ -252,7 +272,10 @@ class Controller:
     # ---- the channel ----
 
     def _send(self, *msgs: dict):
-        line = "".join(json.dumps(m, separators=(",", ":")) + "\n" for m in msgs).encode()
+        self._send_lines("".join(json.dumps(m, separators=(",", ":")) + "\n" for m in msgs))
+
+    def _send_lines(self, text: str):
+        line = text.encode()
         with self._send_lock:
             if self._closed:
                 return

@@ -155,6 +155,24 @@ class ControlTest(unittest.TestCase):
         with open(os.path.join(ckpt.part("dp"), "state.txt")) as f:
             self.assertEqual(f.read(), "w at 41")
 
+    def test_an_encoded_request_reaches_the_agent_as_its_dict_would(self):
+        from ftrun.control import Encoded
+        ft = ftrun.connect()
+        ft.post(Encoded("snapshot_commit", '{"type":"snapshot_commit","path":"/a \\"b\\"",'
+                                           '"step":7'))
+        pending = ft.request_async(Encoded("snapshot_begin", '{"type":"snapshot_begin","step":8'),
+                                   before={"type": "snapshot_commit", "step": 8})
+        commit = self.agent.wait_for(lambda m: m.get("step") == 7)
+        self.assertEqual(commit, {"type": "snapshot_commit", "path": '/a "b"', "step": 7,
+                                  "id": commit["id"]})
+        begin = self.agent.wait_for(lambda m: m["type"] == "snapshot_begin")
+        self.assertEqual(begin["step"], 8)
+        kinds = [(m["type"], m["step"]) for m in self.agent.lines if "step" in m]
+        self.assertEqual(kinds[-2:], [("snapshot_commit", 8), ("snapshot_begin", 8)])  # in order
+        self.agent.send({"type": "snapshot_lease", "id": begin["id"], "step": 8})
+        answer, fd = pending.wait(5)
+        self.assertEqual((answer["type"], fd), ("snapshot_lease", -1))
+
     def test_save_of_another_step_is_refused(self):
         ft = ftrun.connect()
         ft.register_save_handler(write_state("w"), self.root)

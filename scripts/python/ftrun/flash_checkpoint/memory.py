@@ -8,13 +8,16 @@ the previous one, so a process killed in the middle of a save loses nothing that
 A restore asks which steps the agent holds ("snapshot_steps") and maps the chosen one
 ("snapshot_get").
 """
+import json
 import mmap
 import os
 import sys
 import time
 
 from ..checkpoint import CheckpointError
+from ..control import Encoded
 from . import snapshot
+from .layout import Layout
 
 
 class MemoryRefused(CheckpointError):
@@ -34,6 +37,8 @@ class AgentMemory:
         self._maps = {}  # (st_dev, st_ino) -> mmap of that buffer, kept from save to save
         self._said = set()
         self._ahead = None  # (PendingAnswer, step, group, bytes) of the next save's lease
+        self._layouts = {}  # group -> Layout of its last save (reused while it fits)
+        self._commit_key, self._commit_prefix = None, ""
 
     # ---- saving ----
 
@@ -44,28 +49,62 @@ class AgentMemory:
         job fails for good. A busy buffer (being written to storage) is waited for up to
         wait_seconds, then MemoryRefused(busy=True); a state over the budget raises
         MemoryRefused naming it."""
-        plan = snapshot.Plan(state, step, world_size)
-        lease = self._lease_taken_ahead(group, plan.bytes)
+        layout, plan, tensors, pickled = self._layouts.get(group), None, None, None
+        if layout is not None:
+            tensors = layout.refresh(state, step, world_size)
+            pickled = None if tensors is None else layout.pickled()
+        if pickled is None:  # the first save of this structure, or it changed
+            layout = self._new_layout(group, state, step, world_size)
+            if layout is not None:
+                tensors = layout.refresh(state, step, world_size)
+                pickled = layout.pickled()
+            if pickled is None:
+                layout, plan = None, snapshot.Plan(state, step, world_size)
+        size = (layout or plan).bytes
+        lease = self._lease_taken_ahead(group, size)
         if lease is None:
-            lease = self._lease(step, group, plan.bytes, wait_seconds)
+            lease = self._lease(step, group, size, wait_seconds)
         fd, begun = lease
         try:
-            buffer = self._mapping(fd, plan.bytes)
+            buffer = self._mapping(fd, size)
         finally:
             os.close(fd)
-        plan.write(buffer)
-        commit = {"type": "snapshot_commit", "step": step, "persist": persist,
-                  "world_size": world_size, "bytes": plan.bytes, "answer": False}
-        if begun != step:
-            commit["begun"] = begun
-        commit.update(target or {})
+        if layout is not None:
+            layout.write(buffer, step, pickled, tensors)
+        else:
+            plan.write(buffer)
+        commit = self._commit(step, begun, persist, world_size, size, target or {})
         # Not waited for: once sent, the agent reads it even if this process dies the next
         # moment (the socket keeps it), and it handles it before any later request of ours.
         # A refusal (which only a broken protocol causes) is logged by the agent.
         if group == "":
-            self._take_lease_ahead(step + 1, group, plan.bytes, commit)
+            self._take_lease_ahead(step + 1, group, size, commit)
         else:
             self.controller.post(commit)
+
+    def _new_layout(self, group: str, state, step: int, world_size: int):
+        self._layouts.pop(group, None)  # its views of the mappings go with it
+        layout = Layout.build(state, step, world_size)
+        if layout is not None:
+            self._layouts[group] = layout
+        return layout
+
+    def _commit(self, step: int, begun: int, persist: bool, world_size: int, size: int,
+                target: dict):
+        """The commit message, encoded from a prefix kept while its constant fields stay."""
+        key = (persist, world_size, size, tuple((k, v) for k, v in target.items() if k != "path"))
+        if self._commit_key != key:
+            fixed = {"type": "snapshot_commit", "persist": persist, "world_size": world_size,
+                     "bytes": size, "answer": False}
+            fixed.update((k, v) for k, v in target.items() if k != "path")
+            self._commit_key = key
+            self._commit_prefix = json.dumps(fixed, separators=(",", ":"))[:-1]
+        text = f'{self._commit_prefix},"step":{step}'
+        if "path" in target:
+            text += ',"path":' + json.dumps(target["path"])
+        if begun != step:
+            text += f',"begun":{begun}'
+        return Encoded("snapshot_commit", text)
 
     def _lease(self, step: int, group: str, size: int, wait_seconds: float):
         """(fd, step the lease names) of a buffer for a save of `size` bytes, asked for now."""
@@ -90,9 +129,9 @@ class AgentMemory:
     def _take_lease_ahead(self, step: int, group: str, size: int, commit: dict):
         """Sends `commit` and the next save's lease request in one write."""
         self._drop_lease_ahead()
-        self._ahead = (self.controller.request_async({"type": "snapshot_begin", "step": step,
-                                                      "bytes": size, "group": group},
-                                                     before=commit), step, group, size)
+        begin = Encoded("snapshot_begin", f'{{"type":"snapshot_begin","step":{step},'
+                        f'"bytes":{size},"group":{json.dumps(group)}')
+        self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
         if self.controller.closed:  # as post() says it: the commit did not reach the agent
             raise OSError("the agent's control channel is closed")
 
@@ -128,6 +167,8 @@ class AgentMemory:
         if m is not None and len(m) >= size:
             return m
         if m is not None:
+            for layout in self._layouts.values():
+                layout.forget(m)  # its views would keep the mapping open
             self._maps.pop(key).close()
         m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                       mmap.PROT_READ | mmap.PROT_WRITE)

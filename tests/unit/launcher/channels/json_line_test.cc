@@ -111,5 +111,45 @@ TEST(JsonLineTest, DeepNestingIsRefusedBeforeParsing) {
   EXPECT_TRUE(ParseJsonLine(in_string, &envelope));
 }
 
+// Flat lines (what the worker helper sends) are read by the scanner; the lines it leaves to
+// protobuf's parser (escapes, non-ASCII, fractions, huge numbers, bad numbers) still read as
+// before, and both paths take a member by its JSON name or its proto name.
+TEST(JsonLineTest, FlatLinesAndTheirEdgesReadAsTheParserReadsThem) {
+  v1::ControlSnapshotCommit commit;
+  ASSERT_TRUE(ParseJsonLine(R"( { "type" : "snapshot_commit", "id":7,"step":-0,"worldSize":3,)"
+                            R"("persist":true,"path":"/tmp/a b","answer":false,"x":null,)"
+                            R"("y":1.5e-3,"z":[1]} )",
+                            &commit));
+  EXPECT_EQ(commit.id(), 7);
+  EXPECT_TRUE(commit.has_step());
+  EXPECT_EQ(commit.step(), 0);
+  EXPECT_EQ(commit.world_size(), 3);
+  EXPECT_TRUE(commit.persist());
+  EXPECT_EQ(commit.path(), "/tmp/a b");
+  EXPECT_TRUE(commit.has_answer());
+  EXPECT_FALSE(commit.answer());
+  EXPECT_FALSE(commit.has_begun());
+  ASSERT_TRUE(ParseJsonLine(R"({"world_size":4,"step":9223372036854775807,"begun":0})", &commit));
+  EXPECT_EQ(commit.world_size(), 4);
+  EXPECT_EQ(commit.step(), INT64_MAX);
+  EXPECT_TRUE(commit.has_begun());
+  EXPECT_FALSE(commit.has_id());  // each read starts afresh
+  ASSERT_TRUE(ParseJsonLine(R"({"step":-9223372036854775808})", &commit));
+  EXPECT_EQ(commit.step(), INT64_MIN);
+  EXPECT_FALSE(ParseJsonLine(R"({"step":9223372036854775808})", &commit));
+  ASSERT_TRUE(ParseJsonLine(R"({"path":"a\"b\\c\u00e9","name":"\u00e9t\u00e9"})", &commit));
+  EXPECT_EQ(commit.path(), "a\"b\\c\xc3\xa9");
+  ASSERT_TRUE(ParseJsonLine("{\"name\":\"\xc3\xa9t\xc3\xa9\"}", &commit));
+  EXPECT_EQ(commit.name(), "\u00e9t\u00e9");
+  ASSERT_TRUE(ParseJsonLine(R"({"step":2e1})", &commit));
+  EXPECT_EQ(commit.step(), 20);
+  for (const char* bad : {R"({"step":01})", R"({"step":-})", R"({"step":1e})", R"({"step":.5})",
+                          R"({"step" 1})", R"({"step":tru})", R"({"step":1}x)"}) {
+    auto parsed = ParseJsonLine(bad, &commit);
+    ASSERT_FALSE(parsed) << bad;
+    EXPECT_EQ(parsed.error().message, "not a JSON object") << bad;
+  }
+}
+
 }  // namespace
 }  // namespace ftrun::launcher
