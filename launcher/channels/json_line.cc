@@ -4,14 +4,17 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
-#include <cstring>
+#include <cmath>
 #include <memory>
-#include <string_view>
 
 namespace ftrun::launcher {
 namespace {
 
 namespace pb = google::protobuf;
+
+// 2^53: every integer up to it is exact in a double (a JSON number as protobuf's Struct holds
+// it).
+constexpr double kExactInDouble = 9007199254740992.0;
 
 pb::util::JsonParseOptions Options() {
   pb::util::JsonParseOptions options;
@@ -88,189 +91,52 @@ bool NestedWithin(const std::string& text, int limit) {
   return true;
 }
 
-// The one-pass scanner of flat lines: true and the members when `text` is a JSON object whose
-// members are all scalars, with strings of printable ASCII without escapes and no key twice;
-// false for anything else (the parser then reads it).
-class FlatScanner {
- public:
-  explicit FlatScanner(const std::string& text) : s_(text) {}
-
-  bool Scan(std::vector<JsonLine::Member>* members) {
-    Space();
-    if (!Eat('{')) return false;
-    Space();
-    if (Eat('}')) return End();
-    while (true) {
-      JsonLine::Member m;
-      if (!String(&m.key_at, &m.key_size)) return false;
-      for (const auto& other : *members) {
-        if (other.key_size == m.key_size &&
-            std::memcmp(s_.data() + other.key_at, s_.data() + m.key_at, m.key_size) == 0) {
-          return false;
-        }
-      }
-      Space();
-      if (!Eat(':')) return false;
-      Space();
-      if (!Value(&m)) return false;
-      members->push_back(m);
-      Space();
-      if (Eat('}')) return End();
-      if (!Eat(',')) return false;
-      Space();
-    }
-  }
-
- private:
-  bool End() {
-    Space();
-    return i_ == s_.size();
-  }
-  void Space() {
-    while (i_ < s_.size() &&
-           (s_[i_] == ' ' || s_[i_] == '\t' || s_[i_] == '\r' || s_[i_] == '\n')) {
-      ++i_;
-    }
-  }
-  bool Eat(char c) {
-    if (i_ < s_.size() && s_[i_] == c) {
-      ++i_;
-      return true;
-    }
-    return false;
-  }
-  bool Word(const char* word) {
-    const size_t n = std::strlen(word);
-    if (s_.compare(i_, n, word) != 0) return false;
-    i_ += n;
-    return true;
-  }
-  bool String(size_t* at, size_t* size) {
-    if (!Eat('"')) return false;
-    *at = i_;
-    while (i_ < s_.size()) {
-      const auto c = static_cast<unsigned char>(s_[i_]);
-      if (c == '"') {
-        *size = i_ - *at;
-        ++i_;
-        return true;
-      }
-      if (c < 0x20 || c >= 0x7f || c == '\\') return false;  // the parser decodes those
-      ++i_;
-    }
-    return false;
-  }
-  bool Value(JsonLine::Member* m) {
-    if (i_ >= s_.size()) return false;
-    const char c = s_[i_];
-    if (c == '"') {
-      m->kind = JsonLine::Member::kString;
-      return String(&m->value_at, &m->value_size);
-    }
-    if (c == 't' || c == 'f') {
-      m->kind = JsonLine::Member::kBool;
-      m->boolean = c == 't';
-      return Word(c == 't' ? "true" : "false");
-    }
-    if (c == 'n') {
-      m->kind = JsonLine::Member::kOther;
-      return Word("null");
-    }
-    return Number(m);
-  }
-  // An integer (-?(0|[1-9][0-9]*) within int64); a fraction or an exponent is kOther.
-  bool Number(JsonLine::Member* m) {
-    const bool negative = Eat('-');
-    const size_t digits = i_;
-    uint64_t value = 0;
-    bool overflow = false;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') {
-      const auto d = static_cast<uint64_t>(s_[i_] - '0');
-      if (value > (UINT64_MAX - d) / 10) overflow = true;
-      value = value * 10 + d;
-      ++i_;
-    }
-    const size_t n = i_ - digits;
-    if (n == 0 || (n > 1 && s_[digits] == '0')) return false;
-    if (i_ < s_.size() && (s_[i_] == '.' || s_[i_] == 'e' || s_[i_] == 'E')) {
-      // A valid number the parser may still take as an integer (41.0): kOther.
-      if (Eat('.') && !Digits()) return false;
-      if (Eat('e') || Eat('E')) {
-        if (!Eat('+')) Eat('-');
-        if (!Digits()) return false;
-      }
-      m->kind = JsonLine::Member::kOther;
-      return true;
-    }
-    const uint64_t limit = negative ? uint64_t{1} << 63 : (uint64_t{1} << 63) - 1;
-    if (overflow || value > limit) {
-      m->kind = JsonLine::Member::kOther;
-      return true;
-    }
-    m->kind = JsonLine::Member::kInteger;
-    m->integer = negative ? static_cast<int64_t>(0 - value) : static_cast<int64_t>(value);
-    return true;
-  }
-
-  bool Digits() {
-    const size_t start = i_;
-    while (i_ < s_.size() && s_[i_] >= '0' && s_[i_] <= '9') ++i_;
-    return i_ > start;
-  }
-
-  const std::string& s_;
-  size_t i_ = 0;
-};
-
 }  // namespace
 
 Result<JsonLine> JsonLine::Read(std::string line) {
-  JsonLine json;
-  if (FlatScanner(line).Scan(&json.members_)) {
-    json.flat_ = true;
-    json.text_ = std::move(line);
-    return json;
-  }
-  json.members_.clear();
   if (!NestedWithin(line, kMaxJsonDepth)) {
     return Error{"JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
   }
+  JsonLine json;
   if (!pb::util::JsonStringToMessage(line, &json.object_).ok()) return Error{"not a JSON object"};
   json.text_ = std::move(line);
   return json;
 }
 
-bool JsonLine::IntoFlat(pb::Message* msg) const {
+bool JsonLine::IntoFromObject(pb::Message* msg) const {
   msg->Clear();
   const pb::Descriptor& schema = *msg->GetDescriptor();
   const pb::Reflection& reflection = *msg->GetReflection();
-  uint64_t seen = 0;  // the schema's fields already set (a member named both ways is the parser's)
-  for (const Member& m : members_) {
-    const std::string_view key(text_.data() + m.key_at, m.key_size);
-    const pb::FieldDescriptor* field = nullptr;
-    int index = 0;
-    for (; index < schema.field_count(); ++index) {
-      const pb::FieldDescriptor* f = schema.field(index);
-      if (f->json_name() == key || f->name() == key) {
-        field = f;
+  for (int i = 0; i < schema.field_count(); ++i) {
+    const pb::FieldDescriptor* field = schema.field(i);
+    const auto& members = object_.fields();
+    auto it = members.find(field->json_name());
+    if (field->json_name() != field->name()) {
+      auto by_name = members.find(field->name());
+      if (it != members.end() && by_name != members.end()) return false;  // named both ways
+      if (it == members.end()) it = by_name;
+    }
+    if (it == members.end()) continue;
+    const pb::Value& value = it->second;
+    if (field->is_repeated()) return false;
+    switch (field->type()) {
+      case pb::FieldDescriptor::TYPE_INT64: {
+        // Exact only within a double's integers; anything else is the parser's to judge.
+        const double number = value.number_value();
+        if (!value.has_number_value() || number != std::trunc(number) ||
+            std::fabs(number) > kExactInDouble) {
+          return false;
+        }
+        reflection.SetInt64(msg, field, static_cast<int64_t>(number));
         break;
       }
-    }
-    if (field == nullptr) continue;  // unknown: ignored, as the parser ignores it
-    if (field->is_repeated() || index >= 64 || (seen & (uint64_t{1} << index))) return false;
-    seen |= uint64_t{1} << index;
-    switch (field->type()) {
-      case pb::FieldDescriptor::TYPE_INT64:
-        if (m.kind != Member::kInteger) return false;
-        reflection.SetInt64(msg, field, m.integer);
-        break;
       case pb::FieldDescriptor::TYPE_BOOL:
-        if (m.kind != Member::kBool) return false;
-        reflection.SetBool(msg, field, m.boolean);
+        if (!value.has_bool_value()) return false;
+        reflection.SetBool(msg, field, value.bool_value());
         break;
       case pb::FieldDescriptor::TYPE_STRING:
-        if (m.kind != Member::kString) return false;
-        reflection.SetString(msg, field, text_.substr(m.value_at, m.value_size));
+        if (!value.has_string_value()) return false;
+        reflection.SetString(msg, field, value.string_value());
         break;
       default:
         return false;
@@ -280,15 +146,12 @@ bool JsonLine::IntoFlat(pb::Message* msg) const {
 }
 
 Status JsonLine::Into(pb::Message* msg) const {
-  if (!flat_) return IntoParsed(msg, object_);
-  if (IntoFlat(msg)) return {};
-  // What the scanner cannot set exactly as protobuf's parser would: the parser decides.
-  pb::Struct object;
-  if (!pb::util::JsonStringToMessage(text_, &object).ok()) return Error{"not a JSON object"};
-  return IntoParsed(msg, object);
+  if (IntoFromObject(msg)) return {};
+  return IntoParsed(msg);
 }
 
-Status JsonLine::IntoParsed(pb::Message* msg, const pb::Struct& object) const {
+Status JsonLine::IntoParsed(pb::Message* msg) const {
+  const pb::Struct& object = object_;
   msg->Clear();
   const auto status = pb::util::JsonStringToMessage(text_, msg, Options());
   const pb::Descriptor& schema = *msg->GetDescriptor();

@@ -8,12 +8,12 @@
 // protobuf's parser takes time quadratic in the depth (a 60 KB line 30,000 levels deep took
 // about 20 s), and the channel's messages are flat.
 //
-// A flat line (scalar members only, ASCII strings without escapes, integers written as such:
-// every line ftrun's worker helper sends) is read by a one-pass scanner and set through
-// reflection, without protobuf's JSON parser (about 20 us a line, paid on every progress
-// report and every flash-checkpoint commit); any other line, and any flat one whose known
-// members the scanner cannot set exactly as protobuf's parser would (a fraction, null, a
-// member named twice), goes through that parser, so both paths accept and refuse the same.
+// The line is parsed once, by protobuf, into a Struct; a message whose members are all scalars
+// (every line ftrun's worker helper sends) is then filled from it through reflection, without
+// parsing the text again (a progress report and a flash-checkpoint commit arrive every step).
+// Anything the Struct cannot give exactly as protobuf's typed parser would (a fraction, an
+// integer beyond 2^53, a repeated or nested member, a member named both ways) goes through
+// that parser, so both paths accept and refuse the same lines.
 //
 // Errors name the culprit as the control channel reports it: "not a JSON object", or the
 // first member (in the schema's order) whose value does not fit, e.g. "'step' must be an
@@ -22,9 +22,7 @@
 
 #include <google/protobuf/struct.pb.h>
 
-#include <cstdint>
 #include <string>
-#include <vector>
 
 #include "common/result.h"
 
@@ -42,24 +40,13 @@ class JsonLine {
   // Clears `msg`, then fills it from the line.
   Status Into(google::protobuf::Message* msg) const;
 
-  // A member of a flat line, as the scanner read it (key and string: offsets into text_).
-  struct Member {
-    enum Kind { kInteger, kBool, kString, kOther } kind = kOther;
-    size_t key_at = 0, key_size = 0;
-    size_t value_at = 0, value_size = 0;  // kString
-    int64_t integer = 0;
-    bool boolean = false;
-  };
-
  private:
-  // Whether the scanner set every member of `msg` the line names (false: the parser must).
-  bool IntoFlat(google::protobuf::Message* msg) const;
-  Status IntoParsed(google::protobuf::Message* msg, const google::protobuf::Struct& object) const;
+  // Whether every member of `msg` the line names was set from object_ (false: the parser must).
+  bool IntoFromObject(google::protobuf::Message* msg) const;
+  Status IntoParsed(google::protobuf::Message* msg) const;
 
   std::string text_;
-  bool flat_ = false;
-  std::vector<Member> members_;      // when flat_
-  google::protobuf::Struct object_;  // when not flat_
+  google::protobuf::Struct object_;
 };
 
 // JsonLine::Read(line), then Into(msg).
