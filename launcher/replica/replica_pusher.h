@@ -1,0 +1,75 @@
+// ReplicaPusher: copies this node's newest shard snapshots to other nodes' agents (the
+// sending half of flash checkpoint replicas; replica.proto, ftrun-flash-checkpoint(7)).
+//
+// Offer hands it a committed snapshot; one thread of its own streams it, in chunks of at most
+// 8 MiB read straight from the snapshot's mapping (so memory stays bounded whatever the size),
+// to every current target. Newest wins: a group holds at most one pending snapshot, and an
+// Offer replaces it, so a slow copy is followed by the newest snapshot, never by a queue of old
+// ones. One copy is in flight at a time (so at most one per peer). A target that fails
+// (unreachable, refused, gone mid-copy) is logged and skipped; the next Offer tries it again.
+// The training process never waits for any of this.
+//
+// Thread: SetTargets/Offer/destructor on the loop; the copy thread reports each outcome by
+// posting `Copied` to the loop. Pending snapshots pin their buffers (SnapshotView), which is
+// why only the newest is kept. Errors: only in Copied's Status and the log.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/result.h"
+#include "launcher/checkpoint/snapshot_store.h"
+#include "rendezvous/credentials.h"
+
+namespace ftrun::launcher {
+
+class ReplicaPusher {
+ public:
+  struct Options {
+    std::string from;  // this host, for the receivers' logs
+    rendezvous::TlsConfig tls;
+    std::string tls_target_name;  // the name the peers' certificates carry ("" : their address)
+    size_t chunk_bytes = size_t{4} << 20;
+  };
+  // On the loop, after each copy to each target: seconds from Offer to the peer's answer.
+  using Copied = std::function<void(const std::string& target, const std::string& group,
+                                    uint64_t step, const Status& outcome, double seconds)>;
+
+  ReplicaPusher(boost::asio::io_context& io, Options options, Copied copied);
+  ~ReplicaPusher();
+  ReplicaPusher(const ReplicaPusher&) = delete;
+  ReplicaPusher& operator=(const ReplicaPusher&) = delete;
+
+  // Where copies go from now on ("host:port" each), with the job's replica key.
+  void SetTargets(std::vector<std::string> targets, std::string key);
+  // Queues `view` (a "rank-<r>" group) as its group's newest; replaces an older pending one.
+  void Offer(SnapshotView view);
+
+ private:
+  struct Pending {
+    SnapshotView view;
+    std::chrono::steady_clock::time_point offered;
+  };
+  void Run();
+  Status Push(const std::string& target, const std::string& key, const SnapshotView& view);
+
+  boost::asio::io_context& io_;
+  Options opts_;
+  Copied copied_;
+  // Shared with the copy thread, under mu_.
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::map<std::string, Pending> pending_;  // per group: the newest not yet sent
+  std::vector<std::string> targets_;
+  std::string key_;
+  std::thread thread_;  // last: started once the fields above exist
+};
+
+}  // namespace ftrun::launcher
