@@ -9,8 +9,8 @@
 
 #include "common/log.h"
 #include "common/metrics_server.h"
-#include "rendezvous/credentials.h"
 #include "ftrun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_server_call.h"
 #include "rendezvous/wire.h"
 

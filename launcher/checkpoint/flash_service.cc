@@ -137,9 +137,10 @@ void FlashService::Get(int local_rank, const v1::ControlSnapshotGet& r) {
   if (!view && r.step() >= 0 && replicas_ != nullptr) {
     for (const auto& replica : replicas_->Complete(r.group())) {
       if (replica.step != static_cast<uint64_t>(r.step())) continue;
-      LauncherLog()->info("flash checkpoint: {} step={} handed to local_rank={} from the replica "
-                          "of {}",
-                          r.group(), replica.step, local_rank, replica.from);
+      LauncherLog()->info(
+          "flash checkpoint: {} step={} handed to local_rank={} from the replica "
+          "of {}",
+          r.group(), replica.step, local_rank, replica.from);
       send_(local_rank,
             JsonMessage("snapshot")
                 .Set("id", r.id())

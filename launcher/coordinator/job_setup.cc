@@ -118,10 +118,12 @@ std::string MakeNodeId(const std::string& fqdn) {
   return fmt::format("{}:{}:{:08x}", fqdn, ::getpid(), rd());
 }
 
-Result<std::unique_ptr<Coordinator>> MakeCoordinator(
-    boost::asio::io_context& io, const LaunchConfig& c, const EnvMap& env, const std::string& fqdn,
-    const std::string& node_id, std::shared_ptr<EventLog> event_log, int store_port,
-    ReplicaService* replicas) {
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
+                                                     const LaunchConfig& c, const EnvMap& env,
+                                                     const std::string& fqdn,
+                                                     const std::string& node_id,
+                                                     std::shared_ptr<EventLog> event_log,
+                                                     int store_port, ReplicaService* replicas) {
   if (c.max_nodes == 1) {
     LocalCoordinatorOptions local{JobSpecFrom(c), Node(c, fqdn, node_id), c.role};
     local.node.node_rank = local.job.static_ranks ? 0 : -1;

@@ -25,13 +25,10 @@ namespace ftrun::launcher {
 // `node_id` names this agent (MakeNodeId); `event_log` (may be null) also receives the
 // hosted rendezvous server's events. `store_port`: the agent store's port, this node's
 // MASTER_PORT in every round it leads (0: a port found free for each round).
-Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
-                                                     const LaunchConfig& config, const EnvMap& env,
-                                                     const std::string& fqdn,
-                                                     const std::string& node_id,
-                                                     std::shared_ptr<EventLog> event_log,
-                                                     int store_port = 0,
-                                                     ReplicaService* replicas = nullptr);
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(
+    boost::asio::io_context& io, const LaunchConfig& config, const EnvMap& env,
+    const std::string& fqdn, const std::string& node_id, std::shared_ptr<EventLog> event_log,
+    int store_port = 0, ReplicaService* replicas = nullptr);
 
 // The job as the rendezvous state machine sees it, from the agent's options.
 rendezvous::JobSpec JobSpecFrom(const LaunchConfig& config);

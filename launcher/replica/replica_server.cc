@@ -64,6 +64,7 @@ class ReplicaServer::Service final : public v1::Replica::Service {
     ReplicaWrite write = *admitted->write;
     auto failed = [&](grpc::StatusCode code, const std::string& why) {
       const uint64_t id = write.id;
+      write.buffer.reset();  // so the group's next copy may have this buffer at once
       boost::asio::post(owner_->io_, [o = owner_, id] { o->store_.Abort(id); });
       return Refused(peer, code, write.group + " step " + std::to_string(write.step) + ": " + why);
     };
@@ -81,9 +82,9 @@ class ReplicaServer::Service final : public v1::Replica::Service {
     while (!last) {
       if (owner_->stopping_) return failed(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
       if (!reader->Read(&chunk)) {
-        return failed(grpc::StatusCode::CANCELLED,
-                      "the sender went away after " + std::to_string(offset) + " of " +
-                          std::to_string(write.bytes) + " bytes");
+        return failed(grpc::StatusCode::CANCELLED, "the sender went away after " +
+                                                       std::to_string(offset) + " of " +
+                                                       std::to_string(write.bytes) + " bytes");
       }
       if (!take(chunk.data())) return failed(grpc::StatusCode::INVALID_ARGUMENT, "too many bytes");
       last = chunk.last();
@@ -95,19 +96,20 @@ class ReplicaServer::Service final : public v1::Replica::Service {
     const uint32_t sent = chunk.checksum();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    auto finished = OnLoop(ctx, [o = owner_, id = write.id, sent, crc, seconds, group = write.group] {
-      Status s = o->store_.Finish(id, sent, crc);
-      if (s && o->stored_) {
-        auto views = o->store_.Complete(group);
-        if (!views.empty()) o->stored_(views.front(), seconds);
-      }
-      return s;
-    });
+    auto finished =
+        OnLoop(ctx, [o = owner_, id = write.id, sent, crc, seconds, group = write.group] {
+          Status s = o->store_.Finish(id, sent, crc);
+          if (s && o->stored_) {
+            auto views = o->store_.Complete(group);
+            if (!views.empty()) o->stored_(views.front(), seconds);
+          }
+          return s;
+        });
     if (!finished) return failed(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
-    if (!*finished) return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, finished->error().message);
+    if (!*finished)
+      return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, finished->error().message);
     LauncherLog()->info("replica of {} step={} stored from {} ({} bytes in {:.3f}s)", write.group,
-                        write.step, rendezvous::Printable(header.from(), 64), write.bytes,
-                        seconds);
+                        write.step, rendezvous::Printable(header.from(), 64), write.bytes, seconds);
     ack->set_step(write.step);
     return grpc::Status::OK;
   }
@@ -127,8 +129,8 @@ class ReplicaServer::Service final : public v1::Replica::Service {
       if (o->key_.empty() || !rendezvous::SecretsEqual(o->key_, header.key())) {
         state->code = grpc::StatusCode::PERMISSION_DENIED;
         state->error = "wrong replica key";
-      } else if (auto w = o->store_.Begin(header.group(), header.step(), header.bytes(),
-                                          header.from());
+      } else if (auto w =
+                     o->store_.Begin(header.group(), header.step(), header.bytes(), header.from());
                  !w) {
         state->code = grpc::StatusCode::RESOURCE_EXHAUSTED;
         state->error = w.error().message;
@@ -167,7 +169,10 @@ class ReplicaServer::Service final : public v1::Replica::Service {
 };
 
 ReplicaServer::ReplicaServer(boost::asio::io_context& io, ReplicaStore& store, Options options)
-    : io_(io), store_(store), opts_(std::move(options)), service_(std::make_unique<Service>(this)) {}
+    : io_(io),
+      store_(store),
+      opts_(std::move(options)),
+      service_(std::make_unique<Service>(this)) {}
 
 ReplicaServer::~ReplicaServer() { Shutdown(); }
 

@@ -9,13 +9,11 @@ ReplicaService::ReplicaService(boost::asio::io_context& io, Options options)
       store_(opts_.budget_bytes),
       server_(io, store_, ReplicaServer::Options{.tls = opts_.tls}),
       pusher_(io,
-              ReplicaPusher::Options{.from = opts_.host,
-                                     .tls = opts_.tls,
-                                     .tls_target_name = opts_.tls_target_name},
+              ReplicaPusher::Options{
+                  .from = opts_.host, .tls = opts_.tls, .tls_target_name = opts_.tls_target_name},
               [this](const std::string& target, const std::string& group, uint64_t step,
-                     const Status& outcome, double seconds) {
-                Copied(target, group, step, outcome, seconds);
-              }) {}
+                     const Status& outcome,
+                     double seconds) { Copied(target, group, step, outcome, seconds); }) {}
 
 ReplicaService::~ReplicaService() = default;
 
@@ -52,21 +50,23 @@ Result<std::unique_ptr<ReplicaService>> MakeReplicaService(boost::asio::io_conte
   }
   auto security = rendezvous::ResolveSecurity(config.rdzv, env);
   if (!security) return security.error();
-  ReplicaService::Options o{.budget_bytes = FlashMemoryBudget(config),
-            .copies = config.flash_replicas,
-            .host = host,
-            .tls = security->tls,
-            // The peers' certificates are the job's, issued for the rendezvous endpoint.
-            .tls_target_name = security->tls.enabled() ? config.endpoint_host : ""};
+  ReplicaService::Options o{
+      .budget_bytes = FlashMemoryBudget(config),
+      .copies = config.flash_replicas,
+      .host = host,
+      .tls = security->tls,
+      // The peers' certificates are the job's, issued for the rendezvous endpoint.
+      .tls_target_name = security->tls.enabled() ? config.endpoint_host : ""};
   return std::make_unique<ReplicaService>(io, std::move(o));
 }
 
 void ReplicaService::Copied(const std::string& target, const std::string& group, uint64_t step,
                             const Status& outcome, double seconds) {
+  if (on_copied_) on_copied_(target, group, step, outcome, seconds);
   if (outcome) {
-    if (failing_.erase(target) > 0) LauncherLog()->info("replicas: copies to {} work again", target);
-    LauncherLog()->debug("replica of {} step={} at {} after {:.3f}s", group, step, target,
-                         seconds);
+    if (failing_.erase(target) > 0)
+      LauncherLog()->info("replicas: copies to {} work again", target);
+    LauncherLog()->debug("replica of {} step={} at {} after {:.3f}s", group, step, target, seconds);
     return;
   }
   // Every commit would log it again: once per target until a copy gets through.

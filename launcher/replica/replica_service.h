@@ -17,8 +17,8 @@
 #include <set>
 #include <string>
 
-#include "common/result.h"
 #include "common/environment.h"
+#include "common/result.h"
 #include "launcher/checkpoint/snapshot_store.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/replica/replica_pusher.h"
@@ -50,6 +50,8 @@ class ReplicaService {
   // A local snapshot committed: a shard ("rank-<r>") is copied to the targets; others ignored.
   void Committed(const SnapshotView& view);
   void Shutdown();
+  // Also told of every copy's outcome (tests, scripts/bench.py's figure through the log).
+  void OnCopied(ReplicaPusher::Copied copied) { on_copied_ = std::move(copied); }
 
   const ReplicaStore& store() const { return store_; }
   ReplicaServer& server() { return server_; }
@@ -62,7 +64,8 @@ class ReplicaService {
   ReplicaStore store_;
   ReplicaServer server_;
   std::set<std::string> failing_;  // targets whose last copy failed (logged once)
-  ReplicaPusher pusher_;           // last: its thread stops first
+  ReplicaPusher::Copied on_copied_;
+  ReplicaPusher pusher_;  // last: its thread stops first
 };
 
 // The agent's replica service, not yet listening: null when this job has none (one node, etcd,

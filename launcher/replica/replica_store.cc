@@ -82,8 +82,8 @@ Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step
     const uint64_t after = reserved_ - have + bytes;
     if (after > budget_ || bytes > budget_) {
       return Error{what + ": " + std::to_string(bytes) +
-                   " bytes do not fit in the replica memory budget of " +
-                   std::to_string(budget_) + " bytes (" + std::to_string(reserved_ - have) +
+                   " bytes do not fit in the replica memory budget of " + std::to_string(budget_) +
+                   " bytes (" + std::to_string(reserved_ - have) +
                    " bytes already hold other replicas); raise --flash-memory-budget "
                    "(FTRUN_FLASH_MEMORY_BUDGET)"};
     }

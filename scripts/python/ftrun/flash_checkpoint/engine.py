@@ -99,46 +99,98 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
     new as the newest checkpoint on disk: (step, state) or (None, None). Collective: the step
     is agreed on by all ranks, and a rank that cannot load it sends them all to disk.
 
-    Not `shared` (shards): every rank must hold the step. `shared` (the one copy of a DDP
-    job): one rank holding it is enough; ranks whose node lacks it (a replaced node) get it
-    from the lowest rank that has it, over the job's own network."""
+    Not `shared` (shards): every rank's shard must be available at the step, from its own
+    node's memory or from a replica another node's agent holds (--flash-replicas); a rank
+    whose node lacks its shard (a replaced node) gets it from the lowest rank whose node holds
+    the replica. `shared` (the one copy of a DDP job): one rank holding it is enough; ranks
+    whose node lacks it get it from the lowest rank that has it. Either way over the job's own
+    network."""
     mem, _ = memory_store()
-    steps = []
     comm.all_ok(True)  # every rank's save of this job has returned (its snapshot committed)
-    if mem is not None:
-        try:
-            steps = mem.steps(group)
-        except OSError:
-            steps = []
-    everyone = comm.gather(steps)
+    everyone = comm.gather(_held(mem, group))
+    # sources[r]: for each step, the ranks that can load rank r's copy of it.
     if shared:
-        candidates = set().union(*everyone)
+        sources = {s: [r for r, held in enumerate(everyone) if s in held]
+                   for s in set().union(*everyone)}
+        candidates = set(sources)
     else:
-        candidates = set(everyone[0]).intersection(*everyone[1:]) if everyone else set()
+        sources, candidates = _shard_sources(comm, mem, everyone)
     on_disk = comm.from_rank0(_steps(root)[:1])
     if not candidates or (on_disk and on_disk[0] > max(candidates)):
         return None, None
     step = max(candidates)
-    holders = [r for r, held in enumerate(everyone) if step in held]
-    missing = [r for r in range(comm.world_size) if r not in holders]
-    state, error = None, None
-    if comm.rank in holders:
+    # (rank that loads, group it loads, rank it serves), the same list on every rank.
+    if shared:
+        holders = sources[step]
+        loads = [(r, group, r) for r in holders]
+        moves = [(holders[0], r) for r in range(comm.world_size) if r not in holders]
+    else:
+        loads, moves = [], []
+        for r in range(comm.world_size):
+            src = r if step in everyone[r] else sources[r][step][0]
+            loads.append((src, shard_group(r), r))
+            if src != r:
+                moves.append((src, r))
+    state, served, error = None, {}, None
+    for src, g, owner in loads:
+        if src != comm.rank:
+            continue
         try:
-            state = mem.load(step, group, comm.world_size)
+            loaded = mem.load(step, g, comm.world_size)
         except (CheckpointError, OSError) as e:
             error = e
+            break
+        if owner == comm.rank:
+            state = loaded
+        served[owner] = loaded
     if not comm.all_ok(error is None):
         print(f"ftrun: not restoring step {step} from memory: "
               f"{error or 'another rank cannot (see its log)'}; trying disk", file=sys.stderr,
               flush=True)
         return None, None
-    if missing:
-        state = comm.share(state, holders[0], missing)
+    if shared and moves:
+        state = comm.share(state, moves[0][0], [r for _, r in moves])
+    else:
+        for src, owner in moves:
+            got = comm.share(served.get(owner), src, [owner])
+            if comm.rank == owner:
+                state = got
     if comm.rank == 0:
-        print(f"ftrun: restored step {step} from memory"
-              + (f" (ranks {missing} from rank {holders[0]})" if missing else ""),
+        how = ", ".join(f"rank {r} from rank {s}" for s, r in moves)
+        print(f"ftrun: restored step {step} from memory" + (f" ({how})" if how else ""),
               file=sys.stderr, flush=True)
     return step, state
+
+
+def _held(mem, group: str):
+    """The steps of `group` this rank's agent holds (its own snapshots and replicas)."""
+    if mem is None:
+        return []
+    try:
+        return mem.steps(group)
+    except OSError:
+        return []
+
+
+def _shard_sources(comm, mem, everyone):
+    """For shards: which ranks can load each rank's shard at which step, and the steps every
+    shard is available at. Ranks missing the newest step anyone has ask the others' agents for
+    replicas of their shard (one request per such rank, on every rank). Collective."""
+    newest = max((max(h) for h in everyone if h), default=None)
+    behind = [r for r, h in enumerate(everyone) if newest is not None and newest not in h]
+    asked = {r: (_held(mem, shard_group(r)) if r != comm.rank else []) for r in behind}
+    replicas = comm.gather(asked) if behind else [{} for _ in everyone]
+    sources, candidates = {}, None
+    for r in range(comm.world_size):
+        by_step = {}
+        for s in everyone[r]:
+            by_step.setdefault(s, []).append(r)
+        for holder, held in enumerate(replicas):
+            for s in held.get(r, []):
+                by_step.setdefault(s, []).append(holder)
+        sources[r] = by_step
+        candidates = set(by_step) if candidates is None else candidates & set(by_step)
+    return sources, candidates or set()
 
 
 class Comm:
