@@ -1,9 +1,14 @@
 #include "launcher/replica/replica_pusher.h"
 
+#include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
+#include <cerrno>
+#include <cstring>
 
 #include "common/log.h"
 #include "ftrun/v1/replica.grpc.pb.h"
@@ -33,8 +38,28 @@ void ReplicaPusher::Offer(SnapshotView view) {
   {
     std::lock_guard lock(mu_);
     if (targets_.empty()) return;
-    const std::string group = view.meta.group;
-    pending_[group] = Pending{std::move(view), std::chrono::steady_clock::now()};
+  }
+  const int fd = fcntl(view.fd(), F_DUPFD_CLOEXEC, 0);
+  if (fd < 0) {
+    LauncherLog()->warn("replicas: {} step={} not copied: dup: {}", view.meta.group, view.step,
+                        std::strerror(errno));
+    return;
+  }
+  Pending p{.group = view.meta.group,
+            .step = view.step,
+            .bytes = view.bytes,
+            .checksum = view.meta.checksum,
+            .fd = std::shared_ptr<int>(new int(fd),
+                                       [](int* f) {
+                                         close(*f);
+                                         delete f;
+                                       }),
+            .generation = view.generation_counter(),
+            .expected = view.generation,
+            .offered = std::chrono::steady_clock::now()};
+  {
+    std::lock_guard lock(mu_);
+    pending_[p.group] = std::move(p);
   }
   wake_.notify_all();
 }
@@ -54,20 +79,36 @@ void ReplicaPusher::Run() {
       targets = targets_;
       key = key_;
     }
+    // MAP_POPULATE: the page tables in one call, not a fault per page.
+    void* map = mmap(nullptr, next.bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, *next.fd, 0);
+    if (map == MAP_FAILED) {
+      LauncherLog()->warn("replicas: {} step={} not copied: mmap of {} bytes: {}", next.group,
+                          next.step, next.bytes, std::strerror(errno));
+      continue;
+    }
+    std::span<const std::byte> data(static_cast<const std::byte*>(map), next.bytes);
     for (const auto& target : targets) {
-      Status outcome = Push(target, key, next.view);
+      std::string error;
+      Outcome outcome = Push(target, key, next, data, &error);
+      if (outcome == Outcome::kSuperseded) {
+        LauncherLog()->debug("replicas: {} step={} superseded during its copy to {}", next.group,
+                             next.step, target);
+        break;
+      }
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - next.offered).count();
-      boost::asio::post(io_, [this, target, group = next.view.meta.group, step = next.view.step,
-                              outcome, seconds] {
-        if (copied_) copied_(target, group, step, outcome, seconds);
+      Status status = outcome == Outcome::kCopied ? Status{} : Status{Error{error}};
+      boost::asio::post(io_, [this, target, group = next.group, step = next.step, status, seconds] {
+        if (copied_) copied_(target, group, step, status, seconds);
       });
     }
+    munmap(map, next.bytes);
   }
 }
 
-Status ReplicaPusher::Push(const std::string& target, const std::string& key,
-                           const SnapshotView& view) {
+ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std::string& key,
+                                           const Pending& p, std::span<const std::byte> data,
+                                           std::string* error) {
   grpc::ChannelArguments args;
   if (!opts_.tls_target_name.empty()) args.SetSslTargetNameOverride(opts_.tls_target_name);
   args.SetMaxSendMessageSize(static_cast<int>(opts_.chunk_bytes + 4096));
@@ -77,17 +118,16 @@ Status ReplicaPusher::Push(const std::string& target, const std::string& key,
   auto stub = v1::Replica::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10) +
-                   std::chrono::seconds(view.bytes >> 26));
+                   std::chrono::seconds(p.bytes >> 26));
   v1::ReplicaAck ack;
   auto writer = stub->Push(&ctx, &ack);
   v1::ReplicaChunk chunk;
   auto* header = chunk.mutable_header();
   header->set_key(key);
-  header->set_group(view.meta.group);
-  header->set_step(view.step);
-  header->set_bytes(view.bytes);
+  header->set_group(p.group);
+  header->set_step(p.step);
+  header->set_bytes(p.bytes);
   header->set_from(opts_.from);
-  const auto data = view.data();
   uint32_t crc = 0;
   size_t offset = 0;
   bool open = true;
@@ -98,18 +138,29 @@ Status ReplicaPusher::Push(const std::string& target, const std::string& key,
     chunk.set_data(reinterpret_cast<const char*>(piece.data()), n);
     offset += n;
     chunk.set_last(offset == data.size());
-    if (chunk.last()) chunk.set_checksum(crc);
+    if (chunk.last()) {
+      // Every byte has been read: if no Begin handed the buffer out since the snapshot was
+      // offered, no worker wrote into what we read. Otherwise the copy may be torn.
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+      const bool torn = p.generation->load() != p.expected || (p.checksum && *p.checksum != crc);
+      if (torn) {
+        ctx.TryCancel();
+        writer->Finish();
+        return Outcome::kSuperseded;
+      }
+      chunk.set_checksum(crc);
+    }
     open = writer->Write(chunk);
     chunk.clear_header();
   } while (open && offset < data.size());
   if (open) writer->WritesDone();
   grpc::Status status = writer->Finish();
   if (!status.ok()) {
-    return Error{"copy of " + view.meta.group + " step " + std::to_string(view.step) + " to " +
-                 target + " failed: " + status.error_message()};
+    *error = "copy of " + p.group + " step " + std::to_string(p.step) + " to " + target +
+             " failed: " + status.error_message();
+    return Outcome::kFailed;
   }
-  if (auto matches = ChecksumMatches(view, crc); !matches) return matches;
-  return {};
+  return Outcome::kCopied;
 }
 
 }  // namespace ftrun::launcher

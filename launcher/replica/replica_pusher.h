@@ -9,9 +9,15 @@
 // (unreachable, refused, gone mid-copy) is logged and skipped; the next Offer tries it again.
 // The training process never waits for any of this.
 //
+// The snapshot's buffer is not pinned (the worker's next saves are never refused because of
+// a copy): the pusher reads through its own descriptor and mapping, and before the last
+// message it checks that the buffer was not handed out again meanwhile (its generation,
+// SnapshotView); if it was, the copy is cancelled (the receiver keeps its previous replica)
+// and the newer snapshot, already pending, goes next.
+//
 // Thread: SetTargets/Offer/destructor on the loop; the copy thread reports each outcome by
-// posting `Copied` to the loop. Pending snapshots pin their buffers (SnapshotView), which is
-// why only the newest is kept. Errors: only in Copied's Status and the log.
+// posting `Copied` to the loop (not for a superseded copy). Errors: only in Copied's Status
+// and the log.
 #pragma once
 
 #include <boost/asio/io_context.hpp>
@@ -19,6 +25,8 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -52,12 +60,21 @@ class ReplicaPusher {
   void Offer(SnapshotView view);
 
  private:
+  // A snapshot to copy, without pinning its buffer.
   struct Pending {
-    SnapshotView view;
+    std::string group;
+    uint64_t step = 0;
+    size_t bytes = 0;
+    std::optional<uint32_t> checksum;
+    std::shared_ptr<int> fd;  // our own descriptor of the memfd (closed with the last copy)
+    std::shared_ptr<const std::atomic<uint64_t>> generation;
+    uint64_t expected = 0;
     std::chrono::steady_clock::time_point offered;
   };
+  enum class Outcome { kCopied, kFailed, kSuperseded };
   void Run();
-  Status Push(const std::string& target, const std::string& key, const SnapshotView& view);
+  Outcome Push(const std::string& target, const std::string& key, const Pending& p,
+               std::span<const std::byte> data, std::string* error);
 
   boost::asio::io_context& io_;
   Options opts_;

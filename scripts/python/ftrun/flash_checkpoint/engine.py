@@ -157,6 +157,8 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
                 state = got
     if comm.rank == 0:
         how = ", ".join(f"rank {r} from rank {s}" for s, r in moves)
+        if shared and moves:
+            how = f"ranks {[r for _, r in moves]} from rank {moves[0][0]}"
         print(f"ftrun: restored step {step} from memory" + (f" ({how})" if how else ""),
               file=sys.stderr, flush=True)
     return step, state
