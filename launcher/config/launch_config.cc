@@ -394,18 +394,19 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
     if (!bytes) return bytes.error();
     c.flash_memory_budget = *bytes;
   }
-  if (a.flash_replicas != 0) {
-    if (a.flash_replicas < 1 || a.flash_replicas > 16) {
-      return Error{"--flash-replicas: must be 1 to 16, got " + std::to_string(a.flash_replicas)};
+  {
+    const auto env_replicas = Lookup(env, "FTRUN_FLASH_REPLICAS");
+    const bool given = !a.flash_replicas.empty();
+    const std::string text = given ? a.flash_replicas : env_replicas.value_or("");
+    if (!text.empty()) {
+      char* end = nullptr;
+      const long n = std::strtol(text.c_str(), &end, 10);
+      if (end == text.c_str() || *end != '\0' || n < 1 || n > 16) {
+        return Error{std::string(given ? "--flash-replicas" : "FTRUN_FLASH_REPLICAS") +
+                     ": must be 1 to 16, got '" + text + "'"};
+      }
+      c.flash_replicas = static_cast<int>(n);
     }
-    c.flash_replicas = a.flash_replicas;
-  } else if (auto e = Lookup(env, "FTRUN_FLASH_REPLICAS"); e && !e->empty()) {
-    char* end = nullptr;
-    const long n = std::strtol(e->c_str(), &end, 10);
-    if (end == e->c_str() || *end != '\0' || n < 1 || n > 16) {
-      return Error{"FTRUN_FLASH_REPLICAS: must be 1 to 16, got '" + *e + "'"};
-    }
-    c.flash_replicas = static_cast<int>(n);
   }
 
   c.topology_file = a.topology_file;
