@@ -300,8 +300,12 @@ Status CheckLimits(const v1::NodeInfo& node) {
     if (a.master_addr().size() > 1024 || !IsPrintable(a.master_addr()) || a.master_port() < 0 ||
         a.master_port() > 65535 || a.group_world_size() < 1 || a.group_rank() < 0 ||
         a.group_rank() >= a.group_world_size() || a.base_rank() < 0 || a.world_size() < 1 ||
-        a.base_rank() >= a.world_size() || a.restart_count() < 0) {
+        a.base_rank() >= a.world_size() || a.restart_count() < 0 || a.replica_key().size() > 256 ||
+        a.replica_peers_size() > 4096) {
       return Error{"the running round's assignment is out of range"};
+    }
+    for (const auto& peer : a.replica_peers()) {
+      if (peer.size() > 1024) return Error{"a replica endpoint is longer than 1 KiB"};
     }
   }
   return CheckSwitchPath(node.switch_path());

@@ -23,6 +23,8 @@ ReplicaPusher::~ReplicaPusher() {
     std::lock_guard lock(mu_);
     stop_ = true;
     pending_.clear();
+    // An exiting agent does not wait for a slow peer's deadline.
+    if (in_flight_ != nullptr) in_flight_->TryCancel();
   }
   wake_.notify_all();
   thread_.join();
@@ -119,6 +121,18 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10) +
                    std::chrono::seconds(p.bytes >> 26));
+  struct InFlight {
+    ReplicaPusher* self;
+    InFlight(ReplicaPusher* s, grpc::ClientContext* c) : self(s) {
+      std::lock_guard lock(self->mu_);
+      self->in_flight_ = c;
+      if (self->stop_) c->TryCancel();
+    }
+    ~InFlight() {
+      std::lock_guard lock(self->mu_);
+      self->in_flight_ = nullptr;
+    }
+  } in_flight(this, &ctx);
   v1::ReplicaAck ack;
   auto writer = stub->Push(&ctx, &ack);
   v1::ReplicaChunk chunk;

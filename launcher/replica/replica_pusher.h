@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "ftrun/v1/replica.grpc.pb.h"
 #include "launcher/checkpoint/snapshot_store.h"
 #include "rendezvous/credentials.h"
 
@@ -86,7 +87,8 @@ class ReplicaPusher {
   std::map<std::string, Pending> pending_;  // per group: the newest not yet sent
   std::vector<std::string> targets_;
   std::string key_;
-  std::thread thread_;  // last: started once the fields above exist
+  grpc::ClientContext* in_flight_ = nullptr;  // the copy being sent (cancelled on stop)
+  std::thread thread_;                        // last: started once the fields above exist
 };
 
 }  // namespace ftrun::launcher

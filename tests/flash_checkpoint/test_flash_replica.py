@@ -2,7 +2,7 @@
 agents on loopback with two torch ranks each (gloo), ShardedCheckpointer MEMORY saves every
 step, and the loss of a whole node (its agent and both ranks SIGKILLed).
 
-* The replaced node's ranks get their shards from the replica the surviving node's agent holds
+* The replaced node (a new agent, or a spare waiting beyond --nnodes all along) ranks get their shards from the replica the surviving node's agent holds
   (copied there after each save): every shard restores from memory at the newest saved step,
   zero steps lost, and the final weights equal those of a fault-free run.
 * After the restore, the survivor's shards are copied to the replacement node.
@@ -132,6 +132,15 @@ class ReplicaNodeLossTest(unittest.TestCase):
         return finals(root, 4)
 
     def test_a_lost_nodes_shards_restore_from_their_replicas_with_zero_steps_lost(self):
+        self.lose_a_node(spare=False)
+
+    def test_a_spare_promoted_into_the_lost_nodes_place_restores_its_shards(self):
+        self.lose_a_node(spare=True)
+
+    def lose_a_node(self, spare):
+        """Two agents (2 ranks each) train; the one with group rank 1 is SIGKILLed once the
+        replicas of the newest step are on the other; a new agent replaces it (started then,
+        or waiting as a spare all along)."""
         root, port = self.root, free_port()
         conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
         config = json.dumps({"steps": STEPS, "hold_at": HOLD_AT})
@@ -152,6 +161,9 @@ class ReplicaNodeLossTest(unittest.TestCase):
         wait_for(lambda: "replica service listening" in read(os.path.join(root, "a.log")),
                  "node a's replica service")
         b = agent("b.log")
+        if spare:  # beyond --nnodes 2: it waits as a spare
+            wait_for(lambda: "group_rank=" in read(os.path.join(root, "b.log")), "node b's round")
+            replacement = agent("c.log")
         # Which node got which ranks: node b is the one whose workers are ranks 2 and 3, or 0
         # and 1; the test kills whichever holds ranks 2 and 3 ("the other node").
         wait_for(lambda: all(f"saved {HOLD_AT} True" in read(os.path.join(root, f"progress-{r}.txt"))
@@ -169,7 +181,8 @@ class ReplicaNodeLossTest(unittest.TestCase):
         doomed = a if victim == "a" else b
         os.killpg(doomed.pid, signal.SIGKILL)  # the whole node: its agent and both ranks
         doomed.wait(timeout=30)
-        replacement = agent("c.log")
+        if not spare:
+            replacement = agent("c.log")
         other = b if victim == "a" else a
         self.assertEqual(other.wait(timeout=180), 0, read(survivor_log)[-3000:])
         self.assertEqual(replacement.wait(timeout=60), 0, read(os.path.join(root, "c.log"))[-3000:])
