@@ -51,7 +51,7 @@ def _job(ftrun, mib, saves, replicas):
                     [ftrun, "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                      f"127.0.0.1:{port}", "--rdzv-id", "bench", "--rdzv-conf",
                      conf + ",is_host=0", "--local-addr", "127.0.0.1", "--nproc-per-node", "1",
-                     "--flash-replicas", str(replicas), "--log-level", "info", "--no-python",
+                     "--flash-replicas", str(replicas), "--log-level", "debug", "--no-python",
                      PYTHON, os.path.join(REPO, "tests", "bench", "replica_worker.py"),
                      "--mib", str(mib), "--saves", str(saves), "--dir", d,
                      # A copy still in flight at the save after next is superseded (the

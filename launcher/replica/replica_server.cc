@@ -108,8 +108,6 @@ class ReplicaServer::Service final : public v1::Replica::Service {
     if (!finished) return failed(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
     if (!*finished)
       return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, finished->error().message);
-    LauncherLog()->info("replica of {} step={} stored from {} ({} bytes in {:.3f}s)", write.group,
-                        write.step, rendezvous::Printable(header.from(), 64), write.bytes, seconds);
     ack->set_step(write.step);
     return grpc::Status::OK;
   }

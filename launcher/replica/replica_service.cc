@@ -13,9 +13,21 @@ ReplicaService::ReplicaService(boost::asio::io_context& io, Options options)
                   .from = opts_.host, .tls = opts_.tls, .tls_target_name = opts_.tls_target_name},
               [this](const std::string& target, const std::string& group, uint64_t step,
                      const Status& outcome,
-                     double seconds) { Copied(target, group, step, outcome, seconds); }) {}
+                     double seconds) { Copied(target, group, step, outcome, seconds); }) {
+  server_.OnStored([this](const ReplicaView& view, double seconds) { Stored(view, seconds); });
+}
 
 ReplicaService::~ReplicaService() = default;
+
+void ReplicaService::Stored(const ReplicaView& view, double seconds) {
+  // A copy arrives with every save: at info only when a shard's holder changes.
+  auto& from = holding_[view.group];
+  const auto level = from == view.from ? spdlog::level::debug : spdlog::level::info;
+  from = view.from;
+  LauncherLog()->log(level, "replica of {} step={} stored from {} ({} bytes in {:.3f}s)",
+                     view.group, view.step, rendezvous::Printable(view.from, 64), view.bytes,
+                     seconds);
+}
 
 Result<int> ReplicaService::Listen(const std::string& addr) {
   return server_.Start(addr.empty() ? "127.0.0.1" : addr);

@@ -13,6 +13,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -63,7 +64,10 @@ class ReplicaService {
   Options opts_;
   ReplicaStore store_;
   ReplicaServer server_;
-  std::set<std::string> failing_;  // targets whose last copy failed (logged once)
+  void Stored(const ReplicaView& view, double seconds);
+
+  std::set<std::string> failing_;               // targets whose last copy failed (logged once)
+  std::map<std::string, std::string> holding_;  // group -> the sender of its newest replica
   ReplicaPusher::Copied on_copied_;
   ReplicaPusher pusher_;  // last: its thread stops first
 };

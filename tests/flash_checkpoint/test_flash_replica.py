@@ -150,7 +150,7 @@ class ReplicaNodeLossTest(unittest.TestCase):
                 ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
                  f"127.0.0.1:{port}", "--rdzv-id", "replica", "--rdzv-conf", conf + ",is_host=0",
                  "--local-addr", "127.0.0.1", "--nproc-per-node", "2", "--max-restarts", "5",
-                 "--monitor-interval", "0.1", "--restart-backoff", "0", "--log-level", "info",
+                 "--monitor-interval", "0.1", "--restart-backoff", "0", "--log-level", "debug",
                  "--log-dir", os.path.join(root, "logs"), "--no-python", "/usr/bin/python3",
                  __file__, "train", root, config], name)
 
