@@ -19,6 +19,7 @@ ReplicaPusher::ReplicaPusher(boost::asio::io_context& io, Options options, Copie
     : io_(io), opts_(std::move(options)), copied_(std::move(copied)), thread_([this] { Run(); }) {}
 
 ReplicaPusher::~ReplicaPusher() {
+  *alive_ = false;  // outcomes already posted are dropped
   {
     std::lock_guard lock(mu_);
     stop_ = true;
@@ -100,8 +101,9 @@ void ReplicaPusher::Run() {
       const double seconds =
           std::chrono::duration<double>(std::chrono::steady_clock::now() - next.offered).count();
       Status status = outcome == Outcome::kCopied ? Status{} : Status{Error{error}};
-      boost::asio::post(io_, [this, target, group = next.group, step = next.step, status, seconds] {
-        if (copied_) copied_(target, group, step, status, seconds);
+      boost::asio::post(io_, [this, alive = alive_, target, group = next.group, step = next.step,
+                              status, seconds] {
+        if (*alive && copied_) copied_(target, group, step, status, seconds);
       });
     }
     munmap(map, next.bytes);

@@ -87,8 +87,12 @@ class ReplicaPusher {
   std::map<std::string, Pending> pending_;  // per group: the newest not yet sent
   std::vector<std::string> targets_;
   std::string key_;
-  grpc::ClientContext* in_flight_ = nullptr;  // the copy being sent (cancelled on stop)
-  std::thread thread_;                        // last: started once the fields above exist
+  grpc::ClientContext* in_flight_ = nullptr;
+  // Touched on the loop only (set and checked there): outcomes posted by the copy thread may
+  // reach the loop after the pusher is gone.
+  std::shared_ptr<bool> alive_ =
+      std::make_shared<bool>(true);  // the copy being sent (cancelled on stop)
+  std::thread thread_;               // last: started once the fields above exist
 };
 
 }  // namespace ftrun::launcher

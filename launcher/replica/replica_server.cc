@@ -65,7 +65,7 @@ class ReplicaServer::Service final : public v1::Replica::Service {
     auto failed = [&](grpc::StatusCode code, const std::string& why) {
       const uint64_t id = write.id;
       write.buffer.reset();  // so the group's next copy may have this buffer at once
-      boost::asio::post(owner_->io_, [o = owner_, id] { o->store_.Abort(id); });
+      Post([o = owner_, id] { o->store_.Abort(id); });
       return Refused(peer, code, write.group + " step " + std::to_string(write.step) + ": " + why);
     };
     size_t offset = 0;
@@ -138,7 +138,7 @@ class ReplicaServer::Service final : public v1::Replica::Service {
       return true;
     });
     if (!answer) {
-      boost::asio::post(owner_->io_, [o = owner_, state] {
+      Post([o = owner_, state] {
         if (state->write) o->store_.Abort(state->write->id);
       });
       return std::nullopt;
@@ -146,13 +146,21 @@ class ReplicaServer::Service final : public v1::Replica::Service {
     return *state;
   }
 
+  // Runs `f` on the loop unless the server is gone by then (its handlers may outlive a call
+  // that gave up waiting).
+  template <class F>
+  void Post(F f) {
+    boost::asio::post(owner_->io_, [alive = owner_->alive_, f = std::move(f)]() mutable {
+      if (*alive) f();
+    });
+  }
+
   template <class F>
   auto OnLoop(grpc::ServerContext* ctx, F f) -> std::optional<decltype(f())> {
     using R = decltype(f());
     auto promise = std::make_shared<std::promise<R>>();
     auto future = promise->get_future();
-    boost::asio::post(owner_->io_,
-                      [promise, f = std::move(f)]() mutable { promise->set_value(f()); });
+    Post([promise, f = std::move(f)]() mutable { promise->set_value(f()); });
     while (future.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
       if (ctx->IsCancelled() || owner_->stopping_) return std::nullopt;
     }
@@ -172,7 +180,10 @@ ReplicaServer::ReplicaServer(boost::asio::io_context& io, ReplicaStore& store, O
       opts_(std::move(options)),
       service_(std::make_unique<Service>(this)) {}
 
-ReplicaServer::~ReplicaServer() { Shutdown(); }
+ReplicaServer::~ReplicaServer() {
+  Shutdown();
+  *alive_ = false;
+}
 
 Result<int> ReplicaServer::Start(const std::string& listen_host) {
   auto creds = rendezvous::MakeServerCredentials(opts_.tls);

@@ -65,6 +65,9 @@ class ReplicaServer {
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
   std::atomic<bool> stopping_{false};
+  // Read and cleared on the loop only: work posted by a receiving thread that gave up waiting
+  // may reach the loop after the server is gone.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
   int port_ = 0;
   // Touched only on the loop.
   std::string key_;
