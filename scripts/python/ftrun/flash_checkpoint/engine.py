@@ -19,6 +19,7 @@ from .. import checkpoint, control
 from ..checkpoint import CheckpointError
 from . import snapshot
 from .memory import AgentMemory, MemoryRefused
+from .sources import held, shard_sources
 
 TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
 
@@ -107,14 +108,14 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
     network."""
     mem, _ = memory_store()
     comm.all_ok(True)  # every rank's save of this job has returned (its snapshot committed)
-    everyone = comm.gather(_held(mem, group))
+    everyone = comm.gather(held(mem, group))
     # sources[r]: for each step, the ranks that can load rank r's copy of it.
     if shared:
         sources = {s: [r for r, held in enumerate(everyone) if s in held]
                    for s in set().union(*everyone)}
         candidates = set(sources)
     else:
-        sources, candidates = _shard_sources(comm, mem, everyone)
+        sources, candidates = shard_sources(comm, mem, everyone)
     on_disk = comm.from_rank0(_steps(root)[:1])
     if not candidates or (on_disk and on_disk[0] > max(candidates)):
         return None, None
@@ -162,37 +163,6 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
         print(f"ftrun: restored step {step} from memory" + (f" ({how})" if how else ""),
               file=sys.stderr, flush=True)
     return step, state
-
-
-def _held(mem, group: str):
-    """The steps of `group` this rank's agent holds (its own snapshots and replicas)."""
-    if mem is None:
-        return []
-    try:
-        return mem.steps(group)
-    except OSError:
-        return []
-
-
-def _shard_sources(comm, mem, everyone):
-    """For shards: which ranks can load each rank's shard at which step, and the steps every
-    shard is available at. Ranks missing the newest step anyone has ask the others' agents for
-    replicas of their shard (one request per such rank, on every rank). Collective."""
-    newest = max((max(h) for h in everyone if h), default=None)
-    behind = [r for r, h in enumerate(everyone) if newest is not None and newest not in h]
-    asked = {r: (_held(mem, shard_group(r)) if r != comm.rank else []) for r in behind}
-    replicas = comm.gather(asked) if behind else [{} for _ in everyone]
-    sources, candidates = {}, None
-    for r in range(comm.world_size):
-        by_step = {}
-        for s in everyone[r]:
-            by_step.setdefault(s, []).append(r)
-        for holder, held in enumerate(replicas):
-            for s in held.get(r, []):
-                by_step.setdefault(s, []).append(holder)
-        sources[r] = by_step
-        candidates = set(by_step) if candidates is None else candidates & set(by_step)
-    return sources, candidates or set()
 
 
 class Comm:
