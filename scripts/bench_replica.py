@@ -6,6 +6,9 @@ its shard to the other's. Figures, medians over the saves after the first (buffe
     stored (its log's millisecond clock);
   * the save's blocking time with replicas (--flash-replicas 2) and without (1), side by side:
     the save does not wait for the copy.
+Rows: N MiB on each node (both copies at once, competing for the CPUs of one machine), and
+1 GiB on one node only (the other's state is 1 MiB): one copy at a time, as each node's own
+copy runs on its own CPUs in a real cluster.
 Target (issue 15): the copy of up to 1 GiB per node complete within 1 s of the save returning.
 """
 import datetime
@@ -30,7 +33,7 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _job(ftrun, mib, saves, replicas):
+def _job(ftrun, mib, saves, replicas, only_rank=-1):
     """One two-node job; (per-save JSON records, {(rank, step): stored wall time})."""
     d = tempfile.mkdtemp(prefix="ftrun-bench-replica-", dir="/var/tmp")
     port = _free_port()
@@ -54,6 +57,7 @@ def _job(ftrun, mib, saves, replicas):
                      "--flash-replicas", str(replicas), "--log-level", "debug", "--no-python",
                      PYTHON, os.path.join(REPO, "tests", "bench", "replica_worker.py"),
                      "--mib", str(mib), "--saves", str(saves), "--dir", d,
+                     "--only-rank", str(only_rank),
                      # A copy still in flight at the save after next is superseded (the
                      # worker leases that buffer again): room for one copy per save.
                      "--gap", str(2 + mib / 128)],
@@ -84,23 +88,25 @@ def run(ftrun, runs):
     print()
     print("flash-checkpoint replicas, 2 agents on loopback, 1 rank each, median over saves "
           "after the first (min, max)")
-    print(f"{'state per node':<16}{'save, no replicas':>20}{'save, replicas':>18}"
+    print(f"{'state per node':<16}{'save, no replicas':>26}{'save, replicas':>26}"
           f"{'copy done after return':>26}{'target':>10}")
-    for mib in (256, 1024):
+    for mib, only in ((256, -1), (1024, -1), (1024, 0)):
         saves = 4
-        with_r, stored = _job(ftrun, mib, saves, 2)
-        without, _ = _job(ftrun, mib, saves, 1)
-        lags = [stored[r["rank"], r["step"]] - r["returned"] for r in with_r
+        with_r, stored = _job(ftrun, mib, saves, 2, only)
+        without, _ = _job(ftrun, mib, saves, 1, only)
+        big = [r for r in with_r if only in (-1, r["rank"])]
+        lags = [stored[r["rank"], r["step"]] - r["returned"] for r in big
                 if r["step"] > 0 and (r["rank"], r["step"]) in stored]
-        missing = sum(1 for r in with_r if r["step"] > 0 and (r["rank"], r["step"]) not in stored)
-        b_with = [r["blocked"] for r in with_r if r["step"] > 0]
-        b_without = [r["blocked"] for r in without if r["step"] > 0]
+        missing = sum(1 for r in big if r["step"] > 0 and (r["rank"], r["step"]) not in stored)
+        b_with = [r["blocked"] for r in big if r["step"] > 0]
+        b_without = [r["blocked"] for r in without if r["step"] > 0 and only in (-1, r["rank"])]
 
         def cell(xs):
             return (f"{statistics.median(xs):.3f}s ({min(xs):.3f}, {max(xs):.3f})" if xs
                     else "-")
         met = lags and max(lags) <= 1.0 and not missing
-        print(f"{mib} MiB".ljust(16) + cell(b_without).rjust(20) + cell(b_with).rjust(18)
+        label = f"{mib} MiB" + (" each" if only == -1 else ", 1 node")
+        print(label.ljust(16) + cell(b_without).rjust(26) + cell(b_with).rjust(26)
               + cell(lags).rjust(26) + "<= 1 s".rjust(10) + ("  ok" if met else "  MISSED")
               + (f" ({missing} copies never logged)" if missing else ""))
     del runs  # one job per size: each already gives saves-1 samples per rank

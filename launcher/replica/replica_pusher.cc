@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +30,32 @@ ReplicaPusher::~ReplicaPusher() {
   }
   wake_.notify_all();
   thread_.join();
+  for (auto& [ino, m] : maps_) munmap(const_cast<std::byte*>(m.data), m.size);
+}
+
+const std::byte* ReplicaPusher::Map(const Pending& p) {
+  struct stat st {};
+  if (fstat(*p.fd, &st) != 0) {
+    LauncherLog()->warn("replicas: {} step={} not copied: fstat: {}", p.group, p.step,
+                        std::strerror(errno));
+    return nullptr;
+  }
+  auto it = maps_.find(st.st_ino);
+  if (it != maps_.end() && it->second.size >= p.bytes) return it->second.data;
+  if (it != maps_.end()) {
+    munmap(const_cast<std::byte*>(it->second.data), it->second.size);
+    maps_.erase(it);
+  }
+  // MAP_POPULATE: the page tables in one call, not a fault per page; kept for the next copies.
+  void* map = mmap(nullptr, p.bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, *p.fd, 0);
+  if (map == MAP_FAILED) {
+    LauncherLog()->warn("replicas: {} step={} not copied: mmap of {} bytes: {}", p.group, p.step,
+                        p.bytes, std::strerror(errno));
+    return nullptr;
+  }
+  auto* data = static_cast<const std::byte*>(map);
+  maps_[st.st_ino] = Mapping{data, p.bytes};
+  return data;
 }
 
 void ReplicaPusher::SetTargets(std::vector<std::string> targets, std::string key) {
@@ -82,14 +109,9 @@ void ReplicaPusher::Run() {
       targets = targets_;
       key = key_;
     }
-    // MAP_POPULATE: the page tables in one call, not a fault per page.
-    void* map = mmap(nullptr, next.bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, *next.fd, 0);
-    if (map == MAP_FAILED) {
-      LauncherLog()->warn("replicas: {} step={} not copied: mmap of {} bytes: {}", next.group,
-                          next.step, next.bytes, std::strerror(errno));
-      continue;
-    }
-    std::span<const std::byte> data(static_cast<const std::byte*>(map), next.bytes);
+    const std::byte* map = Map(next);
+    if (map == nullptr) continue;
+    std::span<const std::byte> data(map, next.bytes);
     for (const auto& target : targets) {
       std::string error;
       Outcome outcome = Push(target, key, next, data, &error);
@@ -106,7 +128,6 @@ void ReplicaPusher::Run() {
         if (*alive && copied_) copied_(target, group, step, status, seconds);
       });
     }
-    munmap(map, next.bytes);
   }
 }
 

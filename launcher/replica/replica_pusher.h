@@ -1,9 +1,10 @@
 // ReplicaPusher: copies this node's newest shard snapshots to other nodes' agents (the
 // sending half of flash checkpoint replicas; replica.proto, ftrun-flash-checkpoint(7)).
 //
-// Offer hands it a committed snapshot; one thread of its own streams it, in chunks of at most
-// 8 MiB read straight from the snapshot's mapping (so memory stays bounded whatever the size),
-// to every current target. Newest wins: a group holds at most one pending snapshot, and an
+// Offer hands it a committed snapshot; one thread of its own streams it, in chunks
+// (Options::chunk_bytes, 1 MiB: small chunks let the receiver's checksum overlap the sending)
+// read straight from the snapshot's mapping (so memory stays bounded whatever the size), to
+// every current target. Newest wins: a group holds at most one pending snapshot, and an
 // Offer replaces it, so a slow copy is followed by the newest snapshot, never by a queue of old
 // ones. One copy is in flight at a time (so at most one per peer). A target that fails
 // (unreachable, refused, gone mid-copy) is logged and skipped; the next Offer tries it again.
@@ -44,7 +45,7 @@ class ReplicaPusher {
     std::string from;  // this host, for the receivers' logs
     rendezvous::TlsConfig tls;
     std::string tls_target_name;  // the name the peers' certificates carry ("" : their address)
-    size_t chunk_bytes = size_t{4} << 20;
+    size_t chunk_bytes = size_t{1} << 20;
   };
   // On the loop, after each copy to each target: seconds from Offer to the peer's answer.
   using Copied = std::function<void(const std::string& target, const std::string& group,
@@ -74,6 +75,9 @@ class ReplicaPusher {
   };
   enum class Outcome { kCopied, kFailed, kSuperseded };
   void Run();
+  // The copy thread's read-only mapping of p's memfd, kept from copy to copy (the store reuses
+  // its buffers, so page tables are built once); null after logging why not.
+  const std::byte* Map(const Pending& p);
   Outcome Push(const std::string& target, const std::string& key, const Pending& p,
                std::span<const std::byte> data, std::string* error);
 
@@ -92,7 +96,14 @@ class ReplicaPusher {
   // reach the loop after the pusher is gone.
   std::shared_ptr<bool> alive_ =
       std::make_shared<bool>(true);  // the copy being sent (cancelled on stop)
-  std::thread thread_;               // last: started once the fields above exist
+  // The copy thread's only: its mappings of the snapshot buffers, by inode. A mapping keeps
+  // its memfd's memory alive, as the store does anyway (it never drops a buffer).
+  struct Mapping {
+    const std::byte* data = nullptr;
+    size_t size = 0;
+  };
+  std::map<uint64_t, Mapping> maps_;
+  std::thread thread_;  // last: started once the fields above exist
 };
 
 }  // namespace ftrun::launcher

@@ -18,6 +18,8 @@ def main():
     p.add_argument("--saves", type=int, default=4)
     p.add_argument("--gap", type=float, default=3.0)
     p.add_argument("--dir", required=True)
+    p.add_argument("--only-rank", type=int, default=-1,
+                   help="only this rank's state is --mib MiB; the others' are 1 MiB")
     a = p.parse_args()
     import torch
     import torch.distributed as dist
@@ -25,7 +27,8 @@ def main():
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
-    state = {"w": torch.randn(a.mib << 18)}  # float32: 4 bytes each
+    mib = a.mib if a.only_rank in (-1, rank) else 1
+    state = {"w": torch.randn(mib << 18)}  # float32: 4 bytes each
     cp = ShardedCheckpointer(a.dir)
     for step in range(a.saves):
         state["w"][0] = step
