@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace ftrun::rendezvous {
 
@@ -17,6 +18,10 @@ struct NodeAssignment {
   int world_size = 1;        // workers in the round
   std::string master_addr;   // where worker rank 0 hosts torch's TCPStore
   int master_port = 0;
+  // Flash-checkpoint replicas: the job's key for the replica channel, and every member's
+  // replica endpoint ("host:port", "" for none) in group-rank order (empty: no replicas).
+  std::string replica_key;
+  std::vector<std::string> replica_peers;
 };
 
 }  // namespace ftrun::rendezvous

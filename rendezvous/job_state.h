@@ -193,6 +193,7 @@ struct NodeInfo {
   uint64_t next_round = 0;  // rejoining a restarted server: the round after its last one
   int restart_count = 0;    // and the restarts the job had spent (carried on while forming)
   std::string switch_path;  // the switches above it, nearest first ("asw-3/psw-0"; topology.h)
+  int replica_port = 0;     // its flash-checkpoint replica service listens here (0: none)
   // Rejoining a restarted server while its workers run (or just ran) a round: their
   // assignment, from which the server rebuilds that round (RendezvousState, rebuilding).
   std::optional<NodeAssignment> running;

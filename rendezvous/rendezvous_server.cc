@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/metrics_server.h"
 #include "ftrun/v1/rendezvous.grpc.pb.h"
+#include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_server_call.h"
 #include "rendezvous/wire.h"
 
@@ -74,9 +75,20 @@ class RendezvousServer::Service : public v1::Rendezvous::CallbackService {
   std::atomic<uint64_t> next_watch_id_{1};
 };
 
+namespace {
+
+// Each server makes its own replica key: a restarted master hands out a new one with its
+// first round, and every agent takes the key of its newest assignment.
+ServerOptions WithReplicaKey(ServerOptions options) {
+  if (options.job.replica_key.empty()) options.job.replica_key = NewSecret();
+  return options;
+}
+
+}  // namespace
+
 RendezvousServer::RendezvousServer(boost::asio::io_context& io, ServerOptions options)
     : io_(io),
-      opts_(std::move(options)),
+      opts_(WithReplicaKey(std::move(options))),
       state_(opts_.job, Clock::now()),
       service_(std::make_unique<Service>(io, this)),
       timer_(io),

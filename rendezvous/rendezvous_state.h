@@ -69,6 +69,8 @@ struct JobSpec {
   Duration restart_backoff_max{30};
   Duration failure_window{600};
   int exclude_after = 3;
+  // The replica key members get in their assignment ("" : the server makes one; replica.proto).
+  std::string replica_key;
 };
 
 // Why a Join was refused. kRetry: the node may try again later (its node rank is held by a

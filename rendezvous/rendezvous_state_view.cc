@@ -4,6 +4,15 @@
 #include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::rendezvous {
+namespace {
+
+// "host:port", with an IPv6 address in brackets.
+std::string JoinHostPort(const std::string& host, int port) {
+  const bool v6 = host.find(':') != std::string::npos && !host.starts_with('[');
+  return (v6 ? "[" + host + "]" : host) + ":" + std::to_string(port);
+}
+
+}  // namespace
 
 NodeView RendezvousState::View(const std::string& node_id) const {
   NodeView v;
@@ -47,6 +56,19 @@ NodeView RendezvousState::View(const std::string& node_id) const {
     a.world_size = world_size_;
     a.master_addr = master_addr_;
     a.master_port = master_port_;
+    bool replicas = false;
+    for (const auto& id : members_) {
+      auto node = nodes_.find(id);
+      const bool serves = node != nodes_.end() && node->second.info.replica_port > 0;
+      replicas |= serves;
+      a.replica_peers.push_back(
+          serves ? JoinHostPort(node->second.info.addr, node->second.info.replica_port) : "");
+    }
+    if (replicas) {
+      a.replica_key = spec_.replica_key;
+    } else {
+      a.replica_peers.clear();
+    }
   }
   AddRebuildTo(v, node_id);
   return v;

@@ -44,6 +44,7 @@ void ToWire(const NodeInfo& in, v1::NodeInfo* out) {
   out->set_next_round(in.next_round);
   out->set_restart_count(in.restart_count);
   out->set_switch_path(in.switch_path);
+  out->set_replica_port(in.replica_port);
   if (in.running) ToWire(*in.running, out->mutable_running());
 }
 
@@ -59,6 +60,7 @@ NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
   n.next_round = in.next_round();
   n.restart_count = in.restart_count();
   n.switch_path = in.switch_path();
+  n.replica_port = in.replica_port();
   if (in.has_running()) n.running = FromWire(in.running());
   return n;
 }
@@ -99,6 +101,8 @@ void ToWire(const NodeAssignment& in, v1::Assignment* a) {
   a->set_world_size(in.world_size);
   a->set_master_addr(Clip(in.master_addr));
   a->set_master_port(in.master_port);
+  a->set_replica_key(in.replica_key);
+  for (const auto& p : in.replica_peers) a->add_replica_peers(Clip(p));
 }
 
 NodeAssignment FromWire(const v1::Assignment& a) {
@@ -112,6 +116,8 @@ NodeAssignment FromWire(const v1::Assignment& a) {
   out.world_size = a.world_size();
   out.master_addr = a.master_addr();
   out.master_port = a.master_port();
+  out.replica_key = a.replica_key();
+  out.replica_peers.assign(a.replica_peers().begin(), a.replica_peers().end());
   return out;
 }
 
@@ -286,13 +292,20 @@ Status CheckLimits(const v1::NodeInfo& node) {
   if (node.probe_port() < 0 || node.probe_port() > 65535) {
     return Error{"probe_port " + std::to_string(node.probe_port()) + " out of range"};
   }
+  if (node.replica_port() < 0 || node.replica_port() > 65535) {
+    return Error{"replica_port " + std::to_string(node.replica_port()) + " out of range"};
+  }
   if (node.has_running()) {
     const v1::Assignment& a = node.running();
     if (a.master_addr().size() > 1024 || !IsPrintable(a.master_addr()) || a.master_port() < 0 ||
         a.master_port() > 65535 || a.group_world_size() < 1 || a.group_rank() < 0 ||
         a.group_rank() >= a.group_world_size() || a.base_rank() < 0 || a.world_size() < 1 ||
-        a.base_rank() >= a.world_size() || a.restart_count() < 0) {
+        a.base_rank() >= a.world_size() || a.restart_count() < 0 || a.replica_key().size() > 256 ||
+        a.replica_peers_size() > 4096) {
       return Error{"the running round's assignment is out of range"};
+    }
+    for (const auto& peer : a.replica_peers()) {
+      if (peer.size() > 1024) return Error{"a replica endpoint is longer than 1 KiB"};
     }
   }
   return CheckSwitchPath(node.switch_path());

@@ -7,7 +7,7 @@ pre-flight network check on and off (4 agents on loopback), and `ftrun dlrover-r
 plain ftrun. Not a test: a missed target is only reported. Exits non-zero only if a launcher
 run fails. Stdlib only; run with /usr/bin/python3 (the one that sees torch).
 --only SECTION (torchrun, store, recovery, nodeloss, variants, save, scale, flash, etcd,
-stacks; repeatable) runs part of it.
+stacks, replica; repeatable) runs part of it.
 """
 import argparse
 import datetime
@@ -789,7 +789,7 @@ def header(bench: Bench, ftrun_path: str):
 
 
 SECTIONS = ("torchrun", "store", "recovery", "nodeloss", "variants", "save", "scale", "flash",
-            "etcd", "stacks")
+            "etcd", "stacks", "replica")
 
 
 def main() -> int:
@@ -808,7 +808,9 @@ def main() -> int:
                         "nodeloss (SIGKILL of a node -> training on the spare, 3 agents), "
                         "variants (pre-flight check, dlrover-run vs ftrun), save, scale, "
                         "flash (memory snapshots vs torch.save; scripts/bench_flash.py), "
-                        "etcd (the etcd backend vs built-in, 1000 agents; scripts/bench_etcd.py); "
+                        "etcd (the etcd backend vs built-in, 1000 agents; scripts/bench_etcd.py), "
+                        "replica (flash-checkpoint replicas across 2 agents: save -> copy on "
+                        "the peer, 256 MiB and 1 GiB; scripts/bench_replica.py); "
                         "default: all")
     n = p.add_mutually_exclusive_group()
     n.add_argument("--runs", type=int, default=7, help="runs per launcher and row (default 7)")
@@ -920,6 +922,13 @@ def main() -> int:
             return 1
         finally:
             bench.close()
+    if "replica" in sections:
+        import bench_replica
+        try:
+            bench_replica.run(opts.ftrun, bench.runs)
+        except RuntimeError as e:
+            print(f"replica benchmark failed: {e}", file=sys.stderr)
+            return 1
     if "flash" in sections:
         import bench_flash
         try:

@@ -29,6 +29,7 @@ void Agent::Enter(AgentState next, const char* why) {
 
 void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
   if (state_ == AgentState::kFinished) return;
+  if (opts_.replicas) opts_.replicas->RoundStarted(a);
   auto attempt = opts_.planner->PrepareLogs(a);
   if (!attempt) {
     LauncherLog()->error("{}", attempt.error().message);

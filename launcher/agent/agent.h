@@ -46,6 +46,7 @@
 #include "launcher/checkpoint/flash_service.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/coordinator/coordinator.h"
+#include "launcher/replica/replica_service.h"
 #include "launcher/workers/spawner.h"
 #include "launcher/workers/worker_group.h"
 #include "launcher/workers/worker_plan.h"
@@ -77,6 +78,9 @@ struct AgentOptions {
   // The workers' c10d store (agent_store.h; null: none). The agent drops the stopped
   // workers' keys before it reports them stopped, and stops the store when it finishes.
   std::unique_ptr<store::StoreServer> store;
+  // Flash-checkpoint replicas (MakeReplicaService; null: none), already listening: the agent
+  // copies committed shard snapshots out through it and serves restores from its copies.
+  std::unique_ptr<ReplicaService> replicas;
   // Seams (null: real processes, real time). They must outlive the agent.
   Spawner* spawner = nullptr;
   Clock* clock = nullptr;

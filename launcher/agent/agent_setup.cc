@@ -50,7 +50,9 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
                     result_ = JobResult{false, {}, message};
                     Finish(1);
                   }}),
-      fault_timer_(clock_.NewTimer()) {}
+      fault_timer_(clock_.NewTimer()) {
+  if (opts_.replicas) flash_.SetReplicas(&opts_.replicas->store());
+}
 
 Agent::~Agent() = default;
 
@@ -95,6 +97,7 @@ ControlServer::Events Agent::ChannelEvents() {
     flash_.Commit(lr, r);
     if (auto v = flash_.store().Newest(lr); v && static_cast<int64_t>(v->step) == r.step()) {
       events_.CheckpointTaken(lr, r.step());
+      if (opts_.replicas) opts_.replicas->Committed(*v);
     }
   };
   ev.on_snapshot_steps = [this](int lr, const auto& r) { flash_.Steps(lr, r); };

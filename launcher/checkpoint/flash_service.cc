@@ -112,6 +112,9 @@ void FlashService::Steps(int local_rank, const v1::ControlSnapshotSteps& r) {
       if (view.meta.group == r.group()) steps.insert(view.step);
     }
   }
+  if (replicas_ != nullptr) {
+    for (const auto& replica : replicas_->Complete(r.group())) steps.insert(replica.step);
+  }
   send_(local_rank,
         JsonMessage("snapshot_steps")
             .Set("id", r.id())
@@ -131,6 +134,24 @@ std::optional<SnapshotView> FlashService::Find(const std::string& group, uint64_
 
 void FlashService::Get(int local_rank, const v1::ControlSnapshotGet& r) {
   auto view = r.step() < 0 ? std::nullopt : Find(r.group(), static_cast<uint64_t>(r.step()));
+  if (!view && r.step() >= 0 && replicas_ != nullptr) {
+    for (const auto& replica : replicas_->Complete(r.group())) {
+      if (replica.step != static_cast<uint64_t>(r.step())) continue;
+      LauncherLog()->info(
+          "flash checkpoint: {} step={} handed to local_rank={} from the replica "
+          "of {}",
+          r.group(), replica.step, local_rank, replica.from);
+      send_(local_rank,
+            JsonMessage("snapshot")
+                .Set("id", r.id())
+                .Set("step", replica.step)
+                .Set("bytes", static_cast<uint64_t>(replica.bytes))
+                .Set("fd", true)
+                .str(),
+            replica.fd());
+      return;
+    }
+  }
   if (!view) {
     return Refuse(local_rank, r.id(), r.step(),
                   "no complete snapshot of step " + std::to_string(r.step()) + " of copy '" +

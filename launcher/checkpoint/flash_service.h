@@ -37,6 +37,7 @@
 #include "ftrun/v1/control.pb.h"
 #include "launcher/checkpoint/snapshot_persister.h"
 #include "launcher/checkpoint/snapshot_store.h"
+#include "launcher/replica/replica_store.h"
 
 namespace ftrun::launcher {
 
@@ -64,6 +65,12 @@ class FlashService {
   // queued is written (or failed); the loop is kept running until then.
   void PersistForExit(std::function<void()> done);
 
+  // Copies of other nodes' shards this agent keeps (flash checkpoint replicas; null: none):
+  // "snapshot_steps" and "snapshot_get" also answer out of them, so a rank whose own node
+  // lost its shard can be served it by a rank on the node holding the copy.
+  // REQUIRES: `replicas` outlives this service.
+  void SetReplicas(const ReplicaStore* replicas) { replicas_ = replicas; }
+
   // Persists queued or being written (for tests and metrics).
   int persists_in_flight() const { return in_flight_; }
   const SnapshotStore& store() const { return store_; }
@@ -82,6 +89,7 @@ class FlashService {
   std::map<std::string, uint64_t> stored_;
   std::map<int, std::string> begun_group_;  // the group of each rank's save in progress
   int in_flight_ = 0;
+  const ReplicaStore* replicas_ = nullptr;
   std::vector<std::function<void()>> on_idle_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> busy_;
   SnapshotPersister persister_;  // last: its thread stops first

@@ -55,8 +55,11 @@ class SnapshotBuffer {
   int fd() const { return fd_; }
   size_t size() const { return size_; }
   const std::byte* data() const { return static_cast<const std::byte*>(data_); }
+  // Raised (on the loop) each time the buffer is handed out for writing.
+  const std::shared_ptr<std::atomic<uint64_t>>& generation() const { return generation_; }
 
  private:
+  std::shared_ptr<std::atomic<uint64_t>> generation_ = std::make_shared<std::atomic<uint64_t>>(0);
   int fd_;
   void* data_;
   size_t size_;
@@ -70,6 +73,10 @@ uint32_t SnapshotChecksum(std::span<const std::byte> data, uint32_t crc) {
 std::span<const std::byte> SnapshotView::data() const { return {buffer->data(), bytes}; }
 
 int SnapshotView::fd() const { return buffer->fd(); }
+
+std::shared_ptr<const std::atomic<uint64_t>> SnapshotView::generation_counter() const {
+  return buffer->generation();
+}
 
 Status Verify(const SnapshotView& view) {
   if (!view.meta.checksum) return {};
@@ -135,6 +142,8 @@ Result<SnapshotLease> SnapshotStore::Begin(int local_rank, uint64_t step, size_t
     reserved_ = after;
   }
   rank->begun = step;
+  // Before the worker gets the descriptor: an unpinned reader sees the change after its read.
+  slot.buffer->generation()->fetch_add(1, std::memory_order_seq_cst);
   slot.complete = false;  // the older snapshot it held is being overwritten
   slot.step = step;
   slot.bytes = bytes;
@@ -188,7 +197,8 @@ SnapshotView SnapshotStore::ViewOf(int local_rank, const Slot& slot) {
                       .step = slot.step,
                       .bytes = slot.bytes,
                       .meta = slot.meta,
-                      .buffer = slot.buffer};
+                      .buffer = slot.buffer,
+                      .generation = slot.buffer->generation()->load()};
 }
 
 std::optional<SnapshotView> SnapshotStore::Newest(int local_rank) const {

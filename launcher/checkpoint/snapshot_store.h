@@ -31,6 +31,7 @@
 // Errors: Result/Status whose message names the rank, step and sizes.
 #pragma once
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -84,9 +85,15 @@ struct SnapshotView {
   size_t bytes = 0;  // the snapshot's size (its buffer may be larger)
   SnapshotMeta meta;
   std::shared_ptr<const SnapshotBuffer> buffer;  // pins the buffer (see the header)
+  // The buffer's generation when the view was taken: every Begin that hands the buffer out
+  // again raises it. A reader that does not pin the buffer (a replica copy reads through its
+  // own mapping of fd()) checks, after reading, that generation_counter() still equals it:
+  // then no worker can have written into the bytes it read.
+  uint64_t generation = 0;
 
   std::span<const std::byte> data() const;  // the snapshot's bytes
   int fd() const;                           // the buffer's descriptor (e.g. for a peer copy)
+  std::shared_ptr<const std::atomic<uint64_t>> generation_counter() const;
 };
 
 // Recomputes the checksum of `view`'s bytes; an error names the rank, step and both values.

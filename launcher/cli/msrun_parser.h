@@ -73,6 +73,7 @@ class MsrunParser {
         " (also MindIO TTP's) [default: TTP_OT, TTP_NORMAL_ACTION_TIME_LIMIT or 180]");
     Ext(shared::kHangTimeout, a.hang_timeout);
     Ext(shared::kFlashMemoryBudget, a.flash_memory_budget);
+    Ext(shared::kFlashReplicas, a.flash_replicas);
     Ext("rdzv-port", a.rdzv_port, "Port of ftrun's rendezvous [default: --master_port + 1]",
         "PORT");
     Ext(shared::kRdzvConf, a.rdzv_conf, " (see ftrun(1))");

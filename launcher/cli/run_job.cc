@@ -112,8 +112,13 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
     }
     store = std::move(*started);
   }
-  auto coordinator =
-      MakeCoordinator(io, config, env, host.get(), node_id, events, store ? store->port() : 0);
+  auto replicas = MakeReplicaService(io, config, env, host.get());
+  if (!replicas) {
+    log->error("{}", replicas.error().message);
+    return 1;
+  }
+  auto coordinator = MakeCoordinator(io, config, env, host.get(), node_id, events,
+                                     store ? store->port() : 0, replicas->get());
   if (!coordinator) {
     log->error("{}", coordinator.error().message);
     return 1;
@@ -139,6 +144,7 @@ int RunJob(const LaunchConfig& config, EnvMap env, std::shared_future<std::strin
   }
   opts.signal_exit_code = hooks.signal_exit_code;
   opts.store = std::move(store);
+  opts.replicas = std::move(*replicas);
   std::function<void()> ready_with_workers = config.max_nodes == 1 ? hooks.on_ready : nullptr;
   if (config.max_nodes != 1 && hooks.on_ready) hooks.on_ready();
   opts.on_workers_started = [ready = std::move(ready_with_workers),

@@ -50,6 +50,12 @@ inline constexpr Option kFlashMemoryBudget{
     "Memory this node's agent keeps for flash-checkpoint snapshots, e.g. 8G (env "
     "FTRUN_FLASH_MEMORY_BUDGET) [default: half of the host's memory]",
     "BYTES"};
+inline constexpr Option kFlashReplicas{
+    "flash-replicas",
+    "Copies of each rank's flash-checkpoint shard snapshot, its own included: with 2, each "
+    "node's shards are also copied to the next node's agent, so a lost node's shards restore "
+    "from memory; 1: no copies (env FTRUN_FLASH_REPLICAS) [default: 2]",
+    "N"};
 
 // Rendezvous.
 inline constexpr Option kRdzvConf{"rdzv-conf", "Rendezvous settings key1=value1,key2=value2,...",

@@ -111,6 +111,7 @@ class TorchrunParser {
     Opt(shared::kRestartBackoff, a.restart_backoff, g);
     Opt(shared::kExcludeAfter, a.exclude_after, g);
     Opt(shared::kFlashMemoryBudget, a.flash_memory_budget, g);
+    Opt(shared::kFlashReplicas, a.flash_replicas, g);
     Flag("warm-restart", a.warm_restart,
          "Keep a standby interpreter per local rank, modules preloaded, that becomes the next "
          "attempt's worker (env FTRUN_WARM_RESTART=1)",

@@ -394,6 +394,20 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
     if (!bytes) return bytes.error();
     c.flash_memory_budget = *bytes;
   }
+  {
+    const auto env_replicas = Lookup(env, "FTRUN_FLASH_REPLICAS");
+    const bool given = !a.flash_replicas.empty();
+    const std::string text = given ? a.flash_replicas : env_replicas.value_or("");
+    if (!text.empty()) {
+      char* end = nullptr;
+      const long n = std::strtol(text.c_str(), &end, 10);
+      if (end == text.c_str() || *end != '\0' || n < 1 || n > 16) {
+        return Error{std::string(given ? "--flash-replicas" : "FTRUN_FLASH_REPLICAS") +
+                     ": must be 1 to 16, got '" + text + "'"};
+      }
+      c.flash_replicas = static_cast<int>(n);
+    }
+  }
 
   c.topology_file = a.topology_file;
   if (!c.topology_file.empty()) {

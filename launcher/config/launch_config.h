@@ -54,6 +54,10 @@ struct LaunchConfig {
   // Flash checkpoint: memory for the ranks' snapshots on this node (--flash-memory-budget,
   // FTRUN_FLASH_MEMORY_BUDGET); 0: half of the host's physical memory.
   uint64_t flash_memory_budget = 0;
+  // Copies of each shard snapshot, its own included (--flash-replicas, FTRUN_FLASH_REPLICAS;
+  // 1: no replicas). The replicas a node keeps count against a budget of its own, of
+  // flash_memory_budget's size.
+  int flash_replicas = 2;
   // After a failure the surviving workers run on this long, to save (MindIO TTP) and exit by
   // themselves, before they are stopped; 0: stop them at once. Set by the msrun personality.
   std::chrono::duration<double> survivor_grace{0};

@@ -25,6 +25,9 @@ struct SupervisionOptions {
   // Flash checkpoint: bytes, or with K/M/G/T (binary); empty: FTRUN_FLASH_MEMORY_BUDGET, else
   // half of the host's memory.
   std::string flash_memory_budget;
+  // Copies of each shard snapshot, its own included (1: none); empty: FTRUN_FLASH_REPLICAS,
+  // else 2.
+  std::string flash_replicas;
   // Rendezvous: key1=value1,... and this node's address for the others.
   std::string rdzv_conf;
   std::string local_addr;

@@ -44,6 +44,7 @@ rendezvous::JobSpec JobSpecFrom(const LaunchConfig& c) {
       .check = CheckSettingsFrom(c.preflight, c.max_nodes),
       .restart_backoff = c.restart_backoff,
       .exclude_after = c.exclude_after,
+      .replica_key = "",  // the server makes one
   };
 }
 
@@ -117,9 +118,12 @@ std::string MakeNodeId(const std::string& fqdn) {
   return fmt::format("{}:{}:{:08x}", fqdn, ::getpid(), rd());
 }
 
-Result<std::unique_ptr<Coordinator>> MakeCoordinator(
-    boost::asio::io_context& io, const LaunchConfig& c, const EnvMap& env, const std::string& fqdn,
-    const std::string& node_id, std::shared_ptr<EventLog> event_log, int store_port) {
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
+                                                     const LaunchConfig& c, const EnvMap& env,
+                                                     const std::string& fqdn,
+                                                     const std::string& node_id,
+                                                     std::shared_ptr<EventLog> event_log,
+                                                     int store_port, ReplicaService* replicas) {
   if (c.max_nodes == 1) {
     LocalCoordinatorOptions local{JobSpecFrom(c), Node(c, fqdn, node_id), c.role};
     local.node.node_rank = local.job.static_ranks ? 0 : -1;
@@ -152,6 +156,14 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(
   client.max_nodes = c.max_nodes;
   client.call_timeout = std::min<Duration>(c.rdzv.read_timeout, Duration(10));
 
+  if (replicas != nullptr) {
+    // Only this node's reported address: the peers reach it there and nowhere else.
+    if (auto port = replicas->Listen(opts.node.addr)) {
+      opts.node.replica_port = *port;
+    } else {
+      log->warn("flash-checkpoint replicas are off on this node: {}", port.error().message);
+    }
+  }
   if (c.preflight.network_check) {
     // Listens on every interface: the others reach it at this node's address (node.addr).
     auto probe = ProbeServer::Listen(io, "", static_cast<uint16_t>(c.preflight.probe_port));

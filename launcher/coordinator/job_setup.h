@@ -15,19 +15,20 @@
 #include "common/result.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/coordinator/coordinator.h"
+#include "launcher/replica/replica_service.h"
 #include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::launcher {
 
+// `replicas` (may be null): started on this node's reported address, its port reported at
+// join (the built-in rendezvous only; etcd and single-node jobs have no replicas).
 // `node_id` names this agent (MakeNodeId); `event_log` (may be null) also receives the
 // hosted rendezvous server's events. `store_port`: the agent store's port, this node's
 // MASTER_PORT in every round it leads (0: a port found free for each round).
-Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io,
-                                                     const LaunchConfig& config, const EnvMap& env,
-                                                     const std::string& fqdn,
-                                                     const std::string& node_id,
-                                                     std::shared_ptr<EventLog> event_log,
-                                                     int store_port = 0);
+Result<std::unique_ptr<Coordinator>> MakeCoordinator(
+    boost::asio::io_context& io, const LaunchConfig& config, const EnvMap& env,
+    const std::string& fqdn, const std::string& node_id, std::shared_ptr<EventLog> event_log,
+    int store_port = 0, ReplicaService* replicas = nullptr);
 
 // The job as the rendezvous state machine sees it, from the agent's options.
 rendezvous::JobSpec JobSpecFrom(const LaunchConfig& config);

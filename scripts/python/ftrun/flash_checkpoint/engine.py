@@ -19,6 +19,7 @@ from .. import checkpoint, control
 from ..checkpoint import CheckpointError
 from . import snapshot
 from .memory import AgentMemory, MemoryRefused
+from .sources import held, shard_sources
 
 TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
 
@@ -99,44 +100,67 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
     new as the newest checkpoint on disk: (step, state) or (None, None). Collective: the step
     is agreed on by all ranks, and a rank that cannot load it sends them all to disk.
 
-    Not `shared` (shards): every rank must hold the step. `shared` (the one copy of a DDP
-    job): one rank holding it is enough; ranks whose node lacks it (a replaced node) get it
-    from the lowest rank that has it, over the job's own network."""
+    Not `shared` (shards): every rank's shard must be available at the step, from its own
+    node's memory or from a replica another node's agent holds (--flash-replicas); a rank
+    whose node lacks its shard (a replaced node) gets it from the lowest rank whose node holds
+    the replica. `shared` (the one copy of a DDP job): one rank holding it is enough; ranks
+    whose node lacks it get it from the lowest rank that has it. Either way over the job's own
+    network."""
     mem, _ = memory_store()
-    steps = []
     comm.all_ok(True)  # every rank's save of this job has returned (its snapshot committed)
-    if mem is not None:
-        try:
-            steps = mem.steps(group)
-        except OSError:
-            steps = []
-    everyone = comm.gather(steps)
+    everyone = comm.gather(held(mem, group))
+    # sources[r]: for each step, the ranks that can load rank r's copy of it.
     if shared:
-        candidates = set().union(*everyone)
+        sources = {s: [r for r, held in enumerate(everyone) if s in held]
+                   for s in set().union(*everyone)}
+        candidates = set(sources)
     else:
-        candidates = set(everyone[0]).intersection(*everyone[1:]) if everyone else set()
+        sources, candidates = shard_sources(comm, mem, everyone)
     on_disk = comm.from_rank0(_steps(root)[:1])
     if not candidates or (on_disk and on_disk[0] > max(candidates)):
         return None, None
     step = max(candidates)
-    holders = [r for r, held in enumerate(everyone) if step in held]
-    missing = [r for r in range(comm.world_size) if r not in holders]
-    state, error = None, None
-    if comm.rank in holders:
+    # (rank that loads, group it loads, rank it serves), the same list on every rank.
+    if shared:
+        holders = sources[step]
+        loads = [(r, group, r) for r in holders]
+        moves = [(holders[0], r) for r in range(comm.world_size) if r not in holders]
+    else:
+        loads, moves = [], []
+        for r in range(comm.world_size):
+            src = r if step in everyone[r] else sources[r][step][0]
+            loads.append((src, shard_group(r), r))
+            if src != r:
+                moves.append((src, r))
+    state, served, error = None, {}, None
+    for src, g, owner in loads:
+        if src != comm.rank:
+            continue
         try:
-            state = mem.load(step, group, comm.world_size)
+            loaded = mem.load(step, g, comm.world_size)
         except (CheckpointError, OSError) as e:
             error = e
+            break
+        if owner == comm.rank:
+            state = loaded
+        served[owner] = loaded
     if not comm.all_ok(error is None):
         print(f"ftrun: not restoring step {step} from memory: "
               f"{error or 'another rank cannot (see its log)'}; trying disk", file=sys.stderr,
               flush=True)
         return None, None
-    if missing:
-        state = comm.share(state, holders[0], missing)
+    if shared and moves:
+        state = comm.share(state, moves[0][0], [r for _, r in moves])
+    else:
+        for src, owner in moves:
+            got = comm.share(served.get(owner), src, [owner])
+            if comm.rank == owner:
+                state = got
     if comm.rank == 0:
-        print(f"ftrun: restored step {step} from memory"
-              + (f" (ranks {missing} from rank {holders[0]})" if missing else ""),
+        how = ", ".join(f"rank {r} from rank {s}" for s, r in moves)
+        if shared and moves:
+            how = f"ranks {[r for _, r in moves]} from rank {moves[0][0]}"
+        print(f"ftrun: restored step {step} from memory" + (f" ({how})" if how else ""),
               file=sys.stderr, flush=True)
     return step, state
 

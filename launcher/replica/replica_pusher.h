@@ -1,0 +1,109 @@
+// ReplicaPusher: copies this node's newest shard snapshots to other nodes' agents (the
+// sending half of flash checkpoint replicas; replica.proto, ftrun-flash-checkpoint(7)).
+//
+// Offer hands it a committed snapshot; one thread of its own streams it, in chunks
+// (Options::chunk_bytes, 1 MiB: small chunks let the receiver's checksum overlap the sending)
+// read straight from the snapshot's mapping (so memory stays bounded whatever the size), to
+// every current target. Newest wins: a group holds at most one pending snapshot, and an
+// Offer replaces it, so a slow copy is followed by the newest snapshot, never by a queue of old
+// ones. One copy is in flight at a time (so at most one per peer). A target that fails
+// (unreachable, refused, gone mid-copy) is logged and skipped; the next Offer tries it again.
+// The training process never waits for any of this.
+//
+// The snapshot's buffer is not pinned (the worker's next saves are never refused because of
+// a copy): the pusher reads through its own descriptor and mapping, and before the last
+// message it checks that the buffer was not handed out again meanwhile (its generation,
+// SnapshotView); if it was, the copy is cancelled (the receiver keeps its previous replica)
+// and the newer snapshot, already pending, goes next.
+//
+// Thread: SetTargets/Offer/destructor on the loop; the copy thread reports each outcome by
+// posting `Copied` to the loop (not for a superseded copy). Errors: only in Copied's Status
+// and the log.
+#pragma once
+
+#include <boost/asio/io_context.hpp>
+#include <condition_variable>
+#include <functional>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <span>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "common/result.h"
+#include "ftrun/v1/replica.grpc.pb.h"
+#include "launcher/checkpoint/snapshot_store.h"
+#include "rendezvous/credentials.h"
+
+namespace ftrun::launcher {
+
+class ReplicaPusher {
+ public:
+  struct Options {
+    std::string from;  // this host, for the receivers' logs
+    rendezvous::TlsConfig tls;
+    std::string tls_target_name;  // the name the peers' certificates carry ("" : their address)
+    size_t chunk_bytes = size_t{1} << 20;
+  };
+  // On the loop, after each copy to each target: seconds from Offer to the peer's answer.
+  using Copied = std::function<void(const std::string& target, const std::string& group,
+                                    uint64_t step, const Status& outcome, double seconds)>;
+
+  ReplicaPusher(boost::asio::io_context& io, Options options, Copied copied);
+  ~ReplicaPusher();
+  ReplicaPusher(const ReplicaPusher&) = delete;
+  ReplicaPusher& operator=(const ReplicaPusher&) = delete;
+
+  // Where copies go from now on ("host:port" each), with the job's replica key.
+  void SetTargets(std::vector<std::string> targets, std::string key);
+  // Queues `view` (a "rank-<r>" group) as its group's newest; replaces an older pending one.
+  void Offer(SnapshotView view);
+
+ private:
+  // A snapshot to copy, without pinning its buffer.
+  struct Pending {
+    std::string group;
+    uint64_t step = 0;
+    size_t bytes = 0;
+    std::optional<uint32_t> checksum;
+    std::shared_ptr<int> fd;  // our own descriptor of the memfd (closed with the last copy)
+    std::shared_ptr<const std::atomic<uint64_t>> generation;
+    uint64_t expected = 0;
+    std::chrono::steady_clock::time_point offered;
+  };
+  enum class Outcome { kCopied, kFailed, kSuperseded };
+  void Run();
+  // The copy thread's read-only mapping of p's memfd, kept from copy to copy (the store reuses
+  // its buffers, so page tables are built once); null after logging why not.
+  const std::byte* Map(const Pending& p);
+  Outcome Push(const std::string& target, const std::string& key, const Pending& p,
+               std::span<const std::byte> data, std::string* error);
+
+  boost::asio::io_context& io_;
+  Options opts_;
+  Copied copied_;
+  // Shared with the copy thread, under mu_.
+  std::mutex mu_;
+  std::condition_variable wake_;
+  bool stop_ = false;
+  std::map<std::string, Pending> pending_;  // per group: the newest not yet sent
+  std::vector<std::string> targets_;
+  std::string key_;
+  grpc::ClientContext* in_flight_ = nullptr;
+  // Touched on the loop only (set and checked there): outcomes posted by the copy thread may
+  // reach the loop after the pusher is gone.
+  std::shared_ptr<bool> alive_ =
+      std::make_shared<bool>(true);  // the copy being sent (cancelled on stop)
+  // The copy thread's only: its mappings of the snapshot buffers, by inode. A mapping keeps
+  // its memfd's memory alive, as the store does anyway (it never drops a buffer).
+  struct Mapping {
+    const std::byte* data = nullptr;
+    size_t size = 0;
+  };
+  std::map<uint64_t, Mapping> maps_;
+  std::thread thread_;  // last: started once the fields above exist
+};
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,217 @@
+#include "launcher/replica/replica_server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <boost/asio/post.hpp>
+#include <chrono>
+#include <cstring>
+#include <future>
+#include <optional>
+
+#include "common/log.h"
+#include "ftrun/v1/replica.grpc.pb.h"
+#include "launcher/checkpoint/snapshot_store.h"
+
+namespace ftrun::launcher {
+namespace {
+
+constexpr int kMaxThreads = 8;
+constexpr size_t kMaxChunkBytes = size_t{8} << 20;
+constexpr size_t kMaxMessageBytes = kMaxChunkBytes + 4096;
+constexpr size_t kMaxName = 256;
+
+bool ValidGroup(const std::string& g) {
+  if (g.size() <= 5 || g.size() > kMaxName || !g.starts_with("rank-")) return false;
+  for (size_t i = 5; i < g.size(); ++i) {
+    if (g[i] < '0' || g[i] > '9') return false;
+  }
+  return true;
+}
+
+// What the loop decided about a copy's header.
+struct Admission {
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  std::string error;
+  std::optional<ReplicaWrite> write;
+  bool abandoned = false;  // the receiving thread gave up: the loop aborts the write
+};
+
+}  // namespace
+
+class ReplicaServer::Service final : public v1::Replica::Service {
+ public:
+  explicit Service(ReplicaServer* owner) : owner_(owner) {}
+
+  grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::ReplicaChunk>* reader,
+                    v1::ReplicaAck* ack) override {
+    const auto start = std::chrono::steady_clock::now();
+    const std::string peer = rendezvous::Printable(ctx->peer(), 64);
+    v1::ReplicaChunk chunk;
+    if (!reader->Read(&chunk) || !chunk.has_header()) {
+      return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, "a copy starts with its header");
+    }
+    const v1::ReplicaHeader header = chunk.header();
+    if (!ValidGroup(header.group()) || header.bytes() == 0 || header.from().size() > kMaxName ||
+        header.key().size() > rendezvous::kMaxSecretBytes) {
+      return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT,
+                     "bad header (group " + rendezvous::Printable(header.group(), 40) + ")");
+    }
+    auto admitted = Admit(ctx, header);
+    if (!admitted) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
+    if (admitted->code != grpc::StatusCode::OK) {
+      return Refused(peer, admitted->code, admitted->error);
+    }
+    ReplicaWrite write = *admitted->write;
+    auto failed = [&](grpc::StatusCode code, const std::string& why) {
+      const uint64_t id = write.id;
+      write.buffer.reset();  // so the group's next copy may have this buffer at once
+      Post([o = owner_, id] { o->store_.Abort(id); });
+      return Refused(peer, code, write.group + " step " + std::to_string(write.step) + ": " + why);
+    };
+    size_t offset = 0;
+    uint32_t crc = 0;
+    bool last = chunk.last();
+    auto take = [&](const std::string& data) {
+      if (data.size() > write.bytes - offset) return false;
+      std::memcpy(write.data().data() + offset, data.data(), data.size());
+      crc = SnapshotChecksum(std::as_bytes(std::span(data.data(), data.size())), crc);
+      offset += data.size();
+      return true;
+    };
+    if (!take(chunk.data())) return failed(grpc::StatusCode::INVALID_ARGUMENT, "too many bytes");
+    while (!last) {
+      if (owner_->stopping_) return failed(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
+      if (!reader->Read(&chunk)) {
+        return failed(grpc::StatusCode::CANCELLED, "the sender went away after " +
+                                                       std::to_string(offset) + " of " +
+                                                       std::to_string(write.bytes) + " bytes");
+      }
+      if (!take(chunk.data())) return failed(grpc::StatusCode::INVALID_ARGUMENT, "too many bytes");
+      last = chunk.last();
+    }
+    if (offset != write.bytes) {
+      return failed(grpc::StatusCode::INVALID_ARGUMENT,
+                    std::to_string(offset) + " of " + std::to_string(write.bytes) + " bytes");
+    }
+    const uint32_t sent = chunk.checksum();
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    auto finished =
+        OnLoop(ctx, [o = owner_, id = write.id, sent, crc, seconds, group = write.group] {
+          Status s = o->store_.Finish(id, sent, crc);
+          if (s && o->stored_) {
+            auto views = o->store_.Complete(group);
+            if (!views.empty()) o->stored_(views.front(), seconds);
+          }
+          return s;
+        });
+    if (!finished) return failed(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
+    if (!*finished)
+      return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, finished->error().message);
+    ack->set_step(write.step);
+    return grpc::Status::OK;
+  }
+
+ private:
+  static grpc::Status Refused(const std::string& peer, grpc::StatusCode code,
+                              const std::string& why) {
+    LauncherLog()->warn("replica copy from {} refused: {}", peer, why);
+    return grpc::Status(code, why);
+  }
+
+  // The key check and the store's Begin, on the loop; nullopt when the loop does not answer
+  // before the call is cancelled or the server stops (then the loop aborts what it began).
+  std::optional<Admission> Admit(grpc::ServerContext* ctx, const v1::ReplicaHeader& header) {
+    auto state = std::make_shared<Admission>();
+    auto answer = OnLoop(ctx, [o = owner_, header, state] {
+      if (o->key_.empty() || !rendezvous::SecretsEqual(o->key_, header.key())) {
+        state->code = grpc::StatusCode::PERMISSION_DENIED;
+        state->error = "wrong replica key";
+      } else if (auto w =
+                     o->store_.Begin(header.group(), header.step(), header.bytes(), header.from());
+                 !w) {
+        state->code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+        state->error = w.error().message;
+      } else {
+        state->write = std::move(*w);
+      }
+      return true;
+    });
+    if (!answer) {
+      Post([o = owner_, state] {
+        if (state->write) o->store_.Abort(state->write->id);
+      });
+      return std::nullopt;
+    }
+    return *state;
+  }
+
+  // Runs `f` on the loop unless the server is gone by then (its handlers may outlive a call
+  // that gave up waiting).
+  template <class F>
+  void Post(F f) {
+    boost::asio::post(owner_->io_, [alive = owner_->alive_, f = std::move(f)]() mutable {
+      if (*alive) f();
+    });
+  }
+
+  template <class F>
+  auto OnLoop(grpc::ServerContext* ctx, F f) -> std::optional<decltype(f())> {
+    using R = decltype(f());
+    auto promise = std::make_shared<std::promise<R>>();
+    auto future = promise->get_future();
+    Post([promise, f = std::move(f)]() mutable { promise->set_value(f()); });
+    while (future.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+      if (ctx->IsCancelled() || owner_->stopping_) return std::nullopt;
+    }
+    try {
+      return future.get();
+    } catch (const std::future_error&) {  // the loop dropped the handler unrun
+      return std::nullopt;
+    }
+  }
+
+  ReplicaServer* owner_;
+};
+
+ReplicaServer::ReplicaServer(boost::asio::io_context& io, ReplicaStore& store, Options options)
+    : io_(io),
+      store_(store),
+      opts_(std::move(options)),
+      service_(std::make_unique<Service>(this)) {}
+
+ReplicaServer::~ReplicaServer() {
+  Shutdown();
+  *alive_ = false;
+}
+
+Result<int> ReplicaServer::Start(const std::string& listen_host) {
+  auto creds = rendezvous::MakeServerCredentials(opts_.tls);
+  if (!creds) return creds.error();
+  const bool v6 = listen_host.find(':') != std::string::npos;
+  const std::string addr = (v6 ? "[" + listen_host + "]" : listen_host) + ":0";
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(addr, *creds, &port_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
+  grpc::ResourceQuota quota("ftrun-replica");
+  quota.SetMaxThreads(kMaxThreads);
+  builder.SetResourceQuota(quota);
+  builder.RegisterService(service_.get());
+  server_ = builder.BuildAndStart();
+  if (!server_ || port_ <= 0) {
+    server_.reset();
+    return Error{"the flash-checkpoint replica service cannot listen on " + addr};
+  }
+  LauncherLog()->info("replica service listening addr={}:{} tls={}", listen_host, port_,
+                      opts_.tls.enabled() ? "on" : "off");
+  return port_;
+}
+
+void ReplicaServer::Shutdown() {
+  if (!server_ || stopping_.exchange(true)) return;
+  // Receiving threads notice stopping_ within 100 ms; in-flight reads are cancelled.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server_->Wait();
+}
+
+}  // namespace ftrun::launcher

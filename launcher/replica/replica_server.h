@@ -1,0 +1,77 @@
+// ReplicaServer: the agent's end of the replica channel (proto/ftrun/v1/replica.proto) that
+// receives other nodes' shard snapshots into the ReplicaStore.
+//
+// It listens on an ephemeral port of one address (the one this agent reports to the
+// rendezvous, never every interface), with the rendezvous' TLS settings. A copy is accepted
+// only if its key equals the job's replica key (SetKey; compared in constant time) and the
+// store takes it (one copy per group in flight, the memory budget); the bytes are written
+// straight into the store's memfd and their crc32 computed as they arrive, and the copy
+// becomes the group's newest replica only when that checksum equals the sender's. A refused
+// or broken copy leaves the group's previous replica intact and is logged in one bounded line.
+//
+// Thread: Start/SetKey/Shutdown on the loop (Shutdown may also run after the loop stopped).
+// gRPC's threads (at most kMaxThreads) receive the bytes; every decision and every use of the
+// store is posted to the loop, and a receiving thread waits for the loop's answer (giving up
+// when the call is cancelled or the server stops). Ownership: `store` and `io` outlive it.
+#pragma once
+
+#include <atomic>
+#include <boost/asio/io_context.hpp>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "common/result.h"
+#include "launcher/replica/replica_store.h"
+#include "rendezvous/credentials.h"
+
+namespace grpc {
+class Server;
+}
+
+namespace ftrun::launcher {
+
+class ReplicaServer {
+ public:
+  struct Options {
+    rendezvous::TlsConfig tls;
+  };
+  // Runs on the loop after a copy became the newest replica of its group (logs, tests).
+  using Stored = std::function<void(const ReplicaView&, double seconds)>;
+
+  ReplicaServer(boost::asio::io_context& io, ReplicaStore& store, Options options);
+  ~ReplicaServer();
+  ReplicaServer(const ReplicaServer&) = delete;
+  ReplicaServer& operator=(const ReplicaServer&) = delete;
+
+  // Listens on an ephemeral port of `listen_host` (an address of this host, not a wildcard);
+  // the port chosen. Errors name the address.
+  Result<int> Start(const std::string& listen_host);
+  // The key copies must carry ("" : every copy is refused).
+  void SetKey(std::string key) { key_ = std::move(key); }
+  void OnStored(Stored stored) { stored_ = std::move(stored); }
+  // Stops accepting; copies in flight are cancelled (their groups keep the previous replica).
+  void Shutdown();
+
+  int port() const { return port_; }
+
+ private:
+  class Service;
+  friend class Service;
+
+  boost::asio::io_context& io_;
+  ReplicaStore& store_;
+  Options opts_;
+  std::unique_ptr<Service> service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::atomic<bool> stopping_{false};
+  // Read and cleared on the loop only: work posted by a receiving thread that gave up waiting
+  // may reach the loop after the server is gone.
+  std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
+  int port_ = 0;
+  // Touched only on the loop.
+  std::string key_;
+  Stored stored_;
+};
+
+}  // namespace ftrun::launcher

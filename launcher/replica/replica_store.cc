@@ -1,0 +1,158 @@
+#include "launcher/replica/replica_store.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <utility>
+
+#include "common/log.h"
+
+namespace ftrun::launcher {
+
+class ReplicaBuffer {
+ public:
+  explicit ReplicaBuffer(int fd) : fd_(fd) {}
+  ~ReplicaBuffer() {
+    if (data_ != nullptr) munmap(data_, size_);
+    close(fd_);
+  }
+  ReplicaBuffer(const ReplicaBuffer&) = delete;
+  ReplicaBuffer& operator=(const ReplicaBuffer&) = delete;
+
+  static Result<std::shared_ptr<ReplicaBuffer>> Create(const std::string& name, size_t size) {
+    int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
+    if (fd < 0) return Error{std::string("memfd_create: ") + std::strerror(errno)};
+    auto buffer = std::make_shared<ReplicaBuffer>(fd);
+    // A worker reading a replica gets this descriptor: it must not shrink it under us.
+    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
+      return Error{std::string("sealing the memfd: ") + std::strerror(errno)};
+    }
+    if (auto grown = buffer->Grow(size); !grown) return grown.error();
+    return buffer;
+  }
+
+  Status Grow(size_t size) {
+    if (ftruncate(fd_, static_cast<off_t>(size)) != 0) {
+      return Error{"ftruncate to " + std::to_string(size) + " bytes: " + std::strerror(errno)};
+    }
+    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
+    if (data == MAP_FAILED) {
+      return Error{"mmap of " + std::to_string(size) + " bytes: " + std::strerror(errno)};
+    }
+    if (data_ != nullptr) munmap(data_, size_);
+    data_ = data;
+    size_ = size;
+    return {};
+  }
+
+  int fd() const { return fd_; }
+  size_t size() const { return size_; }
+  std::byte* data() const { return static_cast<std::byte*>(data_); }
+
+ private:
+  int fd_;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+std::span<std::byte> ReplicaWrite::data() const { return {buffer->data(), bytes}; }
+std::span<const std::byte> ReplicaView::data() const { return {buffer->data(), bytes}; }
+int ReplicaView::fd() const { return buffer->fd(); }
+
+ReplicaStore::ReplicaStore(uint64_t budget_bytes) : budget_(budget_bytes) {}
+ReplicaStore::~ReplicaStore() = default;
+
+Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step, size_t bytes,
+                                         const std::string& from) {
+  const std::string what =
+      "replica of " + group + " at step " + std::to_string(step) + " from " + from;
+  if (bytes == 0) return Error{what + ": a replica needs at least one byte"};
+  Group& g = groups_[group];
+  if (g.writing) return Error{what + ": a copy of " + group + " is already arriving"};
+  Slot& slot = g.slots[WriteSlot(g)];
+  if (slot.buffer && slot.buffer.use_count() > 1) {
+    return Error{what + ": its buffer still holds step " + std::to_string(slot.step) +
+                 ", which is being read"};
+  }
+  const size_t have = slot.buffer ? slot.buffer->size() : 0;
+  if (bytes > have) {
+    const uint64_t after = reserved_ - have + bytes;
+    if (after > budget_ || bytes > budget_) {
+      return Error{what + ": " + std::to_string(bytes) +
+                   " bytes do not fit in the replica memory budget of " + std::to_string(budget_) +
+                   " bytes (" + std::to_string(reserved_ - have) +
+                   " bytes already hold other replicas); raise --flash-memory-budget "
+                   "(FTRUN_FLASH_MEMORY_BUDGET)"};
+    }
+    if (!slot.buffer) {
+      auto created = ReplicaBuffer::Create("ftrun-replica-" + group, bytes);
+      if (!created) return created.error().Wrap(what);
+      slot.buffer = std::move(*created);
+    } else if (auto grown = slot.buffer->Grow(bytes); !grown) {
+      return grown.error().Wrap(what);
+    }
+    reserved_ = after;
+  }
+  slot.complete = false;  // the older replica it held is being overwritten
+  slot.step = step;
+  slot.bytes = bytes;
+  slot.from = from;
+  g.writing = next_id_++;
+  return ReplicaWrite{
+      .id = *g.writing, .group = group, .step = step, .bytes = bytes, .buffer = slot.buffer};
+}
+
+ReplicaStore::Group* ReplicaStore::Writing(uint64_t id, std::string* name) {
+  for (auto& [group, g] : groups_) {
+    if (g.writing == id) {
+      *name = group;
+      return &g;
+    }
+  }
+  return nullptr;
+}
+
+Status ReplicaStore::Finish(uint64_t id, uint32_t sent, uint32_t received) {
+  std::string group;
+  Group* g = Writing(id, &group);
+  if (g == nullptr) return Error{"no replica copy " + std::to_string(id) + " is arriving"};
+  g->writing.reset();
+  const int index = WriteSlot(*g);
+  Slot& slot = g->slots[index];
+  if (sent != received) {
+    return Error{"replica of " + group + " at step " + std::to_string(slot.step) + " from " +
+                 slot.from + " arrived with checksum " + std::to_string(received) +
+                 ", not the sender's " + std::to_string(sent) +
+                 "; dropped (the previous replica is kept)"};
+  }
+  slot.complete = true;
+  g->newest = index;
+  LauncherLog()->debug("replica of {} at step {} complete ({} bytes from {})", group, slot.step,
+                       slot.bytes, slot.from);
+  return {};
+}
+
+void ReplicaStore::Abort(uint64_t id) {
+  std::string group;
+  if (Group* g = Writing(id, &group); g != nullptr) g->writing.reset();
+}
+
+std::vector<ReplicaView> ReplicaStore::Complete(const std::string& group) const {
+  std::vector<ReplicaView> views;
+  auto it = groups_.find(group);
+  if (it == groups_.end() || it->second.newest < 0) return views;
+  const Group& g = it->second;
+  auto view = [&](const Slot& s) {
+    return ReplicaView{
+        .group = group, .step = s.step, .bytes = s.bytes, .from = s.from, .buffer = s.buffer};
+  };
+  views.push_back(view(g.slots[g.newest]));
+  const Slot& older = g.slots[1 - g.newest];
+  if (older.complete && !g.writing) views.push_back(view(older));
+  return views;
+}
+
+}  // namespace ftrun::launcher

@@ -1,0 +1,112 @@
+"""The replica section of scripts/bench.py (`--only replica`): flash-checkpoint replicas
+across nodes on loopback. A `ftrun master` and two agents (one rank each, a sharded state of
+N MiB per rank, so N MiB per node) save to memory every few seconds; each node's agent copies
+its shard to the other's. Figures, medians over the saves after the first (buffers reused):
+  * lag: from the save returning in the worker to the peer's agent logging the replica
+    stored (its log's millisecond clock);
+  * the save's blocking time with replicas (--flash-replicas 2) and without (1), side by side:
+    the save does not wait for the copy.
+Rows: N MiB on each node (both copies at once, competing for the CPUs of one machine), and
+1 GiB on one node only (the other's state is 1 MiB): one copy at a time, as each node's own
+copy runs on its own CPUs in a real cluster.
+Target (issue 15): the copy of up to 1 GiB per node complete within 1 s of the save returning.
+"""
+import datetime
+import json
+import os
+import re
+import socket
+import statistics
+import subprocess
+import tempfile
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+PYTHON = "/usr/bin/python3"
+STORED = re.compile(r"^\[(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{3})\].*replica of rank-(\d+) "
+                    r"step=(\d+) stored")
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _job(ftrun, mib, saves, replicas, only_rank=-1):
+    """One two-node job; (per-save JSON records, {(rank, step): stored wall time})."""
+    d = tempfile.mkdtemp(prefix="ftrun-bench-replica-", dir="/var/tmp")
+    port = _free_port()
+    conf = "last_call_timeout=1"
+    env = dict(os.environ)
+    env.pop("FTRUN_CONTROL_SOCKET", None)
+    procs, logs = [], []
+    master = subprocess.Popen([ftrun, "master", "--port", str(port), "--nnodes", "2",
+                               "--rdzv-id", "bench", "--rdzv-conf", conf],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+    try:
+        time.sleep(0.5)
+        for name in ("a", "b"):
+            log = os.path.join(d, f"{name}.log")
+            logs.append(log)
+            with open(log, "w") as out, open(os.path.join(d, f"{name}.out"), "w") as stdout:
+                procs.append(subprocess.Popen(
+                    [ftrun, "--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                     f"127.0.0.1:{port}", "--rdzv-id", "bench", "--rdzv-conf",
+                     conf + ",is_host=0", "--local-addr", "127.0.0.1", "--nproc-per-node", "1",
+                     "--flash-replicas", str(replicas), "--log-level", "debug", "--no-python",
+                     PYTHON, os.path.join(REPO, "tests", "bench", "replica_worker.py"),
+                     "--mib", str(mib), "--saves", str(saves), "--dir", d,
+                     "--only-rank", str(only_rank),
+                     # A copy still in flight at the save after next is superseded (the
+                     # worker leases that buffer again): room for one copy per save.
+                     "--gap", str(2 + mib / 128)],
+                    stdout=stdout, stderr=out, env=env))
+        for p in procs:
+            if p.wait(timeout=600) != 0:
+                raise RuntimeError(f"an agent failed; see {d}")
+    finally:
+        for p in procs + [master]:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    records, stored = [], {}
+    for name in ("a", "b"):
+        with open(os.path.join(d, f"{name}.out")) as f:
+            records += [json.loads(l) for l in f if l.startswith("{")]
+    for log in logs:
+        with open(log) as f:
+            for line in f:
+                m = STORED.match(line)
+                if m:
+                    when = datetime.datetime.strptime(m.group(1), "%Y-%m-%d %H:%M:%S.%f")
+                    stored[int(m.group(2)), int(m.group(3))] = when.timestamp()
+    return records, stored
+
+
+def run(ftrun, runs):
+    print()
+    print("flash-checkpoint replicas, 2 agents on loopback, 1 rank each, median over saves "
+          "after the first (min, max)")
+    print(f"{'state per node':<16}{'save, no replicas':>26}{'save, replicas':>26}"
+          f"{'copy done after return':>26}{'target':>10}")
+    for mib, only in ((256, -1), (1024, -1), (1024, 0)):
+        saves = 4
+        with_r, stored = _job(ftrun, mib, saves, 2, only)
+        without, _ = _job(ftrun, mib, saves, 1, only)
+        big = [r for r in with_r if only in (-1, r["rank"])]
+        lags = [stored[r["rank"], r["step"]] - r["returned"] for r in big
+                if r["step"] > 0 and (r["rank"], r["step"]) in stored]
+        missing = sum(1 for r in big if r["step"] > 0 and (r["rank"], r["step"]) not in stored)
+        b_with = [r["blocked"] for r in big if r["step"] > 0]
+        b_without = [r["blocked"] for r in without if r["step"] > 0 and only in (-1, r["rank"])]
+
+        def cell(xs):
+            return (f"{statistics.median(xs):.3f}s ({min(xs):.3f}, {max(xs):.3f})" if xs
+                    else "-")
+        met = lags and max(lags) <= 1.0 and not missing
+        label = f"{mib} MiB" + (" each" if only == -1 else ", 1 node")
+        print(label.ljust(16) + cell(b_without).rjust(26) + cell(b_with).rjust(26)
+              + cell(lags).rjust(26) + "<= 1 s".rjust(10) + ("  ok" if met else "  MISSED")
+              + (f" ({missing} copies never logged)" if missing else ""))
+    del runs  # one job per size: each already gives saves-1 samples per rank

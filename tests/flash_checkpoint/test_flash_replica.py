@@ -1,0 +1,212 @@
+"""Flash-checkpoint replicas across nodes, end to end: a real `ftrun master`, two real ftrun
+agents on loopback with two torch ranks each (gloo), ShardedCheckpointer MEMORY saves every
+step, and the loss of a whole node (its agent and both ranks SIGKILLed).
+
+* The replaced node (a new agent, or a spare waiting beyond --nnodes all along) ranks get their shards from the replica the surviving node's agent holds
+  (copied there after each save): every shard restores from memory at the newest saved step,
+  zero steps lost, and the final weights equal those of a fault-free run.
+* After the restore, the survivor's shards are copied to the replacement node.
+(A receiver lost in the middle of a copy is tested in tests/unit/launcher/replica.)
+
+Run as `python3 test_flash_replica.py train <root> <config json>` it is one rank (train()).
+"""
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "python"))
+FTRUN = os.environ.get("FTRUN_BINARY") or os.path.join(HERE, "..", "..", "build", "launcher",
+                                                        "ftrun")
+STEPS = 30
+HOLD_AT = 12  # attempt 0 stops after saving this step, so the test knows the newest one
+
+
+def train(root, config):
+    """One rank of a sharded job: its own model (seeded by rank), a MEMORY save of its shard
+    after every step. In attempt 0 every rank stops after saving step config["hold_at"] (and
+    waits to be killed). progress-<rank>.txt: where each attempt started, what it saved."""
+    import torch
+    import torch.distributed as dist
+    from ftrun.flash_checkpoint.sharded import ShardedCheckpointer, StorageType
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    torch.manual_seed(rank)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    cp = ShardedCheckpointer(os.path.join(root, "ckpt"))
+    progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
+    state = cp.load_checkpoint()
+    start = 0
+    if state:
+        if state["rank"] != rank:
+            raise RuntimeError(f"rank {rank} got the shard of rank {state['rank']}")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"] + 1
+    progress.write(f"start {start} attempt {attempt}\n")
+    for step in range(start, config["steps"]):
+        g = torch.Generator().manual_seed(step * 100 + rank)
+        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        dist.all_reduce(loss.detach())  # the ranks train in lockstep
+        opt.step()
+        saved = cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
+                                          "step": step, "rank": rank},
+                                   storage_type=StorageType.MEMORY)
+        progress.write(f"saved {step} {saved}\n")
+        if attempt == 0 and step == config.get("hold_at"):
+            time.sleep(3600)
+    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
+        json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate, what, timeout=90):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def read(path):
+    try:
+        with open(path) as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def finals(root, ranks):
+    return [json.loads(read(os.path.join(root, f"final-{r}.json"))) for r in range(ranks)]
+
+
+@unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
+class ReplicaNodeLossTest(unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="ftrun-replica-")
+        self.env = dict(os.environ)
+        self.env.pop("FTRUN_CONTROL_SOCKET", None)
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def start(self, args, name):
+        with open(os.path.join(self.root, name), "w") as log:
+            p = subprocess.Popen([FTRUN, *args], stdout=log, stderr=subprocess.STDOUT,
+                                 env=self.env, start_new_session=True)
+        self.procs.append(p)
+        return p
+
+    def fault_free(self):
+        root = os.path.join(self.root, "clean")
+        os.makedirs(root)
+        done = subprocess.run(
+            [FTRUN, "--standalone", "--nproc-per-node", "4", "--log-dir",
+             os.path.join(root, "logs"), "--no-python", "/usr/bin/python3", __file__, "train",
+             root, json.dumps({"steps": STEPS})], env=self.env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=200)
+        self.assertEqual(done.returncode, 0, done.stdout)
+        return finals(root, 4)
+
+    def test_a_lost_nodes_shards_restore_from_their_replicas_with_zero_steps_lost(self):
+        self.lose_a_node(spare=False)
+
+    def test_a_spare_promoted_into_the_lost_nodes_place_restores_its_shards(self):
+        self.lose_a_node(spare=True)
+
+    def lose_a_node(self, spare):
+        """Two agents (2 ranks each) train; the one with group rank 1 is SIGKILLed once the
+        replicas of the newest step are on the other; a new agent replaces it (started then,
+        or waiting as a spare all along)."""
+        root, port = self.root, free_port()
+        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+        config = json.dumps({"steps": STEPS, "hold_at": HOLD_AT})
+
+        def agent(name):
+            return self.start(
+                ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                 f"127.0.0.1:{port}", "--rdzv-id", "replica", "--rdzv-conf", conf + ",is_host=0",
+                 "--local-addr", "127.0.0.1", "--nproc-per-node", "2", "--max-restarts", "5",
+                 "--monitor-interval", "0.1", "--restart-backoff", "0", "--log-level", "debug",
+                 "--log-dir", os.path.join(root, "logs"), "--no-python", "/usr/bin/python3",
+                 __file__, "train", root, config], name)
+
+        master = self.start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id",
+                             "replica", "--max-restarts", "5", "--rdzv-conf", conf], "master.log")
+        wait_for(lambda: "listening" in read(os.path.join(root, "master.log")), "the master")
+        a = agent("a.log")
+        wait_for(lambda: "replica service listening" in read(os.path.join(root, "a.log")),
+                 "node a's replica service")
+        b = agent("b.log")
+        if spare:  # beyond --nnodes 2: it waits as a spare
+            wait_for(lambda: "group_rank=" in read(os.path.join(root, "b.log")), "node b's round")
+            replacement = agent("c.log")
+        # Which node got which ranks: node b is the one whose workers are ranks 2 and 3, or 0
+        # and 1; the test kills whichever holds ranks 2 and 3 ("the other node").
+        wait_for(lambda: all(f"saved {HOLD_AT} True" in read(os.path.join(root, f"progress-{r}.txt"))
+                             for r in range(4)), f"every rank's save of step {HOLD_AT}")
+        logs = {"a": "a.log", "b": "b.log"}
+        group_rank = {n: int(re.search(r"group_rank=(\d)", read(os.path.join(root, f))).group(1))
+                      for n, f in logs.items()}
+        victim = "a" if group_rank["a"] == 1 else "b"
+        survivor = "b" if victim == "a" else "a"
+        lost = (2, 3)  # group rank 1 runs ranks 2 and 3
+        survivor_log = os.path.join(root, logs[survivor])
+        # The newest step's shards of the doomed node are safe once their copies have arrived.
+        wait_for(lambda: all(f"replica of rank-{r} step={HOLD_AT} stored" in read(survivor_log)
+                             for r in lost), "the replicas of the newest step")
+        doomed = a if victim == "a" else b
+        os.killpg(doomed.pid, signal.SIGKILL)  # the whole node: its agent and both ranks
+        doomed.wait(timeout=30)
+        if not spare:
+            replacement = agent("c.log")
+        other = b if victim == "a" else a
+        self.assertEqual(other.wait(timeout=180), 0, read(survivor_log)[-3000:])
+        self.assertEqual(replacement.wait(timeout=60), 0, read(os.path.join(root, "c.log"))[-3000:])
+        master.wait(timeout=30)
+
+        everything = read(survivor_log) + read(os.path.join(root, "c.log"))
+        # Every shard of the lost node came from the replica, none from disk.
+        self.assertRegex(everything, rf"ftrun: restored step {HOLD_AT} from memory \(rank 2 from "
+                         r"rank \d, rank 3 from rank \d\)")
+        self.assertIn("from the replica of", read(survivor_log))
+        # After the restore the replacement node holds the survivor's shards in turn.
+        self.assertRegex(read(os.path.join(root, "c.log")), r"replica of rank-[01] step=\d+ stored")
+        for r in range(4):
+            starts = [l for l in read(os.path.join(root, f"progress-{r}.txt")).split("\n")
+                      if l.startswith("start")]
+            self.assertEqual(starts[-1].split()[1], str(HOLD_AT + 1), (r, starts))
+        for got, want in zip(finals(root, 4), self.fault_free()):
+            for key in ("w", "b"):
+                self.assertEqual(len(got[key]), len(want[key]))
+                self.assertLess(max(abs(x - y) for x, y in zip(got[key], want[key])), 1e-6)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "train":
+        train(sys.argv[2], json.loads(sys.argv[3]))
+    else:
+        unittest.main()
