@@ -34,8 +34,15 @@ int StoreProbe::checks_of(int group_rank) const {
 }
 
 void StoreProbe::Watch(uint64_t round, int self, int nodes, std::vector<StoreTarget> stores) {
-  if (round_ == round && self_ == self) return;
+  // The same round again changes nothing, unless its stores changed (a rebuilt round's first
+  // views list none: they come once the master has taken it over).
+  std::string key;
+  for (const auto& t : stores) {
+    key += std::to_string(t.group_rank) + " " + t.host + " " + std::to_string(t.port) + "\n";
+  }
+  if (round_ == round && self_ == self && key == stores_key_) return;
   Stop();
+  stores_key_ = std::move(key);
   round_ = round;
   self_ = self;
   nodes_ = std::max(1, nodes);

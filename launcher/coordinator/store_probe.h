@@ -57,8 +57,8 @@ class StoreProbe {
   ~StoreProbe();
 
   // Checks, for `round` of `nodes` nodes in which this node is group rank `self`, the stores
-  // in `stores` (its own, if there, is skipped). A new round starts again from no failures;
-  // the same round again changes nothing.
+  // in `stores` (its own, if there, is skipped). A new round (or new stores) starts again from
+  // no failures; the same round with the same stores again changes nothing.
   void Watch(uint64_t round, int self, int nodes, std::vector<StoreTarget> stores);
   void Stop();
   // Checks completed so far, in all and of one group rank (for tests).
@@ -90,6 +90,7 @@ class StoreProbe {
   int self_ = 0;
   int nodes_ = 1;
   std::map<int, Peer> peers_;  // by group rank, without this node
+  std::string stores_key_;     // the stores Watch was given, to tell a change
   uint64_t tick_ = 0;
   int checks_ = 0;
   // The checks in flight; the generation tells a stale handler (of a stopped or replaced
