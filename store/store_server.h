@@ -5,12 +5,12 @@
 //
 // The store is reachable from the network and, like torch's, has no authentication; every
 // input is bounded instead (StoreServerOptions, KvLimits): key, value and request sizes, bytes
-// held, connections (in all and per peer address), input buffered by all connections together,
-// answers a client leaves unread, a request that stays incomplete. A connection that passes a
-// bound, sends a malformed or unknown request, or makes a handler fail is closed with one log line
-// (at most `max_log_lines_per_second` such lines; the rest are counted); the server and the other
-// connections go on. An idle connection is legitimate (torch's clients hold theirs for the
-// whole job) and is kept.
+// and keys held, keys named by pending waits and watches, connections (in all and per peer
+// address), input buffered by all connections together, answers a client leaves unread, a request
+// that stays incomplete. A connection that passes a bound, sends a malformed or unknown request, or
+// makes a handler fail is closed with one log line (at most `max_log_lines_per_second` such lines;
+// the rest are counted); the server and the other connections go on. An idle connection is
+// legitimate (torch's clients hold theirs for the whole job) and is kept.
 //
 // Thread: loop only; nothing blocks the loop (a WAIT is a registration answered when its keys
 // are set). Ownership: the caller owns the server; Stop() or destruction closes the listener
