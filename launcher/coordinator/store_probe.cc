@@ -84,7 +84,8 @@ std::vector<int> StoreProbe::Due() {
   due.insert(next);
   due.insert(previous);
   const bool has_leader = peers_.count(0) != 0;
-  if (has_leader && tick_ % static_cast<uint64_t>(std::max(1, nodes_ / 128)) == 0) due.insert(0);
+  // Every ceil(N/128) intervals: group rank 0 sees at most 128 checks an interval.
+  if (has_leader && tick_ % static_cast<uint64_t>((nodes_ + 127) / 128) == 0) due.insert(0);
   std::vector<int> others;
   for (int r : ranks) {
     if (r != next && r != previous && r != 0) others.push_back(r);

@@ -8,8 +8,8 @@
 // store receives a few: every `interval` it checks its ring neighbours (the next and the
 // previous group rank), one more member in rotation (in a round of N nodes each member comes
 // up every N-3 intervals or so; in step, the rotation sends each store about one check an
-// interval), group rank 0 (every N/128 intervals in a round of more than 128 nodes, so that it
-// sees about 128 checks a second), and again, each interval, any member whose last check
+// interval), group rank 0 (every ceil(N/128) intervals, so that it sees at most about 128
+// checks an interval), and again, each interval, any member whose last check
 // failed (a suspect) until it answers or is reported. A member still being checked is not
 // checked again. After `failures` failed checks of one member in a row it calls
 // `unreachable` once for that member and round, with the last error

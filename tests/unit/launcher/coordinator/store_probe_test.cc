@@ -119,5 +119,28 @@ TEST(StoreProbeTest, EveryMemberIsCheckedAndOnlyTheSilentOneReported) {
   ASSERT_EQ(reported, std::vector<int>{6});
 }
 
+// In a round of 300 nodes group rank 0 is checked every third interval (ceil(300/128)), so
+// that it receives at most about 128 checks an interval; the neighbours every interval.
+TEST(StoreProbeTest, GroupRankZeroOfALargeRoundIsCheckedLessOften) {
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> stores;
+  std::vector<StoreTarget> targets;
+  for (int rank : {0, 4, 6, 7}) {
+    stores.push_back(std::make_unique<boost::asio::ip::tcp::acceptor>(
+        io, boost::asio::ip::tcp::endpoint{boost::asio::ip::make_address("127.0.0.1"), 0}));
+    stores.back()->listen();
+    targets.push_back({rank, "127.0.0.1", stores.back()->local_endpoint().port()});
+  }
+  StoreProbeOptions o = Fast();
+  o.interval = 50ms;
+  StoreProbe probe(io, o, [](uint64_t, const StoreTarget&, const std::string&) {});
+  probe.Watch(1, 5, 300, targets);
+  ASSERT_TRUE(RunUntil(
+      io, [&] { return probe.checks_of(4) >= 12; }, 20s));
+  EXPECT_GE(probe.checks_of(0), 3);
+  EXPECT_LE(probe.checks_of(0), probe.checks_of(4) / 2) << "about a third as often";
+  EXPECT_GE(probe.checks_of(6), probe.checks_of(4) - 1) << "both neighbours every interval";
+}
+
 }  // namespace
 }  // namespace ftrun::launcher
