@@ -34,7 +34,7 @@ struct StoreServerOptions {
   uint16_t port = 0;    // 0 = an ephemeral port
   KvLimits limits;
   size_t max_connections = 16384;          // torch's client holds 2 per rank (queries, callbacks)
-  size_t max_connections_per_peer = 1024;  // from one address (a node's ranks share one)
+  size_t max_connections_per_peer = 4096;  // from one address (a node's ranks share one)
   size_t max_buffered_bytes = 512 * 1024 * 1024;  // input of all incomplete requests together
   size_t max_unread_bytes = 64 * 1024 * 1024;     // answers queued to one connection
   std::chrono::milliseconds request_timeout{std::chrono::seconds(60)};  // first byte -> whole
