@@ -239,7 +239,8 @@ HEADER = ('header { protocol_version: 2 run_id: "job42" token: "s3cret" node_id:
           'node_secret: "0123456789abcdef0123456789abcdef" }')
 WIRE = {
     "join": (0, "JoinRequest", HEADER + ' node { addr: "10.0.0.1" host: "host-a" node_rank: -1'
-             ' nproc_per_node: 8 free_port: 29500 min_nodes: 2 max_nodes: 4 probe_port: 29401 }'),
+             ' nproc_per_node: 8 free_port: 29500 min_nodes: 2 max_nodes: 4 probe_port: 29401'
+             ' store_listens: true }'),
     "watch": (1, "WatchRequest", HEADER + " known_version: 7 wait_ms: 10000"),
     "report_failed": (2, "ReportRequest", HEADER + ' round: 1 kind: KIND_FAILED failures {'
                       ' local_rank: 1 rank: 9 pid: 4242 exitcode: -9 error_file: "<N/A>"'
@@ -253,6 +254,16 @@ WIRE = {
                        ' check_results { index: 0 probed: true probe_ok: true mbps_ab: 1200.5'
                        ' mbps_ba: 1100 rtt_ms: 0.2 ran_command: true command_ok: false'
                        ' command_reason: "exit 1" command_seconds: 3.5 }'),
+    "report_unreachable": (2, "ReportRequest", HEADER.replace("protocol_version: 2",
+                                                               "protocol_version: 3")
+                           + ' round: 4 kind: KIND_UNREACHABLE unreachable_rank: 2'
+                           ' error: "10.0.0.3:29500: No route to host"'),
+    "view_running_peers": (3, "NodeView", "version: 9 phase: PHASE_RUNNING round: 4 member: true"
+                           " assignment { round: 4 group_rank: 1 group_world_size: 3"
+                           ' base_rank: 8 world_size: 24 master_addr: "10.0.0.1"'
+                           " master_port: 29500 }"
+                           ' store_peers { group_rank: 0 addr: "10.0.0.1" port: 29500 }'
+                           ' store_peers { group_rank: 2 addr: "10.0.0.3" port: 41234 }'),
     "view_saving": (3, "NodeView", "version: 12 phase: PHASE_SAVING round: 2 restart_count: 1"
                     " max_restarts: 3 member: true assignment { round: 2 restart_count: 1"
                     ' group_rank: 1 group_world_size: 2 base_rank: 8 world_size: 16'

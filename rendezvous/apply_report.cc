@@ -28,7 +28,7 @@ Status ApplyReport(RendezvousState& state, const std::string& node, const RoundR
       state.ReportCheck(node, r.round, d.check_id, d.check_results, now);
       return {};
     case ReportKind::kUnreachable:
-      state.ReportUnreachable(node, r.round, d.error, now);
+      state.ReportUnreachable(node, r.round, d.unreachable_rank, d.error, now);
       return {};
     case ReportKind::kStacks:  // not the state's: the server's StacksBoard keeps them
       return {};

@@ -117,7 +117,8 @@ struct CheckTaskResult {
 };
 
 // What a node joining the job says about itself.
-// kUnreachable: this node cannot reach group rank 0's store (a partition; `details.error`).
+// kUnreachable: this node cannot reach a member's store (a partition; `details.error`,
+// `details.unreachable_rank`).
 // One rank's stacks, as its agent collected them (launcher/diagnostics/stack_collector.h).
 struct RankStack {
   int rank = -1;
@@ -162,6 +163,7 @@ struct ReportDetails {
   std::vector<CheckTaskResult> check_results{};
   uint64_t stacks_id = 0;  // kStacks: the order
   std::vector<RankStack> stacks{};
+  int unreachable_rank = 0;  // kUnreachable: the group rank whose store this node cannot reach
 };
 
 // One report of a node about `round`: its workers failed (with the failures), succeeded or
@@ -197,9 +199,17 @@ struct NodeInfo {
   // Rejoining a restarted server while its workers run (or just ran) a round: their
   // assignment, from which the server rebuilds that round (RendezvousState, rebuilding).
   std::optional<NodeAssignment> running;
+  bool store_listens = false;  // free_port is its agent's store, listening for the whole job
 };
 
 // One node's view of the job, sent to it whenever the job changes.
+// A member's store, as the round's other members reach it (the partition check).
+struct StorePeer {
+  int group_rank = 0;
+  std::string addr;  // group rank 0: MASTER_ADDR
+  int port = 0;      // group rank 0: MASTER_PORT
+};
+
 struct NodeView {
   uint64_t version = 0;
   Phase phase = Phase::kForming;
@@ -219,6 +229,7 @@ struct NodeView {
   std::vector<std::string> check_table;  // ... its results table, for every agent's log
   std::string check_json;                // ... and its event-log record
   uint64_t stacks_id = 0;                // the newest stack-dump order (0: none)
+  std::vector<StorePeer> store_peers;    // running members: the members' listening stores
 };
 
 // For operators: one node as the server sees it.

@@ -59,10 +59,8 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
   const v1::RequestHeader& h = call.header();
   const JobSpec& spec = state_.spec();
   if (shutting_down_) return call.reactor->Finish({StatusCode::UNAVAILABLE, "server stopping"});
-  if (h.protocol_version() != kProtocolVersion) {
-    return reject(StatusCode::FAILED_PRECONDITION,
-                  "protocol version " + std::to_string(h.protocol_version()) +
-                      " differs from the server's " + std::to_string(kProtocolVersion));
+  if (auto v = CheckProtocolVersion(h.protocol_version()); !v) {
+    return reject(StatusCode::FAILED_PRECONDITION, v.error().message);
   }
   if (!opts_.token.empty() && !SecretsEqual(h.token(), opts_.token)) {
     return reject(StatusCode::PERMISSION_DENIED, "missing or wrong job token");
@@ -170,10 +168,12 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
     return call.reactor->Finish(grpc::Status::OK);
   }
   if (state_.Rebuilding()) {
-    // The round it reports on may be the one being rebuilt: the agent sends it again.
+    // The round it reports on may be the one being rebuilt: the agent sends it again. A
+    // version-2 agent ends its job on ABORTED but retries UNAVAILABLE (as an outage).
     return call.reactor->Finish(
-        {StatusCode::ABORTED, "rebuilding round " + std::to_string(state_.round()) +
-                                  " from the rejoining nodes; report again"});
+        {h.protocol_version() < 3 ? StatusCode::UNAVAILABLE : StatusCode::ABORTED,
+         "rebuilding round " + std::to_string(state_.round()) +
+             " from the rejoining nodes; report again"});
   }
   if (auto s = ApplyReport(state_, node, report.request, now); !s) {
     return reject(StatusCode::INVALID_ARGUMENT, s.error().message);

@@ -97,11 +97,12 @@ struct RoundFormed {
   std::vector<std::string> switch_paths;  // theirs, in the same order ("" : unknown)
   bool rebuilt = false;                   // taken over from the rejoining nodes' claims
 };
-// A member cannot reach group rank 0's store: the round stops (no restart spent) and the next
-// one waits `wait` (doubling while the partition lasts).
+// A member cannot reach another member's store while both reach this server: the round stops
+// (no restart spent) and the next one waits `wait` (doubling while the partition lasts).
 struct Partition {
-  std::string from;  // host names
+  std::string from;  // host names (and addresses)
   std::string to;
+  int to_rank = 0;  // the group rank of `to`
   std::string error;
   Duration wait{0};
 };
@@ -168,10 +169,11 @@ class RendezvousState {
                       const std::vector<RankProgress>& ranks, TimePoint now);
   void ReportSaved(const std::string& node_id, uint64_t round, uint64_t save_id, int rank,
                    bool finalize, bool ok, const std::string& error, TimePoint now);
-  // rendezvous_state_partition.cc: the node's workers cannot reach group rank 0's store in
-  // `round` (`error` says how it failed).
-  void ReportUnreachable(const std::string& node_id, uint64_t round, const std::string& error,
-                         TimePoint now);
+  // rendezvous_state_partition.cc: the node cannot reach the store of the member of group rank
+  // `peer_rank` in `round` (`error` says how it failed). A partition when that member still
+  // reaches this server (its transport is not gone: else it is a lost node, not a partition).
+  void ReportUnreachable(const std::string& node_id, uint64_t round, int peer_rank,
+                         const std::string& error, TimePoint now);
   // Network check: a node's results for one order of the running check.
   void ReportCheck(const std::string& node_id, uint64_t round, uint64_t order_id,
                    const std::vector<CheckTaskResult>& results, TimePoint now);
@@ -222,6 +224,8 @@ class RendezvousState {
   void AfterCheckProgress(TimePoint now);
   void FinishCheck(TimePoint now);
   void AddCheckTo(NodeView& v, const std::string& node_id) const;
+  // rendezvous_state_view.cc: the members' listening stores, for the partition check.
+  void AddStorePeersTo(NodeView& v) const;
   void StopRound(const std::string& reason, TimePoint now);
   // What a stopping round does: save first (when enabled), then stop or fail.
   void StopOrFail(bool fail, const std::string& reason, std::vector<WorkerFailure> failures,

@@ -1,4 +1,4 @@
-// RendezvousState, continued: a member that cannot reach group rank 0's store (a network
+// RendezvousState, continued: a member that cannot reach another member's store (a network
 // partition between nodes that both still reach this server).
 #include <algorithm>
 #include <cmath>
@@ -7,18 +7,23 @@
 
 namespace ftrun::rendezvous {
 
-void RendezvousState::ReportUnreachable(const std::string& node_id, uint64_t round,
+void RendezvousState::ReportUnreachable(const std::string& node_id, uint64_t round, int peer_rank,
                                         const std::string& error, TimePoint now) {
   Seen(node_id, now);
   if (phase_ != Phase::kRunning || round != round_ || !InRound(node_id)) return;
-  if (rank_of_.at(node_id) == 0 || members_.empty()) return;  // rank 0 does not probe itself
+  if (peer_rank < 0 || static_cast<size_t>(peer_rank) >= members_.size()) return;
+  const std::string& peer = members_[peer_rank];
+  if (peer == node_id) return;  // no node checks its own store
+  auto target = nodes_.find(peer);
+  // A member whose transport is gone is down, not partitioned: the liveness rules lose it
+  // (without a restart spent) within disconnect_grace.
+  if (target == nodes_.end() || target->second.disconnected_at) return;
   // Host and address: nodes of one host (or of one image) may share a name.
   auto name = [](const NodeInfo& n) {
     return n.addr.empty() || n.addr == n.host ? n.host : n.host + " at " + n.addr;
   };
   const std::string from = name(nodes_.at(node_id).info);
-  auto leader = nodes_.find(members_.front());
-  const std::string to = leader != nodes_.end() ? name(leader->second.info) : members_.front();
+  const std::string to = name(target->second.info);
   // Re-forming at once would meet the same partition: wait, longer each time it is found
   // again (the restart policy's back-off, at least 1 s), and spend no restart — the workers
   // did nothing wrong, and the job goes on once the network heals.
@@ -29,12 +34,13 @@ void RendezvousState::ReportUnreachable(const std::string& node_id, uint64_t rou
   const Duration wait = std::min<Duration>(base * std::pow(2.0, std::min(partitions_ - 1, 30)),
                                            std::max(spec_.restart_backoff_max, base));
   not_before_ = now + std::chrono::duration_cast<Clock::duration>(wait);
-  events_.emplace_back(Partition{from, to, error, wait});
+  events_.emplace_back(Partition{from, to, peer_rank, error, wait});
   char secs[32];
   std::snprintf(secs, sizeof secs, "%gs", wait.count());
   StopOrFail(false,
-             "partition: node " + from + " cannot reach node " + to + " (group rank 0's store " +
-                 error + "); no restart spent, the next round waits " + secs,
+             "partition: node " + from + " cannot reach node " + to + " (group rank " +
+                 std::to_string(peer_rank) + "'s store " + error +
+                 "); no restart spent, the next round waits " + secs,
              {}, now);
 }
 

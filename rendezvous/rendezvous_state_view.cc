@@ -69,9 +69,20 @@ NodeView RendezvousState::View(const std::string& node_id) const {
     } else {
       a.replica_peers.clear();
     }
+    if (phase_ == Phase::kRunning && members_.size() > 1) AddStorePeersTo(v);
   }
   AddRebuildTo(v, node_id);
   return v;
+}
+
+void RendezvousState::AddStorePeersTo(NodeView& v) const {
+  for (size_t rank = 0; rank < members_.size(); ++rank) {
+    auto n = nodes_.find(members_[rank]);
+    if (n == nodes_.end() || !n->second.info.store_listens) continue;
+    // Group rank 0's is the store its workers use: where they are told it is.
+    v.store_peers.push_back({static_cast<int>(rank), rank == 0 ? master_addr_ : n->second.info.addr,
+                             rank == 0 ? master_port_ : n->second.info.free_port});
+  }
 }
 
 }  // namespace ftrun::rendezvous

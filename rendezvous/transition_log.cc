@@ -53,12 +53,14 @@ void TransitionLog::Log(RendezvousState& state) {
       },
       [&](const Partition& e) {
         RendezvousLog()->warn(
-            "partition detected: node {} cannot reach node {} (group rank 0's store {}); the "
+            "partition detected: node {} cannot reach node {} (group rank {}'s store {}); the "
             "round stops without spending a restart and the next one waits {:g}s",
-            Printable(e.from, 256), Printable(e.to, 256), Printable(e.error, 512), e.wait.count());
+            Printable(e.from, 256), Printable(e.to, 256), e.to_rank, Printable(e.error, 512),
+            e.wait.count());
         write(EventLog::Event("partition")
                   .Set("from", e.from)
                   .Set("to", e.to)
+                  .Set("to_rank", e.to_rank)
                   .Set("error", e.error)
                   .Set("wait_s", e.wait.count()),
               round);

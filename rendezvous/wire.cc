@@ -46,6 +46,7 @@ void ToWire(const NodeInfo& in, v1::NodeInfo* out) {
   out->set_switch_path(in.switch_path);
   out->set_replica_port(in.replica_port);
   if (in.running) ToWire(*in.running, out->mutable_running());
+  out->set_store_listens(in.store_listens);
 }
 
 NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
@@ -62,6 +63,7 @@ NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
   n.switch_path = in.switch_path();
   n.replica_port = in.replica_port();
   if (in.has_running()) n.running = FromWire(in.running());
+  n.store_listens = in.store_listens();
   return n;
 }
 
@@ -150,6 +152,12 @@ void ToWire(const NodeView& in, v1::NodeView* out) {
   }
   CheckToWire(in, out);
   out->set_stacks_id(in.stacks_id);
+  for (size_t i = 0; i < in.store_peers.size() && i < kMaxStorePeers; ++i) {
+    auto* p = out->add_store_peers();
+    p->set_group_rank(in.store_peers[i].group_rank);
+    p->set_addr(in.store_peers[i].addr);
+    p->set_port(in.store_peers[i].port);
+  }
 }
 
 void ToWire(const RankProgress& in, v1::RankProgress* out) {
@@ -191,6 +199,10 @@ NodeView FromWire(const v1::NodeView& in) {
   }
   CheckFromWire(in, v);
   v.stacks_id = in.stacks_id();
+  for (int i = 0; i < in.store_peers_size() && i < static_cast<int>(kMaxStorePeers); ++i) {
+    const v1::StorePeer& p = in.store_peers(i);
+    v.store_peers.push_back({p.group_rank(), p.addr(), p.port()});
+  }
   return v;
 }
 
@@ -260,6 +272,23 @@ bool IsPrintable(std::string_view text) {
     if (c < 0x20 || c > 0x7e) return false;
   }
   return true;
+}
+
+Status CheckProtocolVersion(uint32_t version) {
+  const std::string v = std::to_string(version), mine = std::to_string(kProtocolVersion);
+  if (version > kProtocolVersion) {
+    return Error{"this client speaks rendezvous protocol version " + v +
+                 ", newer than this server's " + mine +
+                 ": run a server (ftrun master, or the agent hosting the rendezvous) of the "
+                 "agents' release or newer"};
+  }
+  if (version < kOldestProtocolVersion) {
+    return Error{"this client speaks rendezvous protocol version " + v +
+                 ", older than the oldest this server speaks (" +
+                 std::to_string(kOldestProtocolVersion) + "; its own is " + mine +
+                 "): run agents of the server's release"};
+  }
+  return {};
 }
 
 Status CheckHeader(const v1::RequestHeader& h) {
@@ -348,6 +377,7 @@ void ToWire(const RoundReport& in, v1::ReportRequest* out) {
   out->set_free_port(in.free_port);
   out->set_stacks_id(d.stacks_id);
   for (const auto& st : d.stacks) ToWire(st, out->add_stacks());
+  out->set_unreachable_rank(d.unreachable_rank);
 }
 
 Result<RoundReport> FromWire(const v1::ReportRequest& in) {
@@ -370,6 +400,7 @@ Result<RoundReport> FromWire(const v1::ReportRequest& in) {
   d.check_results = AllFromWire(in.check_results());
   d.stacks_id = in.stacks_id();
   d.stacks = AllFromWire(in.stacks());
+  d.unreachable_rank = in.unreachable_rank();
   return r;
 }
 

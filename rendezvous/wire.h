@@ -10,12 +10,18 @@
 namespace ftrun::rendezvous {
 
 // 2: RequestHeader.node_secret and JoinResponse.node_secret (per-node credentials).
-inline constexpr uint32_t kProtocolVersion = 2;
+// 3: Reports answered ABORTED while a restarted server rebuilds the round (send again);
+//    NodeView.store_peers, NodeInfo.store_listens, ReportRequest.unreachable_rank (partitions
+//    between any two members). A version-2 agent treats ABORTED as fatal: it is answered
+//    UNAVAILABLE instead, which it retries as an outage.
+inline constexpr uint32_t kProtocolVersion = 3;
+inline constexpr uint32_t kOldestProtocolVersion = 2;
 inline constexpr size_t kMaxNodeId = 256;
 inline constexpr size_t kMaxToken = 4096;
 inline constexpr size_t kMaxFailures = 64;
 inline constexpr size_t kMaxText = 64 * 1024;
 inline constexpr size_t kMaxProgress = 65536;
+inline constexpr size_t kMaxStorePeers = 65536;  // NodeView.store_peers
 
 void ToWire(const NodeInfo& in, v1::NodeInfo* out);
 NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id);
@@ -65,6 +71,9 @@ Status CheckLimits(const v1::NodeInfo& node);
 // A request header's node id (1..kMaxNodeId printable ASCII bytes), node secret and token
 // sizes. Messages never quote the peer's text.
 Status CheckHeader(const v1::RequestHeader& header);
+// Whether the server speaks a client's protocol `version` (kOldestProtocolVersion ..
+// kProtocolVersion); if not, the one message naming both versions and what to do.
+Status CheckProtocolVersion(uint32_t version);
 // Whether every byte of `text` is printable ASCII (0x20..0x7e).
 bool IsPrintable(std::string_view text);
 

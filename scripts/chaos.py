@@ -32,6 +32,10 @@ independent global batch. The faults, one after another as the training progress
               is killed, agent 2's new worker floods the console, then that worker is killed:
               the job restarts in time, agent 2 says it drops console output, its memory stays
               bounded, and the setsid'd process is gone with its attempt
+Not among the faults: a partition between two nodes (group rank 0 or not). On loopback every
+agent reaches every other; cutting one pair off takes network namespaces or a firewall rule,
+i.e. root and changes to the host's network. tests/integration/partition_netns_test.cc does it
+in namespaces it creates (a pair named, no restart spent, the job done once it heals).
 A stopped rank (stop-rank) must cost no grace period: it is gone within --hang-timeout plus
 15 s of its SIGSTOP (the stop grace is 30 s).
 At the end: the job finished (exit 0), the step count is exact, the final weights equal a

@@ -24,6 +24,10 @@ Status KvStore::Store(const std::string& key, std::string value) {
         fmt::format("a value of {} bytes (at most {})", value.size(), limits_.max_value_bytes)};
   }
   auto it = data_.find(key);
+  if (it == data_.end() && data_.size() >= limits_.max_keys) {
+    return Error{
+        fmt::format("the store holds {} keys (at most {})", data_.size(), limits_.max_keys)};
+  }
   const size_t old_bytes = it == data_.end() ? 0 : key.size() + it->second.size();
   const size_t after = bytes_ - old_bytes + key.size() + value.size();
   if (after > limits_.max_total_bytes) {
@@ -124,6 +128,7 @@ void KvStore::CancelWait(ConnId conn) {
   auto a = awaited_.find(conn);
   if (a == awaited_.end()) return;
   for (const auto& k : a->second.keys) {
+    registered_bytes_ -= k.size();
     if (auto w = waiting_.find(k); w != waiting_.end()) {
       Erase(w->second, conn);
       if (w->second.empty()) waiting_.erase(w);
@@ -140,12 +145,31 @@ bool KvStore::Wait(ConnId conn, const std::vector<std::string>& keys) {
     // A key named twice is awaited once: it is released by one change.
     if (std::find(p.keys.begin(), p.keys.end(), k) != p.keys.end()) continue;
     p.keys.push_back(k);
+    registered_bytes_ += k.size();
     waiting_[k].push_back(conn);
   }
   if (p.keys.empty()) return true;
   p.remaining = p.keys.size();
   awaited_.emplace(conn, std::move(p));
   return false;
+}
+
+Status KvStore::AdmitWait(ConnId conn, const std::vector<std::string>& keys) const {
+  size_t now = registered_bytes_;
+  if (auto a = awaited_.find(conn); a != awaited_.end()) {  // Wait replaces it
+    for (const auto& k : a->second.keys) now -= k.size();
+  }
+  size_t more = 0;
+  for (const auto& k : keys) {
+    if (!data_.count(k)) more += k.size();  // a key named twice counts twice: a bound
+  }
+  if (now + more > limits_.max_registered_bytes) {
+    return Error{
+        fmt::format("{} more bytes of awaited keys ({} held by every WAIT and "
+                    "WATCH_KEY, at most {})",
+                    more, now, limits_.max_registered_bytes)};
+  }
+  return {};
 }
 
 bool KvStore::Delete(const std::string& key) {
@@ -167,6 +191,13 @@ Status KvStore::Watch(ConnId conn, const std::string& key) {
   if (key.size() > limits_.max_key_bytes) {
     return Error{fmt::format("a key of {} bytes (at most {})", key.size(), limits_.max_key_bytes)};
   }
+  if (registered_bytes_ + key.size() > limits_.max_registered_bytes) {
+    return Error{
+        fmt::format("{} more bytes of watched keys ({} held by every WAIT and "
+                    "WATCH_KEY, at most {})",
+                    key.size(), registered_bytes_, limits_.max_registered_bytes)};
+  }
+  registered_bytes_ += key.size();
   mine.push_back(key);
   watched_[key].push_back(conn);
   return {};
@@ -176,6 +207,7 @@ void KvStore::Disconnect(ConnId conn) {
   CancelWait(conn);
   if (auto m = watches_of_.find(conn); m != watches_of_.end()) {
     for (const auto& k : m->second) {
+      registered_bytes_ -= k.size();
       if (auto w = watched_.find(k); w != watched_.end()) {
         Erase(w->second, conn);
         if (w->second.empty()) watched_.erase(w);

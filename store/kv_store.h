@@ -28,6 +28,9 @@ struct KvLimits {
   size_t max_total_bytes = 256 * 1024 * 1024;  // keys + values held
   size_t max_keys_per_request = 4096;          // WAIT, CHECK
   size_t max_watches_per_conn = 1024;          // WATCH_KEY registrations of one connection
+  size_t max_keys = 1 << 20;                   // keys held (each costs more than its bytes)
+  // Key bytes named by the pending WAITs and WATCH_KEYs of every connection together.
+  size_t max_registered_bytes = 64 * 1024 * 1024;
 };
 
 // torch 1.13's WatchResponseType, the values its callback client expects.
@@ -62,9 +65,11 @@ class KvStore {
   // WaitReleased. A new Wait of the same connection replaces its pending one (its client
   // gave up on that one: torch's client sends nothing while it waits).
   bool Wait(ConnId conn, const std::vector<std::string>& keys);
+  // Error when Wait(conn, keys) would pass max_registered_bytes (then nothing changes).
+  Status AdmitWait(ConnId conn, const std::vector<std::string>& keys) const;
   bool Delete(const std::string& key);
   // WATCH_KEY: `conn` is told of every later change of `key` until it disconnects. Error when
-  // the connection already holds max_watches_per_conn.
+  // the connection already holds max_watches_per_conn, or past max_registered_bytes.
   Status Watch(ConnId conn, const std::string& key);
   // Forgets the connection's pending wait and watches.
   void Disconnect(ConnId conn);
@@ -76,6 +81,7 @@ class KvStore {
   size_t size() const { return data_.size(); }
   size_t bytes() const { return bytes_; }
   size_t waiting() const { return awaited_.size(); }
+  size_t registered_bytes() const { return registered_bytes_; }
   const KvLimits& limits() const { return limits_; }
 
  private:
@@ -87,6 +93,7 @@ class KvStore {
   KvLimits limits_;
   std::unordered_map<std::string, std::string> data_;
   size_t bytes_ = 0;
+  size_t registered_bytes_ = 0;  // keys named by pending waits and watches
   struct PendingWait {
     size_t remaining = 0;
     std::vector<std::string> keys;  // the unset ones, as registered in waiting_

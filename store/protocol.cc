@@ -60,6 +60,7 @@ Status Apply(KvStore& kv, ConnId conn, const Request& r, std::vector<Outgoing>& 
       AppendU8(answer, kv.Has(r.keys) ? kReady : kNotReady);
       break;
     case Query::kWait:
+      if (auto s = kv.AdmitWait(conn, r.keys); !s) return s;
       if (kv.Wait(conn, r.keys)) {
         AppendU8(answer, kStopWaiting);
       } else {

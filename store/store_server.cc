@@ -43,6 +43,7 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
     std::string writing;  // the write in flight
     std::optional<SteadyClock::time_point> write_since;
     bool closed = false;
+    std::string address;  // the peer's, for max_connections_per_peer
     explicit Conn(tcp::socket s) : sock(std::move(s)) {}
   };
 
@@ -56,6 +57,7 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
   asio::steady_timer retry;
   KvStore kv;
   std::map<ConnId, std::shared_ptr<Conn>> conns;
+  std::map<std::string, size_t> conns_per_peer;  // by address
   ConnId next_id = 1;
   size_t buffered = 0;  // sum of every connection's in + out
   uint64_t rejected = 0;
@@ -95,11 +97,20 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
   void Admit(tcp::socket sock) {
     boost::system::error_code ec;
     auto ep = sock.remote_endpoint(ec);
-    std::string peer = ec ? "?" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
+    std::string address = ec ? "?" : ep.address().to_string();
+    std::string peer = ec ? "?" : fmt::format("{}:{}", address, ep.port());
     if (conns.size() >= opts.max_connections) {
       ++rejected;
       Warn(fmt::format("refused a connection from {}: {} connections already (the bound)", peer,
                        conns.size()));
+      sock.close(ec);
+      return;
+    }
+    // One outsider's address cannot take every connection from the workers.
+    if (size_t& mine = conns_per_peer[address]; mine >= opts.max_connections_per_peer) {
+      ++rejected;
+      Warn(fmt::format("refused a connection from {}: {} connections from {} already (the bound)",
+                       peer, mine, address));
       sock.close(ec);
       return;
     }
@@ -108,6 +119,8 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
     auto c = std::make_shared<Conn>(std::move(sock));
     c->id = next_id++;
     c->peer = std::move(peer);
+    ++conns_per_peer[address];
+    c->address = std::move(address);
     conns.emplace(c->id, c);
     LauncherLog()->debug("agent store: connection {} from {}", c->id, c->peer);
     WaitReadable(c);
@@ -226,6 +239,9 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
     c.sock.close(ec);
     buffered -= c.in.size() + c.out_bytes;
     kv.Disconnect(c.id);
+    if (auto n = conns_per_peer.find(c.address); n != conns_per_peer.end() && --n->second == 0) {
+      conns_per_peer.erase(n);
+    }
     conns.erase(c.id);  // pending handlers hold the last reference
   }
 

@@ -5,12 +5,12 @@
 //
 // The store is reachable from the network and, like torch's, has no authentication; every
 // input is bounded instead (StoreServerOptions, KvLimits): key, value and request sizes, bytes
-// held, connections, input buffered by all connections together, answers a client leaves
-// unread, a request that stays incomplete. A connection that passes a bound, sends a malformed
-// or unknown request, or makes a handler fail is closed with one log line (at most
-// `max_log_lines_per_second` such lines; the rest are counted); the server and the other
-// connections go on. An idle connection is legitimate (torch's clients hold theirs for the
-// whole job) and is kept.
+// and keys held, keys named by pending waits and watches, connections (in all and per peer
+// address), input buffered by all connections together, answers a client leaves unread, a request
+// that stays incomplete. A connection that passes a bound, sends a malformed or unknown request, or
+// makes a handler fail is closed with one log line (at most `max_log_lines_per_second` such lines;
+// the rest are counted); the server and the other connections go on. An idle connection is
+// legitimate (torch's clients hold theirs for the whole job) and is kept.
 //
 // Thread: loop only; nothing blocks the loop (a WAIT is a registration answered when its keys
 // are set). Ownership: the caller owns the server; Stop() or destruction closes the listener
@@ -33,7 +33,8 @@ struct StoreServerOptions {
   std::string address;  // an IP literal; "" = every address (IPv6 and IPv4 when possible)
   uint16_t port = 0;    // 0 = an ephemeral port
   KvLimits limits;
-  size_t max_connections = 16384;  // torch's client holds 2 per rank (queries, callbacks)
+  size_t max_connections = 16384;          // torch's client holds 2 per rank (queries, callbacks)
+  size_t max_connections_per_peer = 4096;  // from one address (a node's ranks share one)
   size_t max_buffered_bytes = 512 * 1024 * 1024;  // input of all incomplete requests together
   size_t max_unread_bytes = 64 * 1024 * 1024;     // answers queued to one connection
   std::chrono::milliseconds request_timeout{std::chrono::seconds(60)};  // first byte -> whole

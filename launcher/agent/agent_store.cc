@@ -1,6 +1,7 @@
 #include "launcher/agent/agent_store.h"
 
 #include <algorithm>
+#include <boost/asio/ip/address.hpp>
 #include <cctype>
 
 #include "common/log.h"
@@ -21,6 +22,15 @@ Result<AgentStoreSettings> AgentStoreSettingsFrom(const EnvMap& env) {
     }
     s.port = static_cast<int>(v);
   }
+  if (auto host = Lookup(env, "FTRUN_AGENT_STORE_HOST"); host && !host->empty()) {
+    boost::system::error_code ec;
+    boost::asio::ip::make_address(*host, ec);
+    if (*host != "*" && ec) {
+      return Error{"FTRUN_AGENT_STORE_HOST: expected an IP address of this host or *, got '" +
+                   *host + "'"};
+    }
+    s.host = *host;
+  }
   return s;
 }
 
@@ -28,18 +38,33 @@ Result<std::unique_ptr<store::StoreServer>> StartAgentStore(boost::asio::io_cont
                                                             const LaunchConfig& c,
                                                             const std::string& fqdn,
                                                             AgentStoreSettings settings) {
-  const std::string master_addr = c.backend == RendezvousBackend::kStatic ? c.master_addr
-                                  : c.local_addr.empty()                  ? fqdn
-                                                                          : c.local_addr;
+  const std::string reported = c.local_addr.empty() ? fqdn : c.local_addr;
+  const std::string where =
+      c.backend == RendezvousBackend::kStatic && IsThisHost(c.master_addr, fqdn) ? c.master_addr
+                                                                                 : reported;
   store::StoreServerOptions o;
-  // Not this host's address (static, node rank > 0): every address, as this node leads no
-  // round then unless it takes over group rank 0.
-  o.address = IsThisHost(master_addr, fqdn) ? ListenAddressFor(master_addr).addr : "";
+  if (!settings.host.empty()) {
+    o.address = settings.host == "*" ? "" : settings.host;
+  } else if (IsThisHost(where, fqdn)) {
+    ListenAddress listen = ListenAddressFor(where);
+    o.address = listen.addr;
+    if (listen.addr.empty()) {
+      LauncherLog()->warn(
+          "agent store listens on every address: {} (FTRUN_AGENT_STORE_HOST names the one)",
+          listen.why);
+    }
+  } else {
+    LauncherLog()->warn(
+        "agent store listens on every address: {} is not an address of this host "
+        "(FTRUN_AGENT_STORE_HOST names the one)",
+        where);
+  }
   o.port = static_cast<uint16_t>(settings.port);
   auto server = store::StoreServer::Listen(io, o);
   if (!server) {
     return Error{server.error().message +
-                 (settings.port ? " (FTRUN_AGENT_STORE_PORT)" : std::string())};
+                 (settings.port ? " (FTRUN_AGENT_STORE_PORT)" : std::string()) +
+                 (settings.host.empty() ? std::string() : " (FTRUN_AGENT_STORE_HOST)")};
   }
   LauncherLog()->info(
       "agent store listening address={} port={} (the workers' MASTER_PORT when "

@@ -25,15 +25,19 @@ namespace ftrun::launcher {
 
 struct AgentStoreSettings {
   bool enabled = true;
-  int port = 0;  // 0: ephemeral
+  int port = 0;      // 0: ephemeral
+  std::string host;  // an IP literal, or "*" (every address); "": the address the agent reports
 };
 
-// From FTRUN_AGENT_STORE (0/false/off/no: off) and FTRUN_AGENT_STORE_PORT (1-65535). Errors
-// name the variable and its value.
+// From FTRUN_AGENT_STORE (0/false/off/no: off), FTRUN_AGENT_STORE_PORT (1-65535) and
+// FTRUN_AGENT_STORE_HOST (an IP address, or *). Errors name the variable and its value.
 Result<AgentStoreSettings> AgentStoreSettingsFrom(const EnvMap& env);
 
-// Listens where this node's workers are told MASTER_ADDR is (static: --master-addr; else
-// --local-addr or this host's name): that address only when it is local, else every address.
+// Listens where the other nodes reach this node's store: where its workers are told MASTER_ADDR
+// is when it is group rank 0 (static: --master-addr, when that is this host), else the address
+// it reports to the rendezvous (--local-addr or this host's name): that address only, when it
+// is one of this host's; else (the name resolves here to 127.0.1.1 only, or to no address of
+// this host) every address, with a warning saying why. FTRUN_AGENT_STORE_HOST overrides it.
 // Errors name the address and port.
 Result<std::unique_ptr<store::StoreServer>> StartAgentStore(boost::asio::io_context& io,
                                                             const LaunchConfig& config,

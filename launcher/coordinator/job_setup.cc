@@ -165,8 +165,11 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
     }
   }
   if (c.preflight.network_check) {
-    // Listens on every interface: the others reach it at this node's address (node.addr).
-    auto probe = ProbeServer::Listen(io, "", static_cast<uint16_t>(c.preflight.probe_port));
+    // The others reach it at this node's address (node.addr): that address only, when it is
+    // one of this host's (else every address).
+    const std::string listen =
+        IsThisHost(opts.node.addr, fqdn) ? ListenAddressFor(opts.node.addr).addr : "";
+    auto probe = ProbeServer::Listen(io, listen, static_cast<uint16_t>(c.preflight.probe_port));
     if (!probe) return Error{probe.error().message + " (--network-check-port)"};
     opts.node.probe_port = (*probe)->port();
     opts.probe_server = std::move(*probe);

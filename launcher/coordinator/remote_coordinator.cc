@@ -45,20 +45,24 @@ void RemoteCoordinator::ProbeStore() {
   if (!store_probe_) return;
   const NodeView& v = follower_->last_view();
   if (!follower_->finished() && v.phase == Phase::kRunning && v.member &&
-      follower_->started_round() == v.round && v.assignment.group_rank > 0) {
-    store_probe_->Watch(v.round, v.assignment.master_addr, v.assignment.master_port,
-                        v.assignment.group_world_size);
+      follower_->started_round() == v.round && v.assignment.group_world_size > 1) {
+    std::vector<StoreTarget> stores;
+    for (const auto& p : v.store_peers) stores.push_back({p.group_rank, p.addr, p.port});
+    store_probe_->Watch(v.round, v.assignment.group_rank, v.assignment.group_world_size,
+                        std::move(stores));
   } else {
     store_probe_->Stop();
   }
 }
 
-void RemoteCoordinator::OnStoreUnreachable(uint64_t round, const std::string& error) {
+void RemoteCoordinator::OnStoreUnreachable(uint64_t round, const StoreTarget& target,
+                                           const std::string& error) {
   LauncherLog()->warn(
-      "this node cannot reach group rank 0's store {} (round={}); telling the rendezvous", error,
-      round);
+      "this node cannot reach group rank {}'s store {} (round={}); telling the rendezvous",
+      target.group_rank, error, round);
   rendezvous::RoundReport r = rendezvous::RoundReport::Of(ReportKind::kUnreachable, round);
   r.details.error = error;
+  r.details.unreachable_rank = target.group_rank;
   reports_.Push(std::move(r));
 }
 
@@ -72,9 +76,11 @@ void RemoteCoordinator::Start(Listener* listener) {
   join_started_ = Clock::now();
   last_wait_log_ = join_started_;
   if (opts_.store_port > 0) {
-    store_probe_.emplace(io_, opts_.store_probe, [this](uint64_t round, const std::string& error) {
-      OnStoreUnreachable(round, error);
-    });
+    store_probe_.emplace(
+        io_, opts_.store_probe,
+        [this](uint64_t round, const StoreTarget& target, const std::string& error) {
+          OnStoreUnreachable(round, target, error);
+        });
   }
   Join();
 }
@@ -86,6 +92,7 @@ uint64_t RemoteCoordinator::CurrentRound() const {
 void RemoteCoordinator::Join() {
   if (shutting_down_) return;
   ++join_attempts_;
+  opts_.node.store_listens = opts_.store_port > 0;
   if (opts_.store_port > 0) {
     opts_.node.free_port = opts_.store_port;
   } else if (auto port = PickFreePort()) {

@@ -7,8 +7,9 @@
 // this node's workers run (NodeInfo::running), so that it can take that round over and the
 // workers go on; reports wait meanwhile and are never dropped.
 //
-// A member other than group rank 0 checks that it reaches group rank 0's store while its
-// workers run (StoreProbe, with the agent store only) and reports a partition to the server.
+// A member checks that it reaches the other members' stores while its workers run
+// (StoreProbe, with the agent store only: NodeInfo::store_listens, NodeView::store_peers) and
+// reports a partition to the server, naming the member it cannot reach.
 //
 // Thread: loop only. Listener calls happen in RPC completions or posted, never inside a
 // Coordinator call. Errors: a refusal (token, run id, --nnodes/--nproc-per-node mismatch) or
@@ -82,7 +83,7 @@ class RemoteCoordinator : public Coordinator {
   uint64_t CurrentRound() const;
   // Starts or stops the store probe after the view or the workers changed.
   void ProbeStore();
-  void OnStoreUnreachable(uint64_t round, const std::string& error);
+  void OnStoreUnreachable(uint64_t round, const StoreTarget& target, const std::string& error);
 
   boost::asio::io_context& io_;
   RemoteCoordinatorOptions opts_;

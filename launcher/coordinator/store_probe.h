@@ -1,13 +1,22 @@
-// StoreProbe: partition detection for a node that is not group rank 0. While this node's
-// workers run a round, it checks every `interval` that group rank 0's store (the round's
-// MASTER_ADDR:MASTER_PORT, which every worker must reach to start and to rejoin) accepts a TCP
-// connection within `timeout` (in a round of more than 128 nodes, every nodes/128 intervals,
-// so that group rank 0's store sees at most about 128 checks a second). After `failures` failed
-// checks in a row it calls `unreachable` once for that round, with the last error
-// ("localhost:29500: Connection refused").
+// StoreProbe: partition detection for a member of a multi-node round. While this node's
+// workers run a round, it checks that it reaches the other members' stores (every agent's
+// store listens for the whole job; group rank 0's is the round's MASTER_ADDR:MASTER_PORT,
+// which every worker must reach to start and to rejoin): a check is a TCP connection accepted
+// within `timeout`, closed at once.
 //
-// Only meaningful when the store is the agent's (it listens for the whole job); with worker
-// rank 0 hosting it the store is not up until the workers are, so the owner does not probe.
+// Bounded in rate, so that a node of a 500-node job sends a few checks a second and each
+// store receives a few: every `interval` it checks its ring neighbours (the next and the
+// previous group rank), one more member in rotation (in a round of N nodes each member comes
+// up every N-3 intervals or so; in step, the rotation sends each store about one check an
+// interval), group rank 0 (every ceil(N/128) intervals, so that it sees at most about 128
+// checks an interval), and again, each interval, any member whose last check
+// failed (a suspect) until it answers or is reported. A member still being checked is not
+// checked again. After `failures` failed checks of one member in a row it calls
+// `unreachable` once for that member and round, with the last error
+// ("10.0.0.7:29500: Connection refused").
+//
+// Only meaningful with the agent store (it listens for the whole job); with worker rank 0
+// hosting the store nothing listens until the workers do, so the owner does not probe.
 //
 // Thread: loop only, fully asynchronous (resolve, connect, timers on the caller's
 // io_context). Ownership: destroying the probe or calling Stop() cancels what is in flight;
@@ -15,13 +24,14 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
-#include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace ftrun::launcher {
 
@@ -31,39 +41,61 @@ struct StoreProbeOptions {
   int failures = 3;
 };
 
+// A member's store: its group rank and where the others reach it.
+struct StoreTarget {
+  int group_rank = 0;
+  std::string host;
+  int port = 0;
+};
+
 class StoreProbe {
  public:
-  using Unreachable = std::function<void(uint64_t round, const std::string& error)>;
+  using Unreachable =
+      std::function<void(uint64_t round, const StoreTarget& target, const std::string& error)>;
 
   StoreProbe(boost::asio::io_context& io, StoreProbeOptions options, Unreachable unreachable);
   ~StoreProbe();
 
-  // Checks host:port for `round`, a round of `nodes` nodes (a new round starts again from no
-  // failures; the same round again changes nothing).
-  void Watch(uint64_t round, const std::string& host, int port, int nodes = 1);
+  // Checks, for `round` of `nodes` nodes in which this node is group rank `self`, the stores
+  // in `stores` (its own, if there, is skipped). A new round (or new stores) starts again from
+  // no failures; the same round with the same stores again changes nothing.
+  void Watch(uint64_t round, int self, int nodes, std::vector<StoreTarget> stores);
   void Stop();
-  // Checks completed so far (for tests).
+  // Checks completed so far, in all and of one group rank (for tests).
   int checks() const { return checks_; }
+  int checks_of(int group_rank) const;
 
  private:
-  void Check();
-  void Done(const std::string& error);  // "" : reached
+  struct Peer {
+    StoreTarget target;
+    int failed = 0;  // failed checks in a row
+    int checks = 0;
+    bool in_flight = false;
+    bool reported = false;
+  };
+  struct Attempt;
+
+  void Tick();
+  void Arm();
+  // The group ranks to check at tick `tick_`.
+  std::vector<int> Due();
+  void Check(Peer& peer);
+  void Done(int group_rank, const std::string& error);  // "" : reached
 
   boost::asio::io_context& io_;
   StoreProbeOptions opts_;
   Unreachable unreachable_;
   boost::asio::steady_timer timer_;
   std::optional<uint64_t> round_;
-  std::string host_;
-  int port_ = 0;
-  std::chrono::milliseconds interval_{1000};
-  int failed_ = 0;
+  int self_ = 0;
+  int nodes_ = 1;
+  std::map<int, Peer> peers_;  // by group rank, without this node
+  std::string stores_key_;     // the stores Watch was given, to tell a change
+  uint64_t tick_ = 0;
   int checks_ = 0;
-  bool reported_ = false;
-  // One check in flight; its objects are shared with the handlers, the generation tells a
-  // stale handler (of a stopped or replaced check) from the current one.
-  struct Attempt;
-  std::shared_ptr<Attempt> attempt_;
+  // The checks in flight; the generation tells a stale handler (of a stopped or replaced
+  // watch) from a current one.
+  std::vector<std::shared_ptr<Attempt>> attempts_;
   uint64_t generation_ = 0;
 };
 

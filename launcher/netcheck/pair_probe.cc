@@ -191,8 +191,14 @@ struct ProbeServer::Impl : std::enable_shared_from_this<ProbeServer::Impl> {
       auto self = weak.lock();
       if (!self || self->stopped) return;
       if (!ec) {
-        ++self->accepted;
         std::erase_if(self->sessions, [](const auto& w) { return w.expired(); });
+        if (self->sessions.size() >= self->opts.max_connections) {
+          ++*self->rejected;
+          boost::system::error_code ignored;
+          sock.close(ignored);
+          return self->Accept();
+        }
+        ++self->accepted;
         auto s = std::make_shared<ServerSession>(std::move(sock), self->opts, self->rejected);
         self->sessions.push_back(s);
         s->Start();

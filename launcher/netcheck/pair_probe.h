@@ -45,6 +45,9 @@ struct ProbeServerOptions {
   uint64_t max_bytes = uint64_t{1} << 30;  // largest DATA/PULL accepted
   // A connection is closed after this long, whatever it is doing.
   std::chrono::milliseconds connection_timeout{std::chrono::seconds(120)};
+  // Connections served at once (a wave gives a node at most 64 pairs); more are closed at
+  // once, unanswered, and counted in rejected().
+  size_t max_connections = 128;
 };
 
 class ProbeServer {

@@ -121,7 +121,8 @@ TEST(HelpAndManPage, ManPageDocumentsExitCodesAndDifferences) {
        {".SH EXIT STATUS", ".SH ENVIRONMENT", ".SH DIFFERENCES FROM TORCHRUN", ".SH FILES",
         ".SH SIGNALS", ".SH MULTI\\-NODE JOBS", ".SH FTRUN MASTER", ".SH FTRUN STATUS",
         ".SH EVENT LOG", ".SH METRICS", ".SH FAULT\\-TIME CHECKPOINTS", ".SH THE WORKERS' STORE",
-        ".SS The workers' store", ".B FTRUN_AGENT_STORE\n", ".B FTRUN_AGENT_STORE_PORT\n"}) {
+        ".SS The workers' store", ".B FTRUN_AGENT_STORE\n", ".B FTRUN_AGENT_STORE_PORT\n",
+        ".B FTRUN_AGENT_STORE_HOST\n", ".SS Partitions"}) {
     EXPECT_NE(man.find(section), std::string::npos) << section;
   }
 }

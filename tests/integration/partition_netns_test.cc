@@ -1,7 +1,7 @@
-// A network partition between two nodes that both still reach `ftrun master`: three network
-// namespaces the test creates (m for the master, a and b for the agents), a veth pair from m
-// to each, m forwarding. a and b have no route to each other until the test adds them (the
-// partition heals). Skips, saying why, where namespaces cannot be created.
+// A network partition between two nodes that both still reach `ftrun master`: network
+// namespaces the test creates (m for the master, a, b and c for the agents), a veth pair from
+// m to each, m forwarding. The agents have no route to each other until the test adds them
+// (Route; the partition heals). Skips, saying why, where namespaces cannot be created.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -30,57 +30,56 @@ class Partition : public ::testing::Test {
     m_ = p + "m";
     a_ = p + "a";
     b_ = p + "b";
+    c_ = p + "c";
     const std::string x = std::to_string(id % 250);
     net_a_ = "10.78." + x + ".";
     net_b_ = "10.79." + x + ".";
+    net_c_ = "10.80." + x + ".";
     std::string err;
     if (::access("/usr/sbin/ip", X_OK) != 0) GTEST_SKIP() << "iproute2 (ip) is not installed";
     if (Ip({"netns", "add", m_}, &err) != 0) {
       GTEST_SKIP() << "cannot create network namespaces here: " << err;
     }
     created_ = true;
-    const std::string ma = p + "ma", am = p + "am", mb = p + "mb", bm = p + "bm";
-    const std::vector<std::vector<std::string>> steps = {
-        {"netns", "add", a_},
-        {"netns", "add", b_},
-        {"link", "add", ma, "type", "veth", "peer", "name", am},
-        {"link", "add", mb, "type", "veth", "peer", "name", bm},
-        {"link", "set", ma, "netns", m_},
-        {"link", "set", mb, "netns", m_},
-        {"link", "set", am, "netns", a_},
-        {"link", "set", bm, "netns", b_},
-        {"-n", m_, "addr", "add", net_a_ + "1/24", "dev", ma},
-        {"-n", m_, "addr", "add", net_b_ + "1/24", "dev", mb},
-        {"-n", a_, "addr", "add", net_a_ + "2/24", "dev", am},
-        {"-n", b_, "addr", "add", net_b_ + "2/24", "dev", bm},
-        {"-n", m_, "link", "set", ma, "up"},
-        {"-n", m_, "link", "set", mb, "up"},
-        {"-n", a_, "link", "set", am, "up"},
-        {"-n", b_, "link", "set", bm, "up"},
-        {"-n", m_, "link", "set", "lo", "up"},
-        {"-n", a_, "link", "set", "lo", "up"},
-        {"-n", b_, "link", "set", "lo", "up"},
-    };
+    std::vector<std::vector<std::string>> steps = {{"-n", m_, "link", "set", "lo", "up"}};
+    for (const auto& [ns, net] : {std::pair{a_, net_a_}, {b_, net_b_}, {c_, net_c_}}) {
+      const std::string to = p + "m" + ns.back(), from = p + ns.back() + "m";
+      const std::vector<std::vector<std::string>> link = {
+          {"netns", "add", ns},
+          {"link", "add", to, "type", "veth", "peer", "name", from},
+          {"link", "set", to, "netns", m_},
+          {"link", "set", from, "netns", ns},
+          {"-n", m_, "addr", "add", net + "1/24", "dev", to},
+          {"-n", ns, "addr", "add", net + "2/24", "dev", from},
+          {"-n", m_, "link", "set", to, "up"},
+          {"-n", ns, "link", "set", from, "up"},
+          {"-n", ns, "link", "set", "lo", "up"},
+      };
+      steps.insert(steps.end(), link.begin(), link.end());
+    }
     for (const auto& s : steps) ASSERT_EQ(Ip(s, &err), 0) << err;
     ChildRun fwd("/usr/sbin/ip", {"netns", "exec", m_, "sysctl", "-qw", "net.ipv4.ip_forward=1"});
     ASSERT_EQ(fwd.Wait(10s).exit_code, 0);
   }
   void TearDown() override {
     if (!created_) return;
-    for (const auto& ns : {m_, a_, b_}) Ip({"netns", "del", ns});
+    for (const auto& ns : {m_, a_, b_, c_}) Ip({"netns", "del", ns});
   }
-  // The partition heals: a and b get routes to each other through m.
-  void Heal() {
+  // Routes between two agents' namespaces, through m (the partition between them heals).
+  void Route(const std::string& x, const std::string& net_x, const std::string& y,
+             const std::string& net_y) {
     std::string err;
-    ASSERT_EQ(Ip({"-n", a_, "route", "add", net_b_ + "0/24", "via", net_a_ + "1"}, &err), 0) << err;
-    ASSERT_EQ(Ip({"-n", b_, "route", "add", net_a_ + "0/24", "via", net_b_ + "1"}, &err), 0) << err;
+    ASSERT_EQ(Ip({"-n", x, "route", "add", net_y + "0/24", "via", net_x + "1"}, &err), 0) << err;
+    ASSERT_EQ(Ip({"-n", y, "route", "add", net_x + "0/24", "via", net_y + "1"}, &err), 0) << err;
   }
+  void Heal() { Route(a_, net_a_, b_, net_b_); }
   std::unique_ptr<ChildRun> In(const std::string& ns, std::vector<std::string> args) {
     args.insert(args.begin(), {"netns", "exec", ns, FtrunBinary()});
     return std::make_unique<ChildRun>("/usr/sbin/ip", args);
   }
-  std::unique_ptr<ChildRun> Agent(const std::string& ns, const std::string& net) {
-    return In(ns, {"--nnodes",         "2",
+  std::unique_ptr<ChildRun> Agent(const std::string& ns, const std::string& net,
+                                  const std::string& nnodes = "2") {
+    return In(ns, {"--nnodes",         nnodes,
                    "--nproc-per-node", "1",
                    "--rdzv-backend",   "c10d",
                    "--rdzv-endpoint",  net + "1:29400",
@@ -95,7 +94,7 @@ class Partition : public ::testing::Test {
                    dir_ / "go"});
   }
 
-  std::string m_, a_, b_, net_a_, net_b_;
+  std::string m_, a_, b_, c_, net_a_, net_b_, net_c_;
   bool created_ = false;
   TempDir dir_;
 };
@@ -118,17 +117,21 @@ TEST_F(Partition, IsNamedBacksOffSpendsNoRestartAndTheJobGoesOnOnceItHeals) {
       n += l.find("partition detected") != std::string::npos;
     return n;
   };
-  // Found, named (b's address and a's), and found again after a longer wait.
+  // Found, named (b's address and a's: each checks the other, either may report first), and
+  // found again after a longer wait.
   ASSERT_TRUE(WaitFor([&] { return partitions() >= 2; }, 60s)) << master->Err() << b->Err();
   const std::string log = master->Err();
-  EXPECT_NE(log.find("at " + net_b_ + "2 cannot reach node "), std::string::npos) << log;
-  EXPECT_NE(log.find("at " + net_a_ + "2 (group rank 0's store " + net_a_ + "2:"),
-            std::string::npos)
+  EXPECT_TRUE(log.find("at " + net_b_ + "2 cannot reach node ") != std::string::npos ||
+              log.find("at " + net_a_ + "2 cannot reach node ") != std::string::npos)
+      << log;
+  EXPECT_TRUE(
+      log.find("at " + net_a_ + "2 (group rank 0's store " + net_a_ + "2:") != std::string::npos ||
+      log.find("at " + net_b_ + "2 (group rank 1's store " + net_b_ + "2:") != std::string::npos)
       << log;
   EXPECT_NE(log.find("the next one waits 1s"), std::string::npos) << log;
   EXPECT_NE(log.find("the next one waits 2s"), std::string::npos) << log;
-  EXPECT_NE(b->Err().find("this node cannot reach group rank 0's store"), std::string::npos)
-      << b->Err();
+  EXPECT_NE((a->Err() + b->Err()).find("this node cannot reach group rank "), std::string::npos)
+      << a->Err() << b->Err();
   EXPECT_NE(ReadFile(dir_ / "events").find("\"event\":\"partition\""), std::string::npos)
       << ReadFile(dir_ / "events");
   // The master's log gives each round's real size.
@@ -149,6 +152,52 @@ TEST_F(Partition, IsNamedBacksOffSpendsNoRestartAndTheJobGoesOnOnceItHeals) {
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
   EXPECT_EQ(rm.err.find("restart 1/1"), std::string::npos) << "no restart was spent" << rm.err;
   EXPECT_EQ(rb.err.find("Worker group FAILED"), std::string::npos) << rb.err;
+}
+
+// b and c (neither group rank 0) cannot reach each other; both reach a (group rank 0) and the
+// master. Their agents check each other's stores (ring neighbours), and the master names the
+// pair, spends no restart (--max-restarts 0: one spent would fail the job), backs off, and the
+// job completes once the network heals.
+TEST_F(Partition, BetweenTwoNodesThatAreNotGroupRankZeroIsNamedToo) {
+  std::filesystem::create_directories(dir_ / "connected");
+  Route(a_, net_a_, b_, net_b_);
+  Route(a_, net_a_, c_, net_c_);
+  auto master = In(m_, {"master", "--port", "29400", "--nnodes", "3", "--rdzv-id", "part",
+                        "--max-restarts", "0", "--event-log", dir_ / "events"});
+  ASSERT_TRUE(WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s))
+      << master->Err();
+  auto a = Agent(a_, net_a_, "3");  // joins first: group rank 0
+  ASSERT_TRUE(WaitFor([&] { return a->Err().find("joined the job") != std::string::npos; }, 20s))
+      << a->Err();
+  auto b = Agent(b_, net_b_, "3");
+  auto c = Agent(c_, net_c_, "3");
+  auto pair_partitions = [&] {
+    int n = 0;
+    for (const auto& l : Lines(master->Err())) {
+      n += l.find("partition detected") != std::string::npos &&
+           l.find(net_b_ + "2") != std::string::npos && l.find(net_c_ + "2") != std::string::npos;
+    }
+    return n;
+  };
+  ASSERT_TRUE(WaitFor([&] { return pair_partitions() >= 2; }, 60s))
+      << master->Err() << b->Err() << c->Err();
+  const std::string log = master->Err();
+  EXPECT_EQ(log.find("group rank 0's store"), std::string::npos) << "a is reached by both: " << log;
+  EXPECT_NE(log.find("the next one waits 1s"), std::string::npos) << log;
+  EXPECT_NE(log.find("the next one waits 2s"), std::string::npos) << log;
+  const std::string events = ReadFile(dir_ / "events");
+  EXPECT_NE(events.find("\"event\":\"partition\""), std::string::npos) << events;
+  EXPECT_NE(events.find("\"to_rank\":"), std::string::npos) << events;
+  EXPECT_NE((b->Err() + c->Err()).find("this node cannot reach group rank "), std::string::npos)
+      << b->Err() << c->Err();
+  Route(b_, net_b_, c_, net_c_);
+  std::ofstream(dir_ / "go") << "";
+  auto ra = a->Wait(90s), rb = b->Wait(90s), rc = c->Wait(90s), rm = master->Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(rc.exit_code, 0) << rc.err;
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
+  EXPECT_NE(rm.err.find("nodes=3 restart_count=0 world_size=3"), std::string::npos) << rm.err;
 }
 
 }  // namespace

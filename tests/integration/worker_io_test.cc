@@ -113,6 +113,57 @@ TEST_F(WorkerIo, AgentStorePortHeldMalformedOrOff) {
   EXPECT_EQ(off.err.find("agent store listening"), std::string::npos);
 }
 
+// The agent's store listens on the address the agent reports (--local-addr), not on every
+// address: the workers reach it there, nobody reaches it on 127.0.0.1. FTRUN_AGENT_STORE_HOST
+// says otherwise (* : every address); a value that is not an address is a usage error.
+TEST_F(WorkerIo, AgentStoreListensOnTheReportedAddressOnly) {
+  auto args =
+      Cmd({"--nnodes", "1", "--nproc-per-node", "1", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+           "127.0.0.1:" + std::to_string(TestPort()), "--local-addr", "127.0.0.3"},
+          {"env", dir_ / "env", "connect-master", "wait-file", dir_ / "go"});
+  ChildRun run(FtrunBinary(), args);
+  ASSERT_TRUE(WaitFor([&] { return FileExists(dir_ / "env.0"); }, 30s)) << run.Err();
+  std::map<std::string, std::string> env;
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        env = ParseEnvFile(dir_ / "env.0");
+        return !env["MASTER_PORT"].empty();
+      },
+      10s));
+  EXPECT_EQ(env["MASTER_ADDR"], "127.0.0.3");
+  const int port = std::stoi(env["MASTER_PORT"]);
+  auto reaches = [&](const char* addr) {
+    int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    ::inet_pton(AF_INET, addr, &a.sin_addr);
+    const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0;
+    ::close(fd);
+    return ok;
+  };
+  EXPECT_TRUE(reaches("127.0.0.3"));
+  EXPECT_FALSE(reaches("127.0.0.1")) << "the store listens on every address";
+  std::ofstream(dir_ / "go") << "";
+  auto r = run.Wait(60s);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("agent store listening address=127.0.0.3 port=" + env["MASTER_PORT"]),
+            std::string::npos)
+      << r.err;
+
+  auto every = RunFtrun(Cmd({"--nproc-per-node", "1"}, {"env", dir_ / "every"}),
+                        {{"FTRUN_AGENT_STORE_HOST", "*"}});
+  ASSERT_EQ(every.exit_code, 0) << every.err;
+  EXPECT_NE(every.err.find("agent store listening address=* "), std::string::npos) << every.err;
+  auto bad = RunFtrun(Cmd({"--nproc-per-node", "1"}, {"env", dir_ / "bad"}),
+                      {{"FTRUN_AGENT_STORE_HOST", "not-an-address"}});
+  EXPECT_EQ(bad.exit_code, 2);
+  EXPECT_NE(bad.err.find("FTRUN_AGENT_STORE_HOST: expected an IP address of this host or *, got "
+                         "'not-an-address'"),
+            std::string::npos)
+      << bad.err;
+}
+
 TEST_F(WorkerIo, OmpBannerOnlyWhenUnsetAndSeveralWorkers) {
   auto r = RunFtrun(Cmd({"--nproc-per-node", "2"}, {"env", dir_ / "env"}));
   EXPECT_NE(r.err.find("Setting OMP_NUM_THREADS environment variable"), std::string::npos);

@@ -166,11 +166,27 @@ TEST_F(ServerTest, RefusalsNameTheProblemAndTheServerCarriesOn) {
   EXPECT_EQ(status.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_EQ(status.error_message(), "missing or wrong job token");
   req.mutable_header()->set_token("s3cret");
-  req.mutable_header()->set_protocol_version(99);
+  // A newer client and one older than the oldest version spoken: one message naming both.
+  req.mutable_header()->set_protocol_version(kProtocolVersion + 1);
   status = Join(*stub, req);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_EQ(status.error_message(),
-            "protocol version 99 differs from the server's " + std::to_string(kProtocolVersion));
+  const std::string newer = std::to_string(kProtocolVersion + 1);
+  const std::string mine = std::to_string(kProtocolVersion);
+  EXPECT_EQ(status.error_message().rfind("this client speaks rendezvous protocol version " + newer +
+                                             ", newer than this server's " + mine + ":",
+                                         0),
+            0u)
+      << status.error_message();
+  req.mutable_header()->set_protocol_version(1);
+  status = Join(*stub, req);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_EQ(
+      status.error_message().rfind("this client speaks rendezvous protocol version 1, "
+                                   "older than the oldest this server speaks (2; its own is " +
+                                       mine + ")",
+                                   0),
+      0u)
+      << status.error_message();
   req.mutable_header()->set_protocol_version(kProtocolVersion);
   req.mutable_header()->set_run_id("other");
   status = Join(*stub, req);
@@ -214,6 +230,46 @@ TEST_F(ServerTest, RefusalsNameTheProblemAndTheServerCarriesOn) {
   v1::JoinResponse jb;
   ASSERT_TRUE(Join(*stub, b, &jb).ok());
   EXPECT_EQ(jb.view().phase(), v1::PHASE_RUNNING);
+}
+
+// While a restarted server rebuilds the round, a report is answered ABORTED ("send again"),
+// except to a version-2 agent, which ends its job on ABORTED: it is told UNAVAILABLE and
+// retries it as an outage. A version-2 agent is served otherwise.
+TEST_F(ServerTest, AVersion2AgentIsToldUnavailableWhileTheRoundIsRebuilt) {
+  Start(Spec(2, 3));
+  auto stub = Stub();
+  auto claim = JoinReq("a");
+  v1::Assignment* a = claim.mutable_node()->mutable_running();
+  a->set_round(5);
+  a->set_group_rank(0);
+  a->set_group_world_size(2);
+  a->set_world_size(4);
+  a->set_master_addr("a.addr");
+  a->set_master_port(1234);
+  ASSERT_TRUE(Join(*stub, claim).ok());
+  auto old = JoinReq("c");
+  old.mutable_header()->set_protocol_version(2);
+  v1::JoinResponse jc;
+  ASSERT_TRUE(Join(*stub, old, &jc).ok()) << "a version-2 agent joins";
+  EXPECT_EQ(jc.view().phase(), v1::PHASE_FORMING);
+  auto report = [&](const std::string& node, uint32_t version) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + 5s);
+    v1::ReportRequest rep;
+    *rep.mutable_header() = Header(node);
+    rep.mutable_header()->set_protocol_version(version);
+    rep.set_round(5);
+    rep.set_kind(v1::ReportRequest::KIND_SUCCEEDED);
+    v1::ReportResponse resp;
+    return stub->Report(&ctx, rep, &resp);
+  };
+  grpc::Status s = report("c", 2);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  EXPECT_NE(s.error_message().find("rebuilding round 5"), std::string::npos) << s.error_message();
+  s = report("c", kProtocolVersion);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
+  s = report("a", kProtocolVersion);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ABORTED) << s.error_message();
 }
 
 TEST_F(ServerTest, GarbageOnThePortDoesNotHurt) {

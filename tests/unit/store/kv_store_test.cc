@@ -127,6 +127,38 @@ TEST(KvStore, BoundsRefuseAndChangeNothing) {
   EXPECT_FALSE(kv.Watch(1, "/c").has_value());
 }
 
+// What an outsider on the store's port could pile up: keys (each costs more than its bytes)
+// and keys named by pending WAITs and WATCH_KEYs of many connections.
+TEST(KvStore, KeysAndAwaitedKeysAreBoundedInAll) {
+  KvLimits l;
+  l.max_keys = 2;
+  l.max_registered_bytes = 10;
+  KvStore kv(l);
+  ASSERT_TRUE(kv.Set("/a", ""));
+  ASSERT_TRUE(kv.Set("/b", ""));
+  auto full = kv.Set("/c", "");
+  ASSERT_FALSE(full.has_value());
+  EXPECT_EQ(full.error().message, "the store holds 2 keys (at most 2)");
+  ASSERT_TRUE(kv.Set("/a", "replaced")) << "replacing adds no key";
+  ASSERT_TRUE(kv.Delete("/b"));
+  ASSERT_TRUE(kv.Set("/c", ""));
+  // 3 + 3 bytes awaited by two connections; a third wait of 7 more is refused.
+  ASSERT_TRUE(kv.AdmitWait(1, {"/x1", "/a"}));  // "/a" is set: not awaited
+  EXPECT_FALSE(kv.Wait(1, {"/x1", "/a"}));
+  ASSERT_TRUE(kv.Watch(2, "/y1"));
+  EXPECT_EQ(kv.registered_bytes(), 6u);
+  auto over = kv.AdmitWait(3, {"/z12", "/z2"});
+  ASSERT_FALSE(over.has_value());
+  EXPECT_NE(over.error().message.find("at most 10"), std::string::npos) << over.error().message;
+  EXPECT_FALSE(kv.Watch(3, "/z1234").has_value());
+  // A connection's new wait replaces its own; a gone connection gives its bytes back.
+  EXPECT_TRUE(kv.AdmitWait(1, {"/x1234"}));
+  kv.Disconnect(1);
+  kv.Disconnect(2);
+  EXPECT_EQ(kv.registered_bytes(), 0u);
+  EXPECT_TRUE(kv.AdmitWait(3, {"/z12", "/z2"}));
+}
+
 TEST(KvStore, DropPrefixRemovesOnlyThoseKeys) {
   KvStore kv;
   ASSERT_TRUE(kv.Set("//worker/attempt_0/a", "1"));

@@ -57,8 +57,15 @@ class StoreServerTest : public ::testing::Test {
     return true;
   }
 
-  int Connect() {
+  // From 127.0.0.1, or from another loopback address (`from`, e.g. "127.0.0.2").
+  int Connect(const char* from = nullptr) {
     int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+    if (from) {
+      sockaddr_in src{};
+      src.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &src.sin_addr);
+      EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof(src)), 0) << from;
+    }
     sockaddr_in a{};
     a.sin_family = AF_INET;
     a.sin_port = htons(server_->port());
@@ -201,6 +208,30 @@ TEST_F(StoreServerTest, ConnectionsAndUnreadAnswersAreBounded) {
   EXPECT_TRUE(Pump([&] { return server_->rejected() == 2; }));
   EXPECT_TRUE(ClosedByServer(greedy));
   EXPECT_EQ(server_->connections(), 2u);
+}
+
+// One address cannot take every connection: the others (another node's ranks) still connect.
+TEST_F(StoreServerTest, ConnectionsFromOneAddressAreBounded) {
+  StoreServerOptions o;
+  o.max_connections = 16;
+  o.max_connections_per_peer = 2;
+  Start(o);
+  Connect();
+  int second = Connect();
+  ASSERT_TRUE(Pump([&] { return server_->connections() == 2; }));
+  int third = Connect();
+  EXPECT_TRUE(ClosedByServer(third));
+  EXPECT_EQ(server_->rejected(), 1u);
+  int other = Connect("127.0.0.2");
+  ASSERT_TRUE(Pump([&] { return server_->connections() == 3; }));
+  Send(other, Set("/k", "v") + Get("/k"));
+  EXPECT_EQ(Recv(other, 9), U64(1) + "v") << "served";
+  // A closed connection gives its place back.
+  ::shutdown(second, SHUT_RDWR);
+  ASSERT_TRUE(Pump([&] { return server_->connections() == 2; }));
+  Connect();
+  ASSERT_TRUE(Pump([&] { return server_->connections() == 3; }));
+  EXPECT_EQ(server_->rejected(), 1u);
 }
 
 TEST_F(StoreServerTest, AHeldPortIsOneClearError) {

@@ -1,5 +1,7 @@
 // StoreProbe against real sockets on 127.0.0.1: a listening store is never reported, a port
-// nobody listens on is reported once after the failures in a row, naming it.
+// nobody listens on is reported once after the failures in a row, naming it; in a larger
+// round every member is checked (ring neighbours, the rotation) and only the one that does
+// not answer is reported.
 #include "launcher/coordinator/store_probe.h"
 
 #include <gtest/gtest.h>
@@ -34,8 +36,9 @@ TEST(StoreProbeTest, AListeningStoreIsNeverReported) {
   boost::asio::ip::tcp::acceptor store(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
   store.listen();
   int reports = 0;
-  StoreProbe probe(io, Fast(), [&](uint64_t, const std::string&) { ++reports; });
-  probe.Watch(3, "127.0.0.1", store.local_endpoint().port());
+  StoreProbe probe(io, Fast(),
+                   [&](uint64_t, const StoreTarget&, const std::string&) { ++reports; });
+  probe.Watch(3, 1, 2, {{0, "127.0.0.1", store.local_endpoint().port()}});
   ASSERT_TRUE(RunUntil(
       io, [&] { return probe.checks() >= 6; }, 10s));
   EXPECT_EQ(reports, 0);
@@ -44,23 +47,30 @@ TEST(StoreProbeTest, AListeningStoreIsNeverReported) {
 TEST(StoreProbeTest, AStoreNobodyListensOnIsReportedOnceNamingIt) {
   boost::asio::io_context io;
   const int port = PickFreePort().value();  // nobody listens there
+  boost::asio::ip::tcp::acceptor other(io, {boost::asio::ip::make_address("127.0.0.1"), 0});
+  other.listen();
+  const int other_port = other.local_endpoint().port();
   std::vector<std::pair<uint64_t, std::string>> reports;
-  StoreProbe probe(io, Fast(), [&](uint64_t round, const std::string& error) {
+  StoreProbe probe(io, Fast(), [&](uint64_t round, const StoreTarget&, const std::string& error) {
     reports.emplace_back(round, error);
   });
-  probe.Watch(7, "localhost", port);
+  // Its own store (1) is skipped; 2 listens.
+  probe.Watch(7, 1, 3, {{0, "localhost", port}, {1, "localhost", 1}, {2, "127.0.0.1", other_port}});
   ASSERT_TRUE(RunUntil(
       io, [&] { return !reports.empty(); }, 10s));
   EXPECT_GE(probe.checks(), 3) << "only after the failures in a row";
   EXPECT_EQ(reports[0].first, 7u);
   EXPECT_NE(reports[0].second.find("localhost:" + std::to_string(port) + ": "), std::string::npos)
       << reports[0].second;
-  // Once per round, however long it lasts; a new round may be reported again.
-  const int seen = probe.checks();
+  // Once per round, however long it lasts (the others are still checked); a new round may be
+  // reported again.
+  const int seen = probe.checks_of(2);
   ASSERT_TRUE(RunUntil(
-      io, [&] { return probe.checks() >= seen + 5; }, 10s));
+      io, [&] { return probe.checks_of(2) >= seen + 5; }, 10s));
   EXPECT_EQ(reports.size(), 1u);
-  probe.Watch(8, "localhost", port);
+  // A round first seen without stores (while a restarted master rebuilds it), then with them.
+  probe.Watch(8, 1, 2, {});
+  probe.Watch(8, 1, 2, {{0, "localhost", port}});
   ASSERT_TRUE(RunUntil(
       io, [&] { return reports.size() == 2; }, 10s));
   EXPECT_EQ(reports[1].first, 8u);
@@ -69,6 +79,67 @@ TEST(StoreProbeTest, AStoreNobodyListensOnIsReportedOnceNamingIt) {
   const int stopped_at = probe.checks();
   io.run_for(200ms);
   EXPECT_EQ(probe.checks(), stopped_at);
+}
+
+TEST(StoreProbeTest, EveryMemberIsCheckedAndOnlyTheSilentOneReported) {
+  boost::asio::io_context io;
+  // Eight members; this node is group rank 3; rank 6 listens nowhere.
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> stores;
+  std::vector<StoreTarget> targets;
+  for (int rank = 0; rank < 8; ++rank) {
+    if (rank == 6) {
+      targets.push_back({rank, "127.0.0.1", PickFreePort().value()});
+      continue;
+    }
+    stores.push_back(std::make_unique<boost::asio::ip::tcp::acceptor>(
+        io, boost::asio::ip::tcp::endpoint{boost::asio::ip::make_address("127.0.0.1"), 0}));
+    stores.back()->listen();
+    targets.push_back({rank, "127.0.0.1", stores.back()->local_endpoint().port()});
+  }
+  std::vector<int> reported;
+  StoreProbe probe(io, Fast(), [&](uint64_t, const StoreTarget& t, const std::string&) {
+    reported.push_back(t.group_rank);
+  });
+  probe.Watch(1, 3, 8, targets);
+  ASSERT_TRUE(RunUntil(
+      io,
+      [&] {
+        for (int rank : {0, 1, 2, 4, 5, 6, 7}) {
+          if (probe.checks_of(rank) < 2) return false;
+        }
+        return !reported.empty();
+      },
+      20s));
+  EXPECT_EQ(probe.checks_of(3), 0) << "not its own store";
+  // Bounded: each interval at most the two neighbours, group rank 0, one in rotation and the
+  // suspects (here the one silent member).
+  const int intervals = probe.checks_of(2);  // a neighbour: checked every interval
+  EXPECT_LE(probe.checks(), intervals * 5 + 5);
+  EXPECT_GE(probe.checks_of(1), 2) << "the rotation reaches the others too";
+  ASSERT_EQ(reported, std::vector<int>{6});
+}
+
+// In a round of 300 nodes group rank 0 is checked every third interval (ceil(300/128)), so
+// that it receives at most about 128 checks an interval; the neighbours every interval.
+TEST(StoreProbeTest, GroupRankZeroOfALargeRoundIsCheckedLessOften) {
+  boost::asio::io_context io;
+  std::vector<std::unique_ptr<boost::asio::ip::tcp::acceptor>> stores;
+  std::vector<StoreTarget> targets;
+  for (int rank : {0, 4, 6, 7}) {
+    stores.push_back(std::make_unique<boost::asio::ip::tcp::acceptor>(
+        io, boost::asio::ip::tcp::endpoint{boost::asio::ip::make_address("127.0.0.1"), 0}));
+    stores.back()->listen();
+    targets.push_back({rank, "127.0.0.1", stores.back()->local_endpoint().port()});
+  }
+  StoreProbeOptions o = Fast();
+  o.interval = 50ms;
+  StoreProbe probe(io, o, [](uint64_t, const StoreTarget&, const std::string&) {});
+  probe.Watch(1, 5, 300, targets);
+  ASSERT_TRUE(RunUntil(
+      io, [&] { return probe.checks_of(4) >= 12; }, 20s));
+  EXPECT_GE(probe.checks_of(0), 3);
+  EXPECT_LE(probe.checks_of(0), probe.checks_of(4) / 2) << "about a third as often";
+  EXPECT_GE(probe.checks_of(6), probe.checks_of(4) - 1) << "both neighbours every interval";
 }
 
 }  // namespace

@@ -177,6 +177,39 @@ TEST_F(PairProbeTest, ServerRejectsMalformedHeadersAndKeepsServing) {
   EXPECT_TRUE(r) << r.error().message;
 }
 
+// Whoever reaches the port cannot hold more than max_connections at once; the probes of the
+// job's pairs still run once those are gone.
+TEST_F(PairProbeTest, ServerConnectionsAreBounded) {
+  ProbeServerOptions so;
+  so.max_connections = 2;
+  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0, so);
+  ASSERT_TRUE(server) << server.error().message;
+  const uint16_t port = (*server)->port();
+  const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), port);
+  tcp::socket a(io_), b(io_), c(io_);
+  a.connect(ep);
+  b.connect(ep);
+  ASSERT_TRUE(RunUntil([&] { return (*server)->accepted() == 2; }));
+  c.connect(ep);
+  std::array<char, 16> buf;
+  bool closed = false;
+  c.async_read_some(asio::buffer(buf),
+                    [&](const boost::system::error_code& e, size_t) { closed = e.failed(); });
+  ASSERT_TRUE(RunUntil([&] { return closed; })) << "the third connection is closed";
+  EXPECT_EQ((*server)->rejected(), 1u);
+  EXPECT_EQ((*server)->accepted(), 2u);
+  a.close();
+  b.close();
+  ProbeOptions opts;
+  opts.bytes = 64 << 10;
+  opts.timeout = 3s;
+  Result<ProbeResult> r = Error{"not run"};
+  ASSERT_TRUE(RunUntil([&] {
+    r = Probe(port, opts);
+    return r.has_value();
+  })) << r.error().message;
+}
+
 TEST_F(PairProbeTest, ClientRejectsAServerThatIsNotAProbe) {
   tcp::acceptor acceptor(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   std::optional<tcp::socket> peer;
