@@ -144,6 +144,8 @@ void ToWire(const NodeView& in, v1::NodeView* out) {
   }
   CheckToWire(in, out);
   out->set_stacks_id(in.stacks_id);
+  out->set_nodes_spare(in.nodes_spare);
+  out->set_spare(in.spare);
 }
 
 void ToWire(const RankProgress& in, v1::RankProgress* out) {
@@ -185,6 +187,8 @@ NodeView FromWire(const v1::NodeView& in) {
   }
   CheckFromWire(in, v);
   v.stacks_id = in.stacks_id();
+  v.nodes_spare = in.nodes_spare();
+  v.spare = in.spare();
   return v;
 }
 
@@ -206,6 +210,7 @@ void ToWire(const JobStatus& in, v1::JobStatus* out) {
     o->set_silent_seconds(n.silent_seconds);
     o->set_disconnected(n.disconnected);
     o->set_switch_path(n.switch_path);
+    o->set_spare(n.spare);
   }
   if (in.stacks) ToWire(*in.stacks, out->mutable_stacks());
 }
@@ -220,7 +225,7 @@ JobStatus FromWire(const v1::JobStatus& in) {
   for (const auto& n : in.nodes()) {
     s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.addr(), n.node_rank(), n.nproc_per_node(),
                                  n.group_rank(), n.base_rank(), n.silent_seconds(),
-                                 n.disconnected(), n.switch_path()});
+                                 n.disconnected(), n.switch_path(), n.spare()});
   }
   if (in.has_stacks()) s.stacks = FromWire(in.stacks());
   return s;
