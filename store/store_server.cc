@@ -211,7 +211,8 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
   }
 
   // A barrier poll that would read fewer ranks than the world size is answered when the last
-  // rank arrives instead of 10 ms later (torch >= 2.1 waits on a key instead of polling).
+  // rank arrives instead of at the next poll, up to 10 ms later (torch >= 2.1 waits on a key
+  // instead of polling).
   bool ShouldHold(const Request& r) const {
     if (r.type != Query::kAdd || r.delta != 0 || world_size <= 0 || !IsBarrierKey(r.keys[0])) {
       return false;
