@@ -75,6 +75,10 @@ struct CheckSettings {
   double min_bandwidth_mbps = 0;        // a pair below fails; 0: no minimum
   bool exclude_stragglers = false;
   bool run_command = false;  // the agents also run a 2-process job per pair
+  // A node waiting outside the running round is checked while it waits (against a checked
+  // member, probe only); at its promotion it is checked again only when that check is older
+  // than this.
+  Duration spare_check_max_age{600};
 };
 
 // One pair this node takes part in during the current wave. The client (b) connects to the
@@ -216,10 +220,14 @@ struct NodeView {
   uint64_t round = 0;  // the round being formed, run or stopped
   int restart_count = 0;
   int max_restarts = 0;
-  bool member = false;                   // this node is in the round
-  NodeAssignment assignment;             // valid when member and phase is running or stopping
-  int nodes_joined = 0;                  // forming: nodes in the round so far; running: its size
-  int nodes_waiting = 0;                 // joined but not in the round
+  bool member = false;        // this node is in the round
+  NodeAssignment assignment;  // valid when member and phase is running or stopping
+  int nodes_joined = 0;       // forming: nodes in the round so far; running: its size
+  int nodes_waiting = 0;      // joined but not in the round (spares included)
+  // Of those, the spares: nodes beyond --nnodes MAX, waiting to take a lost node's place. The
+  // others wait for enough nodes to make a whole --node-unit.
+  int nodes_spare = 0;
+  bool spare = false;                    // this node is one of them (phase not forming)
   std::string reason;                    // why stopping / failed / succeeded
   std::vector<WorkerFailure> failures;   // the failures behind a restart or the job's failure
   std::optional<SaveOrder> save;         // phase saving
@@ -244,6 +252,7 @@ struct NodeStatus {
   double silent_seconds = 0;
   bool disconnected = false;
   std::string switch_path;
+  bool spare = false;  // outside the round, beyond --nnodes MAX (else: member, or waiting)
 };
 
 struct JobStatus {

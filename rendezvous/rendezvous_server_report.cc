@@ -22,7 +22,11 @@ std::string RendezvousServer::RenderMetrics() const {
   out += PromMetric("ftrun_rendezvous_round_nodes", "gauge", "Nodes in the current round.",
                     v.nodes_joined);
   out += PromMetric("ftrun_rendezvous_waiting_nodes", "gauge",
-                    "Joined nodes outside the round (spares).", v.nodes_waiting);
+                    "Joined nodes outside the round waiting for a whole --node-unit (not spares).",
+                    v.nodes_waiting - v.nodes_spare);
+  out += PromMetric("ftrun_rendezvous_spare_nodes", "gauge",
+                    "Joined nodes beyond --nnodes MAX, waiting to take a lost node's place.",
+                    v.nodes_spare);
   out += PromMetric("ftrun_rendezvous_restarts", "gauge", "Job-wide restarts so far.",
                     v.restart_count);
   out += PromMetric("ftrun_rendezvous_rejected_calls_total", "counter",

@@ -115,6 +115,7 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
           RoundSize() > static_cast<int>(members_.size())) {
         StopOrFail(false, "node " + info.host + " joined; scaling up", {}, now);
       }
+      MaybeCheckSpares(now);  // it waits outside the round: checked meanwhile
       break;
     default:
       break;  // it joins the next round (or sees the job's end)
@@ -435,6 +436,7 @@ void RendezvousState::CompleteRound(TimePoint now) {
   events_.emplace_back(RoundFormed{members_, paths});
   Changed();
   MaybeStartCheck(now);
+  MaybeCheckSpares(now);
 }
 
 void RendezvousState::Abort(const std::string& reason) {
@@ -458,6 +460,9 @@ void RendezvousState::Tick(TimePoint now) {
     AfterSaveEvent(now);
   }
   if (phase_ == Phase::kChecking && check_->Tick(now)) AfterCheckProgress(now);
+  if (spare_check_ && phase_ != Phase::kRunning) spare_check_.reset();  // the round stops
+  if (spare_check_ && spare_check_->Tick(now)) AfterSpareCheckProgress(now);
+  MaybeCheckSpares(now);
   if (rebuild_ && now >= rebuild_->deadline) {
     GiveUpRebuild("not every group rank of round " + std::to_string(rebuild_->shape.round) +
                       " rejoined within liveness_timeout=" + Seconds(spec_.liveness_timeout),
@@ -504,6 +509,7 @@ std::optional<TimePoint> RendezvousState::NextDeadline() const {
   }
   if (phase_ == Phase::kSaving) d = std::min(d, save_->deadline());
   if (phase_ == Phase::kChecking) d = std::min(d, check_->deadline());
+  if (phase_ == Phase::kRunning && spare_check_) d = std::min(d, spare_check_->deadline());
   return d;
 }
 

@@ -226,6 +226,14 @@ class RendezvousState {
   void AddCheckTo(NodeView& v, const std::string& node_id) const;
   // rendezvous_state_view.cc: the members' listening stores, for the partition check.
   void AddStorePeersTo(NodeView& v) const;
+  // rendezvous_state_spare_check.cc: the check of the nodes waiting outside a running round.
+  void MaybeCheckSpares(TimePoint now);
+  void AfterSpareCheckProgress(TimePoint now);
+  void FinishSpareCheck(TimePoint now);
+  // A round forms: a spare check still running is dropped (the round's own check covers its
+  // members), and a promoted spare whose check is older than spare_check_max_age is checked
+  // again.
+  void SparesPromoted(TimePoint now);
   void StopRound(const std::string& reason, TimePoint now);
   // What a stopping round does: save first (when enabled), then stop or fail.
   void StopOrFail(bool fail, const std::string& reason, std::vector<WorkerFailure> failures,
@@ -309,6 +317,9 @@ class RendezvousState {
   std::map<std::string, std::string> excluded_;  // node -> why the check kept it out
   uint64_t check_id_ = 0;                        // finished checks
   std::optional<NetworkCheckReport> last_check_;
+  // Nodes waiting outside the running round, checked against a checked member meanwhile.
+  std::optional<NetworkCheckSession> spare_check_;
+  std::map<std::string, TimePoint> spare_checked_at_;  // passed while waiting: when
 
   // Partitions detected within failure_window of each other (each doubles the wait before
   // the next round), and when the last one was.

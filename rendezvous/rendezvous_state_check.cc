@@ -21,6 +21,7 @@ std::string CommaList(const std::vector<std::string>& items) {
 
 void RendezvousState::MaybeStartCheck(TimePoint now) {
   if (!spec_.check.enabled) return;
+  SparesPromoted(now);
   bool new_node = false;
   for (const auto& m : members_) new_node = new_node || !checked_.count(m);
   if (!new_node) return;
@@ -40,6 +41,10 @@ void RendezvousState::MaybeStartCheck(TimePoint now) {
 void RendezvousState::ReportCheck(const std::string& node_id, uint64_t round, uint64_t order_id,
                                   const std::vector<CheckTaskResult>& results, TimePoint now) {
   Seen(node_id, now);
+  if (phase_ == Phase::kRunning && spare_check_ && round == round_) {
+    if (spare_check_->Report(node_id, order_id, results, now)) AfterSpareCheckProgress(now);
+    return;
+  }
   if (phase_ != Phase::kChecking || round != round_ || !InRound(node_id)) return;
   if (check_->Report(node_id, order_id, results, now)) AfterCheckProgress(now);
 }
@@ -116,6 +121,7 @@ void RendezvousState::FinishCheck(TimePoint now) {
   if (out.empty()) {
     phase_ = Phase::kRunning;
     Changed();
+    MaybeCheckSpares(now);
     return;
   }
   for (const auto& id : out) {
@@ -134,6 +140,7 @@ void RendezvousState::FinishCheck(TimePoint now) {
 
 void RendezvousState::AddCheckTo(NodeView& v, const std::string& node_id) const {
   if (phase_ == Phase::kChecking && check_) v.check = check_->OrderFor(node_id);
+  if (phase_ == Phase::kRunning && spare_check_) v.check = spare_check_->OrderFor(node_id);
   if (auto it = excluded_.find(node_id); it != excluded_.end()) v.excluded = it->second;
   if (last_check_) {
     v.check_id = check_id_;

@@ -80,6 +80,7 @@ JobStatus RendezvousState::Status(TimePoint now) const {
   s.max_nodes = spec_.max_nodes;
   const bool in_round = phase_ != Phase::kForming;
   s.world_size = in_round ? world_size_ : 0;
+  const bool spares = in_round && s.view.nodes_spare > 0;
   auto add = [&](const std::string& id, const Node& n) {
     NodeStatus ns;
     ns.node_id = id;
@@ -91,6 +92,8 @@ JobStatus RendezvousState::Status(TimePoint now) const {
     if (in_round && r != rank_of_.end()) {
       ns.group_rank = r->second;
       ns.base_rank = base_rank_[r->second];
+    } else {
+      ns.spare = spares;
     }
     ns.silent_seconds = Duration(now - n.last_seen).count();
     ns.disconnected = n.disconnected_at.has_value();

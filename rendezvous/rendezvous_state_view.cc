@@ -43,7 +43,12 @@ NodeView RendezvousState::View(const std::string& node_id) const {
   v.nodes_joined = running ? static_cast<int>(members_.size())
                            : std::min<int>(static_cast<int>(nodes_.size()), spec_.max_nodes);
   v.nodes_waiting = static_cast<int>(nodes_.size()) - (running ? alive_members_ : v.nodes_joined);
+  // Spares are the nodes beyond MAX: a round below MAX takes in every whole --node-unit that
+  // joins (MAX is a multiple of it), so those outside it wait for a unit, not for a loss.
+  v.nodes_spare = std::clamp<int>(static_cast<int>(nodes_.size()) - spec_.max_nodes, 0,
+                                  std::max(0, v.nodes_waiting));
   auto it = rank_of_.find(node_id);
+  v.spare = running && v.nodes_spare > 0 && it == rank_of_.end() && nodes_.count(node_id) != 0;
   if (running && it != rank_of_.end()) {
     v.member = true;
     NodeAssignment& a = v.assignment;

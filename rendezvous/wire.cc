@@ -158,6 +158,8 @@ void ToWire(const NodeView& in, v1::NodeView* out) {
     p->set_addr(in.store_peers[i].addr);
     p->set_port(in.store_peers[i].port);
   }
+  out->set_nodes_spare(in.nodes_spare);
+  out->set_spare(in.spare);
 }
 
 void ToWire(const RankProgress& in, v1::RankProgress* out) {
@@ -203,6 +205,8 @@ NodeView FromWire(const v1::NodeView& in) {
     const v1::StorePeer& p = in.store_peers(i);
     v.store_peers.push_back({p.group_rank(), p.addr(), p.port()});
   }
+  v.nodes_spare = in.nodes_spare();
+  v.spare = in.spare();
   return v;
 }
 
@@ -224,6 +228,7 @@ void ToWire(const JobStatus& in, v1::JobStatus* out) {
     o->set_silent_seconds(n.silent_seconds);
     o->set_disconnected(n.disconnected);
     o->set_switch_path(n.switch_path);
+    o->set_spare(n.spare);
   }
   if (in.stacks) ToWire(*in.stacks, out->mutable_stacks());
 }
@@ -238,7 +243,7 @@ JobStatus FromWire(const v1::JobStatus& in) {
   for (const auto& n : in.nodes()) {
     s.nodes.push_back(NodeStatus{n.node_id(), n.host(), n.addr(), n.node_rank(), n.nproc_per_node(),
                                  n.group_rank(), n.base_rank(), n.silent_seconds(),
-                                 n.disconnected(), n.switch_path()});
+                                 n.disconnected(), n.switch_path(), n.spare()});
   }
   if (in.has_stacks()) s.stacks = FromWire(in.stacks());
   return s;

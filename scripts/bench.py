@@ -134,8 +134,9 @@ class Bench:
         values = ([], [])
         for i in range(self.runs):
             for launcher, out in ((left, values[0]), (right, values[1])):
-                name = " ".join(["ftrun"] + [a for a in launcher[1:]
-                                             if a not in ("--log-level", "warning")])
+                name = (" ".join(["ftrun"] + [a for a in launcher[1:]
+                                              if a not in ("--log-level", "warning")])
+                        if launcher[0] != PYTHON else "torchrun " + " ".join(launcher[2:]))
                 print(f"  {measure.__name__} [{name}] run {i + 1}/{self.runs}", file=sys.stderr,
                       flush=True)
                 out.append(measure(self, launcher))
@@ -830,8 +831,10 @@ def main() -> int:
             f = bench.samples(row.measure, bench.ftrun_cmd())
             results.append((row, t, f))
         for row in STORE_ROWS if "store" in sections else []:
-            t = bench.samples(row.measure, bench.torchrun(row.monitor_interval))
-            f = bench.samples(row.measure, bench.ftrun_cmd())
+            # Alternated, run by run: tens of ms apart, so a drift of the machine's load between
+            # a block of torchrun runs and a block of ftrun runs would decide the ratio.
+            t, f = bench.paired_samples(row.measure, bench.torchrun(row.monitor_interval),
+                                        bench.ftrun_cmd())
             results.append((row, t, f))
         for row in STORE_PAIR_ROWS if "store" in sections else []:
             pairs.append((row, *bench.paired_samples(row.measure, row.left[1](bench),

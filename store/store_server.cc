@@ -10,6 +10,7 @@
 #include <deque>
 #include <map>
 #include <optional>
+#include <set>
 
 #include "common/log.h"
 #include "store/protocol.h"
@@ -22,6 +23,19 @@ using tcp = asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
 namespace {
+
+// torch's store-based barrier (init_process_group, new_group; torch 1.13 to 2.0): every rank
+// adds 1 to "<prefix>/store_based_barrier_key:<n>", then polls it with ADD 0 every 10 ms until
+// it reads the world size.
+bool IsBarrierKey(std::string_view key) {
+  constexpr std::string_view kName = "/store_based_barrier_key:";
+  const size_t at = key.rfind(kName);
+  if (at == std::string_view::npos || at + kName.size() == key.size()) return false;
+  for (char ch : key.substr(at + kName.size())) {
+    if (ch < '0' || ch > '9') return false;
+  }
+  return true;
+}
 
 // Largest request accepted: a COMPARE_SET with the largest key and two largest values, or a
 // WAIT/CHECK whose keys add up to as much.
@@ -44,6 +58,10 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
     std::optional<SteadyClock::time_point> write_since;
     bool closed = false;
     std::string address;  // the peer's, for max_connections_per_peer
+    // A barrier poll held until the barrier is complete (or opts.barrier_hold): its connection's
+    // later requests wait behind it, as torch's client sends none meanwhile.
+    std::optional<Request> held;
+    std::unique_ptr<asio::steady_timer> hold_timer;
     explicit Conn(tcp::socket s) : sock(std::move(s)) {}
   };
 
@@ -63,6 +81,8 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
   uint64_t rejected = 0;
   bool stopped = false;
   uint16_t port = 0;
+  int64_t world_size = 0;                           // the workers' (0: unknown, hold nothing)
+  std::map<std::string, std::set<ConnId>> holding;  // barrier key -> connections held on it
   // Log lines about peers, at most opts.max_log_lines_per_second; the rest are counted.
   int logged_this_second = 0;
   uint64_t unlogged = 0;
@@ -160,23 +180,19 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
   bool Process(Conn& c) {
     size_t off = 0;
     bool ok = true;
-    while (ok) {
+    while (ok && !c.held) {
       Parsed p = ParseRequest(std::string_view(c.in).substr(off), kv.limits());
       if (p.status == Parsed::kNeedMore) break;
       if (p.status == Parsed::kBad) {
         Reject(c, p.error);
         return false;
       }
-      std::vector<Outgoing> out;
-      auto s = Apply(kv, c.id, p.request, out);
       off += p.consumed;
-      if (!s) {
-        Reject(c, fmt::format("{}: {}", QueryName(static_cast<uint8_t>(p.request.type)),
-                              s.error().message));
-        return false;
+      if (ShouldHold(p.request)) {
+        Hold(c, std::move(p.request));
+        break;
       }
-      for (auto& o : out) Send(o.conn, std::move(o.bytes));
-      ok = !c.closed;
+      ok = Answer(c, p.request);
     }
     if (!ok) return false;
     if (off > 0) {
@@ -190,6 +206,81 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
       return false;
     }
     return true;
+  }
+
+  // Applies one request and sends what it owes. False when the connection was closed.
+  bool Answer(Conn& c, const Request& r) {
+    std::vector<Outgoing> out;
+    auto s = Apply(kv, c.id, r, out);
+    if (!s) {
+      Reject(c, fmt::format("{}: {}", QueryName(static_cast<uint8_t>(r.type)), s.error().message));
+      return false;
+    }
+    for (auto& o : out) Send(o.conn, std::move(o.bytes));
+    if (r.type == Query::kAdd && r.delta != 0 && holding.count(r.keys[0])) {
+      ReleaseIfComplete(r.keys[0]);
+    }
+    return !c.closed;
+  }
+
+  // A barrier poll that would read fewer ranks than the world size is answered when the last
+  // rank arrives instead of at the next poll, up to 10 ms later (torch >= 2.1 waits on a key
+  // instead of polling).
+  bool ShouldHold(const Request& r) const {
+    if (r.type != Query::kAdd || r.delta != 0 || world_size <= 0 || !IsBarrierKey(r.keys[0])) {
+      return false;
+    }
+    auto v = BarrierCount(r.keys[0]);
+    return v && *v < world_size;
+  }
+
+  std::optional<int64_t> BarrierCount(const std::string& key) const {
+    const std::string* v = kv.Get(key);
+    if (!v || v->empty() || v->size() > 18) return std::nullopt;
+    int64_t n = 0;
+    for (char ch : *v) {
+      if (ch < '0' || ch > '9') return std::nullopt;
+      n = n * 10 + (ch - '0');
+    }
+    return n;
+  }
+
+  void Hold(Conn& c, Request r) {
+    holding[r.keys[0]].insert(c.id);
+    c.held = std::move(r);
+    if (!c.hold_timer) c.hold_timer = std::make_unique<asio::steady_timer>(io);
+    c.hold_timer->expires_after(opts.barrier_hold);
+    c.hold_timer->async_wait(
+        [self = shared_from_this(), id = c.id](const boost::system::error_code& ec) {
+          if (!ec) self->Release(id);
+        });
+  }
+
+  void ReleaseIfComplete(const std::string& key) {
+    auto count = BarrierCount(key);
+    if (!count || *count < world_size) return;
+    const std::set<ConnId> ids = holding[key];
+    for (ConnId id : ids) Release(id);
+  }
+
+  // Answers the held poll with the count now, then goes on with what the connection sent
+  // meanwhile.
+  void Release(ConnId id) {
+    auto it = conns.find(id);
+    if (it == conns.end() || !it->second->held) return;
+    auto c = it->second;
+    Request r = std::move(*c->held);
+    c->held.reset();
+    c->hold_timer->cancel();
+    Unhold(id, r.keys[0]);
+    if (Answer(*c, r) && !c->in.empty()) Process(*c);
+  }
+
+  void Unhold(ConnId id, const std::string& key) {
+    auto h = holding.find(key);
+    if (h == holding.end()) return;
+    h->second.erase(id);
+    if (h->second.empty()) holding.erase(h);
   }
 
   void Send(ConnId id, std::string bytes) {
@@ -235,6 +326,11 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
     if (c.closed) return;
     if (!why.empty()) Warn(fmt::format("closed the connection from {}: {}", c.peer, why));
     c.closed = true;
+    if (c.held) {
+      Unhold(c.id, c.held->keys[0]);
+      c.held.reset();
+      c.hold_timer->cancel();
+    }
     boost::system::error_code ec;
     c.sock.close(ec);
     buffered -= c.in.size() + c.out_bytes;
@@ -326,6 +422,7 @@ Result<std::unique_ptr<StoreServer>> StoreServer::Listen(asio::io_context& io,
 StoreServer::~StoreServer() { Stop(); }
 uint16_t StoreServer::port() const { return impl_->port; }
 void StoreServer::Stop() { impl_->Stop(); }
+void StoreServer::SetWorldSize(int64_t world_size) { impl_->world_size = world_size; }
 size_t StoreServer::DropPrefix(std::string_view prefix) { return impl_->kv.DropPrefix(prefix); }
 size_t StoreServer::keys() const { return impl_->kv.size(); }
 size_t StoreServer::bytes() const { return impl_->kv.bytes(); }

@@ -40,6 +40,10 @@ struct StoreServerOptions {
   std::chrono::milliseconds request_timeout{std::chrono::seconds(60)};  // first byte -> whole
   std::chrono::milliseconds write_timeout{std::chrono::seconds(60)};    // queued answers unsent
   int max_log_lines_per_second = 10;
+  // How long a poll of torch's store-based barrier is held at most (SetWorldSize): a multiple
+  // of the poller's 10 ms interval, so that holding never makes it see the count later than its
+  // own polling would; short beside any store timeout (torch's default: 30 min).
+  std::chrono::milliseconds barrier_hold{500};
 };
 
 class StoreServer {
@@ -55,6 +59,11 @@ class StoreServer {
   uint16_t port() const;
   // Closes the listener and every connection. Idempotent.
   void Stop();
+  // The workers' world size (0: unknown). With it, a poll of torch's store-based barrier
+  // (ADD 0 to ".../store_based_barrier_key:<n>", every 10 ms until it reads the world size) is
+  // answered as soon as the count reaches it, or after `barrier_hold`: never later than
+  // torch's own server would have let the poller see it.
+  void SetWorldSize(int64_t world_size);
   // Removes every key starting with `prefix` (e.g. the keys of finished attempts); returns how
   // many.
   size_t DropPrefix(std::string_view prefix);

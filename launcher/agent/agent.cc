@@ -45,6 +45,8 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
   events_.RoundStarted(a);
   history_.RoundStarted(a.round, a.restart_count, WallSeconds());
   if (!attempt->empty()) attempt_dir_ = *attempt;
+  // Lets this node's store answer torch's barrier polls when they complete (store_server.h).
+  if (opts_.store) opts_.store->SetWorldSize(a.world_size);
   group_ = std::make_unique<WorkerGroup>(
       io_, spawner_, clock_, a, opts_.planner->Plan(a, channels_.WorkerEnv()),
       [this](const WorkerGroup::Worker& w) { OnWorkerExit(w); }, [this] { OnGroupExited(); });
@@ -197,6 +199,22 @@ void Agent::OnWaitingAsSpare(uint64_t round) {
       "takes the place of a node that is lost",
       round);
   events_.Emit(EventLog::Event("waiting_as_spare").Set("round", static_cast<int64_t>(round)));
+  PrepareOutsideRound(round);
+}
+
+void Agent::OnWaitingForNodeUnit(uint64_t round) {
+  if (state_ != AgentState::kWaiting || group_) return;
+  LauncherLog()->info(
+      "waiting round={}: the round runs without this node until enough nodes join to make a "
+      "whole --node-unit {} (or a node is lost)",
+      round, config_.node_unit);
+  events_.Emit(EventLog::Event("waiting")
+                   .Set("round", static_cast<int64_t>(round))
+                   .Set("node_unit", static_cast<int64_t>(config_.node_unit)));
+  PrepareOutsideRound(round);
+}
+
+void Agent::PrepareOutsideRound(uint64_t round) {
   if (!config_.warm_restart.enabled) return;
   // The workers this node would start (the numbers of the round come at the promotion and are
   // handed over then): the standbys for them get ready now.

@@ -123,6 +123,7 @@ class Agent : public Coordinator::Listener {
                        const std::string& json) override;
   void OnExcluded(const std::string& reason) override;
   void OnWaitingAsSpare(uint64_t round) override;
+  void OnWaitingForNodeUnit(uint64_t round) override;
   void OnStacksOrder(uint64_t round, uint64_t stacks_id) override;
 
  private:
@@ -138,6 +139,9 @@ class Agent : public Coordinator::Listener {
   void WaitForSignal();
   void OnSignal(int sig);
   void ExitExcluded(const std::string& reason);
+  // Outside the running round (a spare, or waiting for a --node-unit): with --warm-restart,
+  // the standbys for the workers this node would start get ready now.
+  void PrepareOutsideRound(uint64_t round);
   void Finish(int exit_code);
   // What the fault record says besides the history.
   FaultRecordContext FaultContext() const;

@@ -48,9 +48,9 @@ void PrintTable(const JobStatus& s, std::ostream& out) {
     out << std::left << std::setw(11) << (n.group_rank < 0 ? "-" : std::to_string(n.group_rank))
         << std::setw(12) << Ranks(n) << std::setw(7) << n.nproc_per_node << std::setw(24) << n.host
         << std::setw(18) << n.addr << std::setw(9)
-        << (n.group_rank >= 0                        ? "member"
-            : v.phase == rendezvous::Phase::kForming ? "waiting"
-                                                     : "spare")
+        << (n.group_rank >= 0 ? "member"
+            : n.spare         ? "spare"
+                              : "waiting")
         << std::setw(20) << seen.str() << (n.switch_path.empty() ? "-" : n.switch_path) << "\n";
   }
 }
@@ -74,7 +74,8 @@ std::string ToJson(const JobStatus& s) {
                           .Set("nproc_per_node", n.nproc_per_node)
                           .Set("silent_seconds", n.silent_seconds)
                           .Set("disconnected", n.disconnected)
-                          .Set("switch_path", n.switch_path));
+                          .Set("switch_path", n.switch_path)
+                          .Set("spare", n.spare));
   }
   return j.str();
 }

@@ -52,9 +52,12 @@ class Coordinator {
                                  const std::string& /*json*/) {}
     // The network check keeps this node out of the job: stop and exit saying why.
     virtual void OnExcluded(const std::string& /*reason*/) {}
-    // This node has joined, but round `round` runs without it (a spare beyond --nnodes MAX, or
-    // beyond a multiple of --node-unit): it waits to take a lost node's place. Once per round.
+    // This node has joined, but round `round` runs without it: a spare (beyond --nnodes MAX)
+    // waits to take a lost node's place. Once per round.
     virtual void OnWaitingAsSpare(uint64_t /*round*/) {}
+    // Likewise, but below MAX: the node waits for enough nodes to make a whole --node-unit
+    // (or for a lost node's place). Not a spare. Once per round.
+    virtual void OnWaitingForNodeUnit(uint64_t /*round*/) {}
     // A job-wide stack-dump order (`ftrun status --stacks`, or a hang seen by some agent):
     // collect this node's ranks' stacks, then ReportStacks(stacks_id, ...). Once per order.
     virtual void OnStacksOrder(uint64_t /*round*/, uint64_t /*stacks_id*/) {}

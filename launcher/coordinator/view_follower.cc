@@ -60,6 +60,12 @@ void ViewFollower::Apply(const NodeView& v) {
       listener_->OnSaveOrder(v.round, o);
     }
   }
+  // A running round checks the nodes waiting outside it: a waiting node probes, a member's
+  // agent answers while its workers run.
+  if (v.phase == Phase::kRunning && v.check && v.check->id != last_check_order_) {
+    last_check_order_ = v.check->id;
+    listener_->OnCheckOrder(v.round, *v.check);
+  }
   if (workers_live_) {
     const bool ours_stopping = v.phase == Phase::kStopping && v.round == *started_round_;
     const bool moved_on = v.round != *started_round_ || !v.member;
@@ -79,9 +85,13 @@ void ViewFollower::Apply(const NodeView& v) {
     listener_->OnCheckOrder(v.round, *v.check);
     return;
   }
-  if (v.phase == Phase::kRunning && !v.member && spare_round_ != v.round) {
-    spare_round_ = v.round;
-    listener_->OnWaitingAsSpare(v.round);
+  if (v.phase == Phase::kRunning && !v.member && spare_round_ != std::pair(v.round, v.spare)) {
+    spare_round_ = std::pair(v.round, v.spare);
+    if (v.spare) {
+      listener_->OnWaitingAsSpare(v.round);
+    } else {
+      listener_->OnWaitingForNodeUnit(v.round);
+    }
     return;
   }
   if (v.phase == Phase::kRunning && v.member && started_round_ != v.round) {

@@ -8,11 +8,14 @@
 //   moved on while our workers still run     -> Listener::OnRestartRequested
 //   view saving, member, new order           -> Listener::OnSaveOrder
 //   view checking, member, new check order   -> Listener::OnCheckOrder
+//   view running, new check order (a waiting
+//   node's check, it or its reference member) -> Listener::OnCheckOrder
 //   a new finished network check             -> Listener::OnCheckFinished
 //   view excluded                            -> Listener::OnExcluded (and nothing after)
 //   a new stack-dump order, member           -> Listener::OnStacksOrder
 //   view stopping, nothing of ours running   -> report_stopped(round)
-//   view running, not a member, no workers    -> Listener::OnWaitingAsSpare (once per round)
+//   view running, not a member, no workers   -> Listener::OnWaitingAsSpare (view.spare) or
+//                                               OnWaitingForNodeUnit (once per round)
 //   view succeeded / failed                  -> Listener::OnJobFinished
 //
 // Thread: loop only. Calls the listener synchronously: callers must not be inside a
@@ -22,6 +25,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "launcher/coordinator/coordinator.h"
 #include "rendezvous/job_state.h"
@@ -62,7 +66,8 @@ class ViewFollower {
   bool workers_live_ = false;
   std::optional<uint64_t> stop_asked_round_;
   std::optional<uint64_t> stop_reported_round_;
-  std::optional<uint64_t> spare_round_;  // the last round announced as waited out as a spare
+  // The last round announced as waited out (as a spare or not).
+  std::optional<std::pair<uint64_t, bool>> spare_round_;
   bool finished_ = false;
 };
 

@@ -130,6 +130,26 @@ TEST_F(DlroverRun, NodeUnitTwoFormsARoundOfTwoAndTheThirdWaits) {
       20s))
       << c->Err();
   EXPECT_TRUE(Has(a->Err(), "round formed round=0 nodes=2")) << a->Err();
+  // The third waits for a second unit below MAX: "waiting", never a spare (log, status).
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        int waiting = 0;
+        for (auto* x : {a.get(), b.get(), c.get()}) waiting += Has(x->Err(), "waiting round=0");
+        return waiting == 1;
+      },
+      20s))
+      << a->Err() << b->Err() << c->Err();
+  for (auto* x : {a.get(), b.get(), c.get()}) {
+    EXPECT_FALSE(Has(x->Err(), "waiting as a spare")) << x->Err();
+  }
+  auto status = RunFtrun({"status", "127.0.0.1:" + port_}, {}, 10s);
+  EXPECT_EQ(status.exit_code, 0) << status.err;
+  int waiting_lines = 0;
+  for (const auto& l : Lines(status.out)) {
+    waiting_lines += Has(l, " waiting ");
+    EXPECT_FALSE(Has(l, " spare ")) << status.out;
+  }
+  EXPECT_EQ(waiting_lines, 1) << status.out;
   std::ofstream(dir_ / "done") << "";
   std::vector<RunResult> results = {a->Wait(30s), b->Wait(30s), c->Wait(30s)};
   int ran = 0;

@@ -203,5 +203,39 @@ TEST_F(SpareFaults, ASpareFailingTheNetworkCheckIsNotPromoted) {
   EXPECT_EQ(excluded, 1) << ReadFile(dir_ / "events");
 }
 
+// --network-check without a command: the spare is checked while it waits, paired with a member
+// whose workers run on undisturbed, so the round that promotes it forms without another check.
+TEST_F(SpareFaults, ASpareCheckedWhileItWaitsIsPromotedWithoutAnotherCheck) {
+  const std::vector<std::string> check = {"--network-check", "--network-check-bytes", "1MiB"};
+  // The checks the rendezvous (hosted by a) started: "network check round=<r> nodes=<n>".
+  auto checks_started = [](const std::string& log) {
+    int n = 0;
+    for (const auto& l : Lines(log)) {
+      n += l.find("network check round=") != std::string::npos &&
+           l.find(" nodes=") != std::string::npos;
+    }
+    return n;
+  };
+  auto a = Agent("2", "a", check);
+  ASSERT_TRUE(Joined(*a)) << a->Err();
+  auto b = Agent("2", "b", check);
+  ASSERT_TRUE(WaitFor([&] { return Count("world=4") == 4; }, 30s)) << a->Err() << b->Err();
+  auto s = Agent("2", "s", check);
+  ASSERT_TRUE(WaitsAsSpare(*s)) << s->Err();
+  ASSERT_TRUE(WaitFor([&] { return CountLines(a->Err(), "network check finished") == 2; }, 30s))
+      << a->Err();
+  EXPECT_EQ(CountLines(a->Err(), "waiting nodes passed"), 1) << a->Err();
+  EXPECT_EQ(checks_started(a->Err()), 2) << a->Err();
+  EXPECT_EQ(Lines(ReadFile(dir_ / "records")).size(), 4u) << "the round was stopped";
+  b->Signal(SIGKILL);
+  b->Wait(10s);
+  ASSERT_TRUE(WaitFor([&] { return Count("role=s") == 2; }, 30s)) << a->Err() << s->Err();
+  EXPECT_EQ(checks_started(a->Err()), 2) << "the promotion checked the spare again: " << a->Err();
+  Done();
+  auto ra = a->Wait(30s), rs = s->Wait(30s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rs.exit_code, 0) << rs.err;
+}
+
 }  // namespace
 }  // namespace ftrun::testing

@@ -80,6 +80,48 @@ TEST_F(RendezvousStateTest, NodeUnitRoundsTheRoundDownToAMultiple) {
   EXPECT_EQ(View("a").assignment.group_world_size, 4);
 }
 
+// Below MAX a node outside the round waits for a whole --node-unit: it is not a spare (view,
+// status); at MAX the ones beyond it are.
+TEST_F(RendezvousStateTest, ANodeWaitingForANodeUnitIsNotASpare) {
+  JobSpec spec = Spec(2, 4);
+  spec.node_unit = 2;
+  Make(spec);
+  alive_ = {"a", "b", "c"};
+  Join("a");
+  Join("b");
+  Join("c");
+  Advance(seconds(31));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_FALSE(View("c").member);
+  EXPECT_FALSE(View("c").spare);
+  EXPECT_EQ(View("c").nodes_waiting, 1);
+  EXPECT_EQ(View("c").nodes_spare, 0);
+  auto status = state_->Status(now_);
+  ASSERT_EQ(status.nodes.size(), 3u);
+  EXPECT_EQ(status.nodes[2].node_id, "c");
+  EXPECT_FALSE(status.nodes[2].spare);
+  // d makes a whole unit: a round of 4 (MAX); e and f come beyond it and are spares.
+  for (const char* n : {"d", "e", "f"}) {
+    alive_.push_back(n);
+    Join(n);
+  }
+  StopAll(View("a").assignment.round, {"a", "b"});
+  Advance(milliseconds(10));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  ASSERT_EQ(View("a").assignment.group_world_size, 4);
+  for (const char* n : {"e", "f"}) {
+    EXPECT_FALSE(View(n).member) << n;
+    EXPECT_TRUE(View(n).spare) << n;
+  }
+  EXPECT_FALSE(View("a").spare);
+  EXPECT_EQ(View("e").nodes_waiting, 2);
+  EXPECT_EQ(View("e").nodes_spare, 2);
+  status = state_->Status(now_);
+  int spares = 0;
+  for (const auto& n : status.nodes) spares += n.spare;
+  EXPECT_EQ(spares, 2);
+}
+
 TEST_F(RendezvousStateTest, NodeUnitWaitsWhileLessThanAUnitIsHere) {
   JobSpec spec = Spec(1, 4);
   spec.node_unit = 2;
@@ -135,6 +177,8 @@ TEST_F(RendezvousStateTest, SpareWaitsAtMaxAndFillsTheNextGap) {
   EXPECT_EQ(phase(), Phase::kRunning);  // a spare does not disturb the round
   EXPECT_FALSE(View("c").member);
   EXPECT_EQ(View("c").nodes_waiting, 1);
+  EXPECT_TRUE(View("c").spare);
+  EXPECT_EQ(View("c").nodes_spare, 1);
   alive_ = {"b", "c"};
   Advance(seconds(16));  // a is silent past the liveness timeout
   ASSERT_EQ(phase(), Phase::kStopping);

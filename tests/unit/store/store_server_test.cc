@@ -35,6 +35,16 @@ std::string U64(uint64_t v) {
 std::string Set(std::string_view k, std::string_view v) { return "\x00"s + Str(k) + Str(v); }
 std::string Get(std::string_view k) { return "\x02" + Str(k); }
 std::string Wait(std::string_view k) { return "\x05" + U64(1) + Str(k); }
+std::string Add(std::string_view k, int64_t d) {
+  std::string out = "\x03" + Str(k);
+  AppendI64(out, d);
+  return out;
+}
+std::string I64(int64_t v) {
+  std::string out;
+  AppendI64(out, v);
+  return out;
+}
 
 class StoreServerTest : public ::testing::Test {
  protected:
@@ -232,6 +242,48 @@ TEST_F(StoreServerTest, ConnectionsFromOneAddressAreBounded) {
   Connect();
   ASSERT_TRUE(Pump([&] { return server_->connections() == 3; }));
   EXPECT_EQ(server_->rejected(), 1u);
+}
+
+// torch's store-based barrier polls with ADD 0: with the world size known, a poll that would
+// read too few ranks is answered when the last one adds itself, then the connection's next
+// request; other keys, and an unknown world size, are answered at once.
+TEST_F(StoreServerTest, ABarrierPollIsAnsweredWhenTheLastRankArrives) {
+  const std::string key = "//worker/attempt_0/default_pg/store_based_barrier_key:1";
+  StoreServerOptions o;
+  o.barrier_hold = 60s;  // no release by the clock in this test
+  Start(o);
+  server_->SetWorldSize(2);
+  int a = Connect(), b = Connect();
+  Send(a, Add(key, 1) + Add(key, 0) + Get("/after"));
+  EXPECT_EQ(Recv(a, 8), I64(1));
+  Send(b, Set("/after", "x") + Add("/other_key:1", 0) + Add(key, 1) + Add(key, 0));
+  EXPECT_EQ(Recv(b, 24), I64(0) + I64(2) + I64(2));  // b's own poll is complete already
+  EXPECT_EQ(Recv(a, 8 + 9), I64(2) + U64(1) + "x");  // a's poll read 2, then its GET
+  // Without a world size nothing is held.
+  server_->SetWorldSize(0);
+  const std::string next = "//worker/attempt_0/default_pg/store_based_barrier_key:2";
+  Send(a, Add(next, 1) + Add(next, 0));
+  EXPECT_EQ(Recv(a, 16), I64(1) + I64(1));
+}
+
+TEST_F(StoreServerTest, AHeldBarrierPollIsAnsweredAfterTheHoldBound) {
+  const std::string key = "/default_pg/store_based_barrier_key:1";
+  StoreServerOptions o;
+  o.barrier_hold = 30ms;
+  Start(o);
+  server_->SetWorldSize(4);
+  int a = Connect();
+  Send(a, Add(key, 1) + Add(key, 0));
+  EXPECT_EQ(Recv(a, 16), I64(1) + I64(1));  // nobody else came: the count as it is
+  // A client that closes while held leaves nothing behind.
+  int b = Connect();
+  Send(b, Add(key, 1) + Add(key, 0));
+  EXPECT_EQ(Recv(b, 8), I64(2));
+  ::close(b);
+  fds_.pop_back();
+  ASSERT_TRUE(Pump([&] { return server_->connections() == 1; }));
+  Send(a, Add(key, 0));
+  EXPECT_EQ(Recv(a, 8), I64(2));
 }
 
 TEST_F(StoreServerTest, AHeldPortIsOneClearError) {

@@ -76,6 +76,7 @@ TEST(ViewFollowerSpare, ARoundRunningWithoutThisNodeIsAnnouncedOncePerRound) {
     v.phase = phase;
     v.round = round;
     v.member = member;
+    v.spare = !member;
     v.assignment.round = round;
     return v;
   };
@@ -91,6 +92,28 @@ TEST(ViewFollowerSpare, ARoundRunningWithoutThisNodeIsAnnouncedOncePerRound) {
   rec.calls.clear();
   follower.WorkersStopped();
   EXPECT_EQ(rec.calls, std::vector<std::string>{"spare 3"});
+}
+
+// Outside the round below MAX (waiting for a whole --node-unit): not announced as a spare;
+// becoming one later in the same round is announced then.
+TEST(ViewFollowerSpare, WaitingForANodeUnitIsNotASpare) {
+  struct Rec : Recorder {
+    void OnWaitingAsSpare(uint64_t round) override {
+      calls.push_back("spare " + std::to_string(round));
+    }
+    void OnWaitingForNodeUnit(uint64_t round) override {
+      calls.push_back("waiting " + std::to_string(round));
+    }
+  } rec;
+  launcher::ViewFollower follower{&rec, [](uint64_t) {}};
+  NodeView v;
+  v.phase = Phase::kRunning;
+  v.round = 4;
+  follower.Apply(v);
+  follower.Apply(v);
+  v.spare = true;
+  follower.Apply(v);
+  EXPECT_EQ(rec.calls, (std::vector<std::string>{"waiting 4", "spare 4"}));
 }
 
 TEST_F(ViewFollowerTest, AStopWithNothingOfOursRunningIsReportedAtOnce) {
