@@ -43,6 +43,12 @@ RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 
 void RemoteCoordinator::ProbeStore() {
   if (!store_probe_) return;
+  if (shutting_down_) {
+    // A view answered after Shutdown must not re-arm the probe: its timer would keep the
+    // agent's loop, and so the agent, alive after the job is over.
+    store_probe_->Stop();
+    return;
+  }
   const NodeView& v = follower_->last_view();
   if (!follower_->finished() && v.phase == Phase::kRunning && v.member &&
       follower_->started_round() == v.round && v.assignment.group_world_size > 1) {
