@@ -16,6 +16,18 @@ using Clock = std::chrono::steady_clock;
 using TimePoint = Clock::time_point;
 using Duration = std::chrono::duration<double>;
 
+inline TimePoint After(TimePoint t, Duration d) {
+  return t + std::chrono::duration_cast<Clock::duration>(d);
+}
+
+// "1.5s", "30s": a duration as the rendezvous's messages print it.
+inline std::string SecondsText(Duration d) {
+  std::string s = std::to_string(d.count());
+  s.erase(s.find_last_not_of('0') + 1);
+  if (!s.empty() && s.back() == '.') s.pop_back();
+  return s + "s";
+}
+
 // Lifecycle of the job, the same for every node:
 //   forming --round complete--> [checking -->] running --failure/membership change--> stopping
 // With the pre-flight network check a round that has a node not checked yet is first

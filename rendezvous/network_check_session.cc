@@ -10,10 +10,6 @@ namespace {
 // Slack on top of the pair timeout: the agents' own timers fire first and report the reason.
 constexpr Duration kWaveSlack{5};
 
-TimePoint After(TimePoint now, Duration d) {
-  return now + std::chrono::duration_cast<Clock::duration>(d);
-}
-
 }  // namespace
 
 NetworkCheckSession::NetworkCheckSession(std::vector<NodeInfo> members, CheckSettings settings,

@@ -33,7 +33,7 @@ void RendezvousState::ReportUnreachable(const std::string& node_id, uint64_t rou
   const Duration base = std::max(spec_.restart_backoff, Duration(1));
   const Duration wait = std::min<Duration>(base * std::pow(2.0, std::min(partitions_ - 1, 30)),
                                            std::max(spec_.restart_backoff_max, base));
-  not_before_ = now + std::chrono::duration_cast<Clock::duration>(wait);
+  not_before_ = After(now, wait);
   events_.emplace_back(Partition{from, to, peer_rank, error, wait});
   char secs[32];
   std::snprintf(secs, sizeof secs, "%gs", wait.count());

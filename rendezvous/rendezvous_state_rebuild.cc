@@ -7,10 +7,6 @@
 namespace ftrun::rendezvous {
 namespace {
 
-TimePoint After(TimePoint t, Duration d) {
-  return t + std::chrono::duration_cast<Clock::duration>(d);
-}
-
 bool SameRound(const NodeAssignment& a, const NodeAssignment& b) {
   return a.round == b.round && a.group_world_size == b.group_world_size &&
          a.world_size == b.world_size && a.master_addr == b.master_addr &&

@@ -5,10 +5,6 @@
 namespace ftrun::rendezvous {
 namespace {
 
-TimePoint After(TimePoint t, Duration d) {
-  return t + std::chrono::duration_cast<Clock::duration>(d);
-}
-
 std::string Ranks(const SaveDecision& d) {
   std::string out;
   for (const auto& s : d.savers) out += (out.empty() ? "" : ",") + std::to_string(s.rank);
