@@ -5,6 +5,7 @@
 #include <signal.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "launcher/config/host.h"
 #include "tests/e2e/torch_support.h"
@@ -74,7 +75,19 @@ TEST_F(FaultSave, HungRankIsDetectedItsStacksDumpedAndNoStepIsLost) {
   EXPECT_NE(r.err.find("merged stacks: rank(s) 2 stuck where the others are not (0-1,3 at "),
             std::string::npos)
       << r.err;
-  EXPECT_NE(r.err.find("train.py:172 in main (report: "), std::string::npos) << r.err;
+  // The line of the script where the injected hang sleeps, read from the script itself.
+  int hang_line = 0, n = 0;
+  bool after_message = false;
+  std::ifstream script(Train());
+  for (std::string line; std::getline(script, line) && hang_line == 0;) {
+    ++n;
+    if (after_message && line.find("time.sleep(3600)") != std::string::npos) hang_line = n;
+    after_message = line.find("injected hang at step") != std::string::npos;
+  }
+  ASSERT_GT(hang_line, 0) << "no time.sleep(3600) in " << Train();
+  EXPECT_NE(r.err.find("train.py:" + std::to_string(hang_line) + " in main (report: "),
+            std::string::npos)
+      << r.err;
   int reports = 0;
   for (const auto& run : fs::directory_iterator(dir_ / "logs")) {
     if (!fs::is_directory(run.path() / "stacks")) continue;
