@@ -1,68 +1,24 @@
 #include "launcher/checkpoint/snapshot_store.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "common/log.h"
+#include "launcher/checkpoint/memfd_buffer.h"
 
 namespace ftrun::launcher {
 
-class SnapshotBuffer {
+// A snapshot's memory, mapped read-only here (the worker writes it through its descriptor).
+class SnapshotBuffer : public MemfdBuffer {
  public:
-  SnapshotBuffer(int fd, void* data, size_t size) : fd_(fd), data_(data), size_(size) {}
-  ~SnapshotBuffer() {
-    if (data_ != nullptr) munmap(data_, size_);
-    close(fd_);
-  }
-  SnapshotBuffer(const SnapshotBuffer&) = delete;
-  SnapshotBuffer& operator=(const SnapshotBuffer&) = delete;
-
-  // A new memfd of `size` bytes, sealed against shrinking and mapped read-only.
-  static Result<std::shared_ptr<SnapshotBuffer>> Create(const std::string& name, size_t size) {
-    int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) return Error{std::string("memfd_create: ") + std::strerror(errno)};
-    auto buffer = std::make_shared<SnapshotBuffer>(fd, nullptr, 0);
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
-      return Error{std::string("sealing the memfd: ") + std::strerror(errno)};
-    }
-    if (auto grown = buffer->Grow(size); !grown) return grown.error();
-    return buffer;
-  }
-
-  // Grows the memfd to `size` and maps it again. On an error the mapping is as it was (the
-  // file may have grown, which costs no memory until written).
-  Status Grow(size_t size) {
-    if (ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-      return Error{"ftruncate to " + std::to_string(size) + " bytes: " + std::strerror(errno)};
-    }
-    void* data = mmap(nullptr, size, PROT_READ, MAP_SHARED, fd_, 0);
-    if (data == MAP_FAILED) {
-      return Error{"mmap of " + std::to_string(size) + " bytes: " + std::strerror(errno)};
-    }
-    if (data_ != nullptr) munmap(data_, size_);
-    data_ = data;
-    size_ = size;
-    return {};
-  }
-
-  int fd() const { return fd_; }
-  size_t size() const { return size_; }
-  const std::byte* data() const { return static_cast<const std::byte*>(data_); }
+  using MemfdBuffer::MemfdBuffer;
   // Raised (on the loop) each time the buffer is handed out for writing.
   const std::shared_ptr<std::atomic<uint64_t>>& generation() const { return generation_; }
 
  private:
   std::shared_ptr<std::atomic<uint64_t>> generation_ = std::make_shared<std::atomic<uint64_t>>(0);
-  int fd_;
-  void* data_;
-  size_t size_;
 };
 
 uint32_t SnapshotChecksum(std::span<const std::byte> data, uint32_t crc) {
@@ -133,7 +89,8 @@ Result<SnapshotLease> SnapshotStore::Begin(int local_rank, uint64_t step, size_t
                    "(FTRUN_FLASH_MEMORY_BUDGET)"};
     }
     if (!slot.buffer) {
-      auto created = SnapshotBuffer::Create("ftrun-snapshot-" + std::to_string(local_rank), bytes);
+      auto created = NewMemfdBuffer<SnapshotBuffer>("ftrun-snapshot-" + std::to_string(local_rank),
+                                                    bytes, MemfdBuffer::Access::kRead);
       if (!created) return created.error().Wrap(what);
       slot.buffer = std::move(*created);
     } else if (auto grown = slot.buffer->Grow(bytes); !grown) {

@@ -1,61 +1,17 @@
 #include "launcher/replica/replica_store.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 #include <utility>
 
 #include "common/log.h"
+#include "launcher/checkpoint/memfd_buffer.h"
 
 namespace ftrun::launcher {
 
-class ReplicaBuffer {
+// A replica's memory, written here as the copy arrives (a worker reading it gets the
+// descriptor: the seal keeps it from shrinking the memfd under us).
+class ReplicaBuffer : public MemfdBuffer {
  public:
-  explicit ReplicaBuffer(int fd) : fd_(fd) {}
-  ~ReplicaBuffer() {
-    if (data_ != nullptr) munmap(data_, size_);
-    close(fd_);
-  }
-  ReplicaBuffer(const ReplicaBuffer&) = delete;
-  ReplicaBuffer& operator=(const ReplicaBuffer&) = delete;
-
-  static Result<std::shared_ptr<ReplicaBuffer>> Create(const std::string& name, size_t size) {
-    int fd = memfd_create(name.c_str(), MFD_CLOEXEC | MFD_ALLOW_SEALING);
-    if (fd < 0) return Error{std::string("memfd_create: ") + std::strerror(errno)};
-    auto buffer = std::make_shared<ReplicaBuffer>(fd);
-    // A worker reading a replica gets this descriptor: it must not shrink it under us.
-    if (fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK) != 0) {
-      return Error{std::string("sealing the memfd: ") + std::strerror(errno)};
-    }
-    if (auto grown = buffer->Grow(size); !grown) return grown.error();
-    return buffer;
-  }
-
-  Status Grow(size_t size) {
-    if (ftruncate(fd_, static_cast<off_t>(size)) != 0) {
-      return Error{"ftruncate to " + std::to_string(size) + " bytes: " + std::strerror(errno)};
-    }
-    void* data = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd_, 0);
-    if (data == MAP_FAILED) {
-      return Error{"mmap of " + std::to_string(size) + " bytes: " + std::strerror(errno)};
-    }
-    if (data_ != nullptr) munmap(data_, size_);
-    data_ = data;
-    size_ = size;
-    return {};
-  }
-
-  int fd() const { return fd_; }
-  size_t size() const { return size_; }
-  std::byte* data() const { return static_cast<std::byte*>(data_); }
-
- private:
-  int fd_;
-  void* data_ = nullptr;
-  size_t size_ = 0;
+  using MemfdBuffer::MemfdBuffer;
 };
 
 std::span<std::byte> ReplicaWrite::data() const { return {buffer->data(), bytes}; }
@@ -88,7 +44,8 @@ Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step
                    "(FTRUN_FLASH_MEMORY_BUDGET)"};
     }
     if (!slot.buffer) {
-      auto created = ReplicaBuffer::Create("ftrun-replica-" + group, bytes);
+      auto created = NewMemfdBuffer<ReplicaBuffer>("ftrun-replica-" + group, bytes,
+                                                   MemfdBuffer::Access::kReadWrite);
       if (!created) return created.error().Wrap(what);
       slot.buffer = std::move(*created);
     } else if (auto grown = slot.buffer->Grow(bytes); !grown) {
