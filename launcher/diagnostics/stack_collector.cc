@@ -66,11 +66,34 @@ struct StackCollector::Run {
 };
 
 namespace {
-// eu-stack runs still going at a deadline (killed): kept until their exit is seen.
-std::list<std::pair<std::shared_ptr<bool>, std::unique_ptr<WorkerProcess>>>& Lingering() {
-  static std::list<std::pair<std::shared_ptr<bool>, std::unique_ptr<WorkerProcess>>> l;
-  return l;
+
+// eu-stack runs still going at a deadline (killed): kept until their exit is seen, by the
+// io_context they were started on. A service of that io_context, because their exit watches
+// belong to it: when it is destroyed first (the agent exits, a test ends), the service's
+// shutdown drops them while its reactor still exists, instead of a static list dropping them
+// at the program's exit, after the reactor is gone (a crash at exit).
+class LingeringRuns : public boost::asio::execution_context::service {
+ public:
+  using key_type = LingeringRuns;
+  static inline boost::asio::execution_context::id id;
+  explicit LingeringRuns(boost::asio::execution_context& context) : service(context) {}
+
+  void Keep(std::shared_ptr<bool> exited, std::unique_ptr<WorkerProcess> process) {
+    runs_.emplace_back(std::move(exited), std::move(process));
+  }
+  void DropExited() {
+    runs_.remove_if([](const auto& e) { return *e.first; });
+  }
+
+ private:
+  void shutdown() override { runs_.clear(); }
+  std::list<std::pair<std::shared_ptr<bool>, std::unique_ptr<WorkerProcess>>> runs_;
+};
+
+LingeringRuns& Lingering(boost::asio::io_context& io) {
+  return boost::asio::use_service<LingeringRuns>(io);
 }
+
 }  // namespace
 
 StackCollector::StackCollector(boost::asio::io_context& io, Clock& clock,
@@ -84,7 +107,7 @@ StackCollector::~StackCollector() {
   for (auto& t : run_->targets) {
     if (t.native && !*t.native_exited) {
       t.native->Signal(SIGKILL);
-      Lingering().emplace_back(t.native_exited, std::move(t.native));
+      Lingering(io_).Keep(t.native_exited, std::move(t.native));
     }
   }
 }
@@ -146,8 +169,7 @@ void StackCollector::Collect(std::vector<StackTarget> targets, Done done) {
           [this, exited, &io = io_, alive = std::weak_ptr<bool>(alive_)](const ExitStatus&) {
             *exited = true;
             // Not from inside the exit handler of a process the list owns.
-            boost::asio::post(
-                io, [] { Lingering().remove_if([](const auto& e) { return *e.first; }); });
+            boost::asio::post(io, [&io] { Lingering(io).DropExited(); });
             if (alive.lock() && run_) Poll();
           });
       if (fd >= 0) ::close(fd);
@@ -198,7 +220,7 @@ void StackCollector::Finish() {
     if (t.native) {
       if (!*t.native_exited) {
         t.native->Signal(SIGKILL);
-        Lingering().emplace_back(t.native_exited, std::move(t.native));
+        Lingering(io_).Keep(t.native_exited, std::move(t.native));
       }
       d.native = ReadBounded(t.native_file, opts_.max_bytes);
     }
