@@ -287,6 +287,14 @@ class FlashMemoryTest(unittest.TestCase):
 
 
 
+def assert_same_weights(test, finals, clean):
+    """Each rank's final weights equal the fault-free run's (to 1e-6)."""
+    for got, want in zip(finals, clean):
+        for key in ("w", "b"):
+            test.assertEqual(len(got[key]), len(want[key]))
+            test.assertLess(max(abs(x - y) for x, y in zip(got[key], want[key])), 1e-6)
+
+
 def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -349,10 +357,7 @@ class NodeLossTest(unittest.TestCase):
         self.assertEqual(len(resumed), 1, starts)
         self.assertGreaterEqual(resumed.pop(), before, "at most the step in flight is redone")
         clean = FlashMemoryTest.fault_free("ddp", 60)
-        for got, want in zip(final(root), clean):
-            for key in ("w", "b"):
-                self.assertEqual(len(got[key]), len(want[key]))
-                self.assertLess(max(abs(x - y) for x, y in zip(got[key], want[key])), 1e-6)
+        assert_same_weights(self, final(root), clean)
 
 
 if __name__ == "__main__":

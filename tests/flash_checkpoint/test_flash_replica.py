@@ -14,7 +14,6 @@ import json
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -72,19 +71,13 @@ def train(root, config):
         json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# The flash tests' shared helpers (this directory is the script's sys.path[0]).
+from test_flash_memory import assert_same_weights, free_port  # noqa: E402
+from test_flash_memory import wait_for as _wait_for  # noqa: E402
 
 
 def wait_for(predicate, what, timeout=90):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
+    _wait_for(predicate, what, timeout)
 
 
 def read(path):
@@ -199,10 +192,7 @@ class ReplicaNodeLossTest(unittest.TestCase):
             starts = [l for l in read(os.path.join(root, f"progress-{r}.txt")).split("\n")
                       if l.startswith("start")]
             self.assertEqual(starts[-1].split()[1], str(HOLD_AT + 1), (r, starts))
-        for got, want in zip(finals(root, 4), self.fault_free()):
-            for key in ("w", "b"):
-                self.assertEqual(len(got[key]), len(want[key]))
-                self.assertLess(max(abs(x - y) for x, y in zip(got[key], want[key])), 1e-6)
+        assert_same_weights(self, finals(root, 4), self.fault_free())
 
 
 if __name__ == "__main__":
