@@ -15,6 +15,7 @@
 #include "common/environment.h"
 #include "common/result.h"
 #include "common/signals.h"
+#include "launcher/config/option_values.h"
 #include "launcher/config/preflight_config.h"
 #include "launcher/config/torchrun_options.h"
 #include "launcher/config/warm_restart_config.h"
@@ -22,9 +23,6 @@
 #include "rendezvous/topology.h"
 
 namespace ftrun::launcher {
-
-// Bit mask of the worker streams a redirect or tee applies to (torchrun's Std).
-enum StdMask : int { kStdNone = 0, kStdOut = 1, kStdErr = 2, kStdAll = 3 };
 
 enum class EntryKind { kPython, kModule, kNoPython, kRunPath };
 
@@ -123,9 +121,6 @@ struct LaunchConfig {
 // Builds and validates the configuration. Does not resolve --nproc-per-node gpu/cpu/auto.
 Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& args, const EnvMap& env);
 
-// A whole decimal int ("12", "-3"); nullopt for anything else ("", "1.5", "12x").
-std::optional<int> ToInt(std::string_view s);
-
 // MindIO's wait for the dying-gasp save: TTP_OT (older name) or TTP_NORMAL_ACTION_TIME_LIMIT
 // (current), in whole seconds; nullopt when neither is set. Errors name the variable.
 Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap& env);
@@ -167,26 +162,6 @@ Status ResolveNprocPerNode(LaunchConfig& config, const HostFacts& host);
 // --virtual-local-rank gives local rank i the i-th entry of CUDA_VISIBLE_DEVICES (when set):
 // an error naming both when there are fewer entries than workers.
 Status CheckVirtualLocalRankDevices(const LaunchConfig& config, const EnvMap& env);
-
-// Per-local-rank stream masks from a "0".."3" or "0:3,1:1" spec (torchrun's Std.from_str).
-Result<std::vector<int>> ParseStdSpec(const std::string& option, const std::string& spec,
-                                      int nproc);
-
-// "SIGTERM,SIGINT" -> signal numbers; SIG prefix optional, numbers accepted.
-Result<std::vector<int>> ParseSignalList(const std::string& text);
-
-// "N" or "MIN:MAX" with 0 < MIN <= MAX; errors name --nnodes.
-Result<std::pair<int, int>> ParseNnodes(const std::string& text);
-
-// "a,b,,c" -> {"a", "b,c"}: torchrun's comma_separated_list.
-std::vector<std::string> SplitCommaList(const std::string& text);
-
-// A fresh random UUID (version 4) as torch's --standalone uses for the run id.
-std::string RandomUuid4();
-
-// A size in bytes: a number, optionally with K, M, G or T (binary: 1K = 1024; KB/KiB too).
-// Errors name `name` (the option or variable) and the text.
-Result<uint64_t> ParseByteSize(const std::string& name, const std::string& text);
 
 // The flash checkpoint memory budget in bytes: the configured one, or half of the host's
 // physical memory.
