@@ -247,6 +247,8 @@ void RemoteCoordinator::Apply(const NodeView& view) {
   // ask to stop the workers of a round that has just started).
   if (view.version < known_version_) return;
   known_version_ = view.version;
+  // The listener answers only the current check's members (pair_probe.h).
+  if (opts_.probe_server && view.check) opts_.probe_server->SetKey(view.check->probe_key);
   follower_->Apply(view);
   ProbeStore();
 }
