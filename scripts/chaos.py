@@ -576,13 +576,18 @@ def partition(args):
         if not args.out:
             subprocess.run(["rm", "-rf", out])
         return chaos_partition.SKIP
+    finish(args, out, failures)
+    return 1 if failures else 0
+
+
+def finish(args, out, failures):
+    """Prints the failures; keeps the output directory when asked or when something failed."""
     for f in failures:
         print(f"chaos: FAILED: {f}", flush=True)
     if failures or args.keep:
         print(f"chaos: logs in {out}", flush=True)
     elif not args.out:
         subprocess.run(["rm", "-rf", out])
-    return 1 if failures else 0
 
 
 def main():
@@ -711,12 +716,7 @@ def main():
     print(f"chaos: seed={args.seed} faults injected={injected} survived={survived} "
           f"steps lost={lost} restarts={restarts} steps={job.progress()[1]}/{args.steps} "
           f"time={elapsed:.0f}s result={'ok' if not failures else 'FAILED'}", flush=True)
-    for f in failures:
-        print(f"chaos: FAILED: {f}", flush=True)
-    if failures or args.keep:
-        print(f"chaos: logs in {out}", flush=True)
-    elif not args.out:
-        subprocess.run(["rm", "-rf", out])
+    finish(args, out, failures)
     return 0 if not failures and survived == injected else 1
 
 

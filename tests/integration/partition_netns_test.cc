@@ -97,6 +97,26 @@ class Partition : public ::testing::Test {
                    dir_ / "go"});
   }
 
+  // `ftrun master` in m for `nnodes` nodes, once it listens (null otherwise: the test fails).
+  std::unique_ptr<ChildRun> Master(const std::string& nnodes, const std::string& max_restarts) {
+    auto master = In(m_, {"master", "--port", "29400", "--nnodes", nnodes, "--rdzv-id", "part",
+                          "--max-restarts", max_restarts, "--event-log", dir_ / "events"});
+    const bool up =
+        WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s);
+    EXPECT_TRUE(up) << master->Err();
+    return up ? std::move(master) : nullptr;
+  }
+  // The master's "partition detected" lines that name the agents of networks x and y.
+  static int PairPartitions(const ChildRun& master, const std::string& net_x,
+                            const std::string& net_y) {
+    int n = 0;
+    for (const auto& l : Lines(master.Err())) {
+      n += l.find("partition detected") != std::string::npos &&
+           l.find(net_x + "2") != std::string::npos && l.find(net_y + "2") != std::string::npos;
+    }
+    return n;
+  }
+
   std::string m_, a_, b_, c_, d_, net_a_, net_b_, net_c_, net_d_;
   bool created_ = false;
   TempDir dir_;
@@ -165,24 +185,14 @@ TEST_F(Partition, BetweenTwoNodesThatAreNotGroupRankZeroIsNamedToo) {
   std::filesystem::create_directories(dir_ / "connected");
   Route(a_, net_a_, b_, net_b_);
   Route(a_, net_a_, c_, net_c_);
-  auto master = In(m_, {"master", "--port", "29400", "--nnodes", "3", "--rdzv-id", "part",
-                        "--max-restarts", "0", "--event-log", dir_ / "events"});
-  ASSERT_TRUE(WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s))
-      << master->Err();
+  auto master = Master("3", "0");
+  ASSERT_TRUE(master);
   auto a = Agent(a_, net_a_, "3");  // joins first: group rank 0
   ASSERT_TRUE(WaitFor([&] { return a->Err().find("joined the job") != std::string::npos; }, 20s))
       << a->Err();
   auto b = Agent(b_, net_b_, "3");
   auto c = Agent(c_, net_c_, "3");
-  auto pair_partitions = [&] {
-    int n = 0;
-    for (const auto& l : Lines(master->Err())) {
-      n += l.find("partition detected") != std::string::npos &&
-           l.find(net_b_ + "2") != std::string::npos && l.find(net_c_ + "2") != std::string::npos;
-    }
-    return n;
-  };
-  ASSERT_TRUE(WaitFor([&] { return pair_partitions() >= 2; }, 60s))
+  ASSERT_TRUE(WaitFor([&] { return PairPartitions(*master, net_b_, net_c_) >= 2; }, 60s))
       << master->Err() << b->Err() << c->Err();
   const std::string log = master->Err();
   EXPECT_EQ(log.find("group rank 0's store"), std::string::npos) << "a is reached by both: " << log;
@@ -214,10 +224,8 @@ TEST_F(Partition, BetweenTwoNodesThatAreNotRingNeighboursIsNamed) {
   Route(a_, net_a_, d_, net_d_);
   Route(b_, net_b_, c_, net_c_);
   Route(c_, net_c_, d_, net_d_);
-  auto master = In(m_, {"master", "--port", "29400", "--nnodes", "4", "--rdzv-id", "part",
-                        "--max-restarts", "0", "--event-log", dir_ / "events"});
-  ASSERT_TRUE(WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s))
-      << master->Err();
+  auto master = Master("4", "0");
+  ASSERT_TRUE(master);
   std::vector<std::unique_ptr<ChildRun>> agents;
   for (const auto& [ns, net] : {std::pair{a_, net_a_}, {b_, net_b_}, {c_, net_c_}, {d_, net_d_}}) {
     agents.push_back(Agent(ns, net, "4"));
@@ -226,15 +234,8 @@ TEST_F(Partition, BetweenTwoNodesThatAreNotRingNeighboursIsNamed) {
         WaitFor([&] { return agent.Err().find("joined the job") != std::string::npos; }, 20s))
         << agent.Err();
   }
-  auto pair_partitions = [&] {
-    int n = 0;
-    for (const auto& l : Lines(master->Err())) {
-      n += l.find("partition detected") != std::string::npos &&
-           l.find(net_b_ + "2") != std::string::npos && l.find(net_d_ + "2") != std::string::npos;
-    }
-    return n;
-  };
-  ASSERT_TRUE(WaitFor([&] { return pair_partitions() >= 1; }, 60s)) << master->Err();
+  ASSERT_TRUE(WaitFor([&] { return PairPartitions(*master, net_b_, net_d_) >= 1; }, 60s))
+      << master->Err();
   const std::string log = master->Err();
   EXPECT_NE(log.find("nodes=4 restart_count=0 world_size=4"), std::string::npos) << log;
   EXPECT_TRUE(log.find("group rank 1's store " + net_b_ + "2:") != std::string::npos ||
