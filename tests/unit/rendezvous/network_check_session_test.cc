@@ -314,6 +314,7 @@ TEST_F(CheckingPhaseTest, ANewNodeBringsANewCheck) {
   ASSERT_TRUE(state_->View("n0").check && state_->View("n1").check);
   const std::string first_key = state_->View("n0").check->probe_key;
   EXPECT_EQ(state_->View("n1").check->probe_key, first_key);
+  EXPECT_FALSE(state_->View("").check) << "a stranger (Status) sees no order and no key";
   AnswerOrders({"n0", "n1"}, {});
   ASSERT_EQ(state_->phase(), Phase::kRunning);
   ASSERT_FALSE(state_->Join(Node("n2"), now_));  // scaling up stops the round
