@@ -120,7 +120,11 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
     timer_.expires_after(after);
     timer_.async_wait([self, after](const boost::system::error_code& ec) {
       if (ec) return;  // cancelled or re-armed
-      LauncherLog()->warn("netcheck probe from {}: closed after {} ms", self->peer_, after.count());
+      // A refused connection was logged once already (rate-limited): no second line for it.
+      if (self->authenticated_) {
+        LauncherLog()->warn("netcheck probe from {}: closed after {} ms", self->peer_,
+                            after.count());
+      }
       self->Close();
     });
   }
