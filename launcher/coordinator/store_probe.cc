@@ -5,6 +5,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <set>
 
+#include "common/log.h"
+
 namespace ftrun::launcher {
 
 struct StoreProbe::Attempt {
@@ -61,11 +63,13 @@ void StoreProbe::Watch(uint64_t round, int self, int nodes, std::vector<StoreTar
 void StoreProbe::Sweep(uint64_t cause) {
   if (cause <= last_sweep_cause_) return;
   last_sweep_cause_ = cause;
-  if (round_) SweepNow();
+  if (round_) SweepNow("a job-wide stack dump (a suspected hang)");
 }
 
-void StoreProbe::SweepNow() {
+void StoreProbe::SweepNow(const std::string& why) {
   swept_this_round_ = true;
+  LauncherLog()->info("partition check: {}: checking the stores of all {} other member(s) now", why,
+                      peers_.size());
   sweep_queue_.clear();
   for (const auto& [rank, p] : peers_) {
     if (!p.in_flight && !p.reported) sweep_queue_.push_back(rank);
@@ -181,7 +185,9 @@ void StoreProbe::Done(int group_rank, const std::string& error) {
                  p.target.host + ":" + std::to_string(p.target.port) + ": " + error);
     return;  // the callback may have stopped or replaced the watch
   }
-  if (!error.empty() && !swept_this_round_) return SweepNow();
+  if (!error.empty() && !swept_this_round_) {
+    return SweepNow("group rank " + std::to_string(group_rank) + "'s store did not answer");
+  }
   Pump();
 }
 

@@ -98,7 +98,7 @@ class StoreProbe {
   std::vector<int> Due();
   void Check(Peer& peer);
   void Done(int group_rank, const std::string& error);  // "" : reached
-  void SweepNow();
+  void SweepNow(const std::string& why);                // `why` for the log line
   void Pump();  // starts the queued sweep checks the concurrency allows
 
   boost::asio::io_context& io_;
