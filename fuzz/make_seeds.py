@@ -191,18 +191,28 @@ SWITCHBOX = {
 
 def probe(msg_type, payload=b"", length=None):
     n = len(payload) if length is None else length
-    return b"FTNP" + bytes([1, msg_type, 0, 0]) + n.to_bytes(8, "big") + payload
+    return b"FTNP" + bytes([2, msg_type, 0, 0]) + n.to_bytes(8, "big") + payload
 
+
+# The key the fuzz target's server expects (probe_wire_fuzzer.cc): a connection shows it first.
+PROBE_KEY = b"fuzz-probe-key-0123456789abcdef0"
+KEY = probe(7, PROBE_KEY)
 
 PROBE = {
-    "session": probe(1, b"ping0") + probe(3, b"x" * 100) + probe(5, (64).to_bytes(8, "big")),
-    "ping_empty": probe(1),
-    "too_long_ping": probe(1, b"p" * 65),
-    "bad_magic": b"XXXX" + probe(1)[4:],
-    "bad_version": b"FTNP" + bytes([2, 1, 0, 0]) + bytes(8),
-    "pull_too_big": probe(5, (1 << 40).to_bytes(8, "big")),
-    "data_short": probe(3, b"abc", length=1000),
-    "unexpected_type": probe(2, b"pong"),
+    "session": KEY + probe(1, b"ping0") + probe(3, b"x" * 100) +
+    probe(5, (64).to_bytes(8, "big")),
+    "ping_empty": KEY + probe(1),
+    "too_long_ping": KEY + probe(1, b"p" * 65),
+    "bad_magic": KEY + b"XXXX" + probe(1)[4:],
+    "bad_version": KEY + b"FTNP" + bytes([9, 1, 0, 0]) + bytes(8),
+    "pull_too_big": KEY + probe(5, (1 << 40).to_bytes(8, "big")),
+    "data_short": KEY + probe(3, b"abc", length=1000),
+    "unexpected_type": KEY + probe(2, b"pong"),
+    "no_key": probe(1, b"ping0"),
+    "wrong_key": probe(7, b"x" * len(PROBE_KEY)) + probe(1, b"ping0"),
+    "short_key": probe(7, b"short") + probe(1, b"ping0"),
+    "huge_key": probe(7, b"", length=1 << 40),
+    "key_cut_short": probe(7, PROBE_KEY[:5], length=len(PROBE_KEY)),
 }
 
 # --- the agent's c10d store (fuzz_store_wire): chunks "<conn> <length> <bytes>" ----------

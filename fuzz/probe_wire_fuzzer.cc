@@ -1,9 +1,10 @@
 // Fuzz target: the network check's pair probe wire format (netcheck/probe_wire.h,
-// pair_probe.h): the input's first 16 bytes go to probe_wire::Decode, then the whole input is
-// what a client sends to a real ProbeServer on 127.0.0.1 (max_bytes 64 KiB, so a PULL or DATA
-// stays small). For any input: no crash, no sanitizer report, the server closes the connection
-// after the client's EOF (no hang), and what it answers is a sequence of well-formed messages
-// of the types a server may send (PONG, DATA, DATA_DONE, ERROR).
+// pair_probe.h): the input's first 16 bytes go to probe_wire::Decode and ParseKeyHeader, then
+// the whole input is what a client sends to a real ProbeServer on 127.0.0.1 (max_bytes 64 KiB,
+// so a PULL or DATA stays small; its key is kKey, which the seeds show first; a wrong key is
+// refused at a 100 ms handshake deadline). For any input: no crash, no sanitizer report, the server
+// closes the connection after the client's EOF (no hang), and what it answers is a sequence of
+// well-formed messages of the types a server may send (PONG, DATA, DATA_DONE, ERROR).
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -24,6 +25,8 @@ namespace {
 
 namespace pw = ftrun::launcher::probe_wire;
 
+constexpr const char* kKey = "fuzz-probe-key-0123456789abcdef0";  // as fuzz/make_seeds.py
+
 struct Fixture {
   boost::asio::io_context io;
   std::unique_ptr<ftrun::launcher::ProbeServer> server;
@@ -35,9 +38,11 @@ Fixture& F() {
     ftrun::launcher::ProbeServerOptions opts;
     opts.max_bytes = 64 * 1024;
     opts.connection_timeout = std::chrono::seconds(5);
+    opts.handshake_timeout = std::chrono::milliseconds(100);
     auto s = ftrun::launcher::ProbeServer::Listen(f->io, "127.0.0.1", 0, opts);
     if (!s) ftrun::fuzz::Fail("cannot start the probe server: " + s.error().message);
     f->server = std::move(*s);
+    f->server->SetKey(kKey);
     return f;
   }();
   return *f;
@@ -76,6 +81,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     auto d = pw::Decode(h);
     if (d) {
       FTRUN_FUZZ_CHECK(pw::Encode(d->type, d->length) == h, "Decode and Encode disagree");
+    }
+    if (auto n = pw::ParseKeyHeader(h)) {
+      FTRUN_FUZZ_CHECK(*n >= ftrun::launcher::kMinProbeKey && *n <= ftrun::launcher::kMaxProbeKey,
+                       "a key length out of bounds passed");
     }
   }
   Fixture& f = F();

@@ -115,6 +115,7 @@ struct CheckOrder {
   Duration timeout{60};
   bool run_command = false;
   std::vector<CheckTask> tasks;  // empty: this node waits for the others
+  std::string probe_key;         // the check's, for the pair probes (pair_probe.h)
 };
 
 // What a node reports for one task of an order.

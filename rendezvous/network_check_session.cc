@@ -13,8 +13,11 @@ constexpr Duration kWaveSlack{5};
 }  // namespace
 
 NetworkCheckSession::NetworkCheckSession(std::vector<NodeInfo> members, CheckSettings settings,
-                                         uint64_t first_id, TimePoint now)
-    : members_(std::move(members)), settings_(settings), next_id_(first_id) {
+                                         uint64_t first_id, TimePoint now, std::string probe_key)
+    : members_(std::move(members)),
+      settings_(settings),
+      probe_key_(std::move(probe_key)),
+      next_id_(first_id) {
   for (const auto& m : members_) ids_.push_back(m.node_id);
   options_.straggler_fraction = settings_.straggler_fraction;
   options_.min_bandwidth_mbps = settings_.min_bandwidth_mbps;
@@ -68,6 +71,7 @@ std::optional<CheckOrder> NetworkCheckSession::OrderFor(const std::string& node_
   o.bytes = settings_.bytes;
   o.timeout = settings_.pair_timeout;
   o.run_command = settings_.run_command;
+  o.probe_key = probe_key_;
   for (const auto& [index, p] : pending_) {
     if (p.pair.a != node_id && p.pair.b != node_id) continue;
     const NodeInfo* a = Member(p.pair.a);

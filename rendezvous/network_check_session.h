@@ -21,9 +21,10 @@ namespace ftrun::rendezvous {
 class NetworkCheckSession {
  public:
   // `members`: the round's nodes in rank order. `first_id`: the first order id to use (ids
-  // stay unique across the sessions of one job).
+  // stay unique across the sessions of one job). `probe_key`: every order of this session
+  // carries it (the caller makes a new one per session: NewSecret()).
   NetworkCheckSession(std::vector<NodeInfo> members, CheckSettings settings, uint64_t first_id,
-                      TimePoint now);
+                      TimePoint now, std::string probe_key = "");
 
   // This node's order for the current wave (nullopt once done or for a stranger).
   std::optional<CheckOrder> OrderFor(const std::string& node_id) const;
@@ -59,6 +60,7 @@ class NetworkCheckSession {
   std::vector<NodeInfo> members_;
   std::vector<std::string> ids_;
   CheckSettings settings_;
+  std::string probe_key_;
   NetworkCheckOptions options_;
   uint64_t next_id_;
   int round_ = 0;

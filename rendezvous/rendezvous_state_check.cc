@@ -6,6 +6,7 @@
 
 #include <map>
 
+#include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::rendezvous {
@@ -31,7 +32,7 @@ void RendezvousState::MaybeStartCheck(TimePoint now) {
   }
   std::vector<NodeInfo> infos;
   for (const auto& m : members_) infos.push_back(nodes_.at(m).info);
-  check_.emplace(std::move(infos), spec_.check, next_check_order_, now);
+  check_.emplace(std::move(infos), spec_.check, next_check_order_, now, NewSecret());
   phase_ = Phase::kChecking;
   events_.emplace_back(NetworkCheckStarted{members_});
   Changed();

@@ -10,6 +10,7 @@
 
 #include <iterator>
 
+#include "rendezvous/credentials.h"
 #include "rendezvous/rendezvous_state.h"
 
 namespace ftrun::rendezvous {
@@ -39,7 +40,7 @@ void RendezvousState::MaybeCheckSpares(TimePoint now) {
   if (infos.size() < 2) return;
   CheckSettings settings = spec_.check;
   settings.run_command = false;
-  spare_check_.emplace(std::move(infos), settings, next_check_order_, now);
+  spare_check_.emplace(std::move(infos), settings, next_check_order_, now, NewSecret());
   events_.emplace_back(NetworkCheckStarted{ids});
   AfterSpareCheckProgress(now);
 }

@@ -22,6 +22,7 @@ void CheckToWire(const NodeView& in, v1::NodeView* out) {
     o->set_bytes(in.check->bytes);
     o->set_timeout_s(in.check->timeout.count());
     o->set_run_command(in.check->run_command);
+    o->set_probe_key(in.check->probe_key);
     for (size_t i = 0; i < in.check->tasks.size() && i < kMaxTasks; ++i) {
       const CheckTask& t = in.check->tasks[i];
       auto* w = o->add_tasks();
@@ -52,6 +53,7 @@ void CheckFromWire(const v1::NodeView& in, NodeView& v) {
     o.bytes = in.check().bytes();
     o.timeout = Duration(in.check().timeout_s());
     o.run_command = in.check().run_command();
+    o.probe_key = in.check().probe_key();
     for (const auto& t : in.check().tasks()) {
       o.tasks.push_back(CheckTask{t.index(), t.peer(), t.peer_host(), t.client(), t.peer_addr(),
                                   t.peer_port(), t.master_addr(), t.master_port()});

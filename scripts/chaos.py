@@ -32,10 +32,11 @@ independent global batch. The faults, one after another as the training progress
               is killed, agent 2's new worker floods the console, then that worker is killed:
               the job restarts in time, agent 2 says it drops console output, its memory stays
               bounded, and the setsid'd process is gone with its attempt
-Not among the faults: a partition between two nodes (group rank 0 or not). On loopback every
-agent reaches every other; cutting one pair off takes network namespaces or a firewall rule,
-i.e. root and changes to the host's network. tests/integration/partition_netns_test.cc does it
-in namespaces it creates (a pair named, no restart spent, the job done once it heals).
+Not among the faults: a partition between two nodes. On loopback every agent reaches every
+other; cutting one pair off takes network namespaces, i.e. root: `--scenario partition` runs
+a job of its own in namespaces it creates (scripts/chaos_partition.py), cuts two agents off
+from each other mid-job and heals them (the pair named, no restart spent, no step lost); it
+skips, saying why, where namespaces cannot be created.
 A stopped rank (stop-rank) must cost no grace period: it is gone within --hang-timeout plus
 15 s of its SIGSTOP (the stop grace is 30 s).
 At the end: the job finished (exit 0), the step count is exact, the final weights equal a
@@ -44,6 +45,7 @@ says how many faults were injected and survived and how many completed steps wer
 (done again after a restart).
 
   scripts/chaos.py [--seed N] [--faults N] [--steps N] [--short] [--ftrun PATH] [--keep]
+                   [--scenario faults|partition]
 Exit status 0 when every check passed. Needs Debian's python3-torch (/usr/bin/python3).
 """
 import argparse
@@ -561,6 +563,33 @@ def attempts(out):
         return 0
 
 
+def partition(args):
+    """The partition scenario (scripts/chaos_partition.py): 0 passed, 77 skipped, 1 failed."""
+    import chaos_partition
+    if args.short:
+        args.steps = 150
+    out = args.out or tempfile.mkdtemp(prefix="ftrun-chaos-partition.")
+    os.makedirs(out, exist_ok=True)
+    log(f"scenario=partition steps={args.steps} out={out}")
+    failures = chaos_partition.run(args, out)
+    if failures == chaos_partition.SKIP:
+        if not args.out:
+            subprocess.run(["rm", "-rf", out])
+        return chaos_partition.SKIP
+    finish(args, out, failures)
+    return 1 if failures else 0
+
+
+def finish(args, out, failures):
+    """Prints the failures; keeps the output directory when asked or when something failed."""
+    for f in failures:
+        print(f"chaos: FAILED: {f}", flush=True)
+    if failures or args.keep:
+        print(f"chaos: logs in {out}", flush=True)
+    elif not args.out:
+        subprocess.run(["rm", "-rf", out])
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--seed", type=int, default=int(time.time()) % 100000)
@@ -573,7 +602,11 @@ def main():
     p.add_argument("--out", default=None)
     p.add_argument("--keep", action="store_true", help="keep the output directory")
     p.add_argument("--timeout", type=float, default=900, help="the whole run, seconds")
+    p.add_argument("--scenario", choices=["faults", "partition"], default="faults",
+                   help="faults: the seeded schedule above; partition: scripts/chaos_partition.py")
     args = p.parse_args()
+    if args.scenario == "partition":
+        return partition(args)
     kinds_used = KINDS
     if args.short:  # control-flood is a kill-rank too: one fault fewer
         kinds_used = [k for k in KINDS if k != "kill-rank"]
@@ -683,12 +716,7 @@ def main():
     print(f"chaos: seed={args.seed} faults injected={injected} survived={survived} "
           f"steps lost={lost} restarts={restarts} steps={job.progress()[1]}/{args.steps} "
           f"time={elapsed:.0f}s result={'ok' if not failures else 'FAILED'}", flush=True)
-    for f in failures:
-        print(f"chaos: FAILED: {f}", flush=True)
-    if failures or args.keep:
-        print(f"chaos: logs in {out}", flush=True)
-    elif not args.out:
-        subprocess.run(["rm", "-rf", out])
+    finish(args, out, failures)
     return 0 if not failures and survived == injected else 1
 
 

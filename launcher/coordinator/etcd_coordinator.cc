@@ -204,6 +204,8 @@ void EtcdCoordinator::OnView(const std::string& value) {
   // A watch may deliver a view older than one already applied (after a reconnect).
   if (view.version < known_version_) return;
   known_version_ = view.version;
+  // The listener answers only the current check's members (pair_probe.h).
+  if (opts_.probe_server && view.check) opts_.probe_server->SetKey(view.check->probe_key);
   follower_->Apply(view);
   RefreshClaims();
 }

@@ -56,6 +56,8 @@ void RemoteCoordinator::ProbeStore() {
     for (const auto& p : v.store_peers) stores.push_back({p.group_rank, p.addr, p.port});
     store_probe_->Watch(v.round, v.assignment.group_rank, v.assignment.group_world_size,
                         std::move(stores));
+    // A job-wide stack dump means a suspected hang: every member checks every store at once.
+    if (v.stacks_id != 0) store_probe_->Sweep(v.stacks_id);
   } else {
     store_probe_->Stop();
   }
@@ -247,6 +249,8 @@ void RemoteCoordinator::Apply(const NodeView& view) {
   // ask to stop the workers of a round that has just started).
   if (view.version < known_version_) return;
   known_version_ = view.version;
+  // The listener answers only the current check's members (pair_probe.h).
+  if (opts_.probe_server && view.check) opts_.probe_server->SetKey(view.check->probe_key);
   follower_->Apply(view);
   ProbeStore();
 }

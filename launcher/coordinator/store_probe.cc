@@ -5,6 +5,8 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <set>
 
+#include "common/log.h"
+
 namespace ftrun::launcher {
 
 struct StoreProbe::Attempt {
@@ -54,7 +56,34 @@ void StoreProbe::Watch(uint64_t round, int self, int nodes, std::vector<StoreTar
     peers_.emplace(p.target.group_rank, std::move(p));
   }
   tick_ = 0;
+  swept_this_round_ = false;
   if (!peers_.empty()) Arm();
+}
+
+void StoreProbe::Sweep(uint64_t cause) {
+  if (cause <= last_sweep_cause_) return;
+  last_sweep_cause_ = cause;
+  if (round_) SweepNow("a job-wide stack dump (a suspected hang)");
+}
+
+void StoreProbe::SweepNow(const std::string& why) {
+  swept_this_round_ = true;
+  LauncherLog()->info("partition check: {}: checking the stores of all {} other member(s) now", why,
+                      peers_.size());
+  sweep_queue_.clear();
+  for (const auto& [rank, p] : peers_) {
+    if (!p.in_flight && !p.reported) sweep_queue_.push_back(rank);
+  }
+  Pump();
+}
+
+void StoreProbe::Pump() {
+  const size_t limit = std::max<size_t>(1, opts_.sweep_concurrency);
+  while (!sweep_queue_.empty() && attempts_.size() < limit) {
+    auto it = peers_.find(sweep_queue_.front());
+    sweep_queue_.pop_front();
+    if (it != peers_.end() && !it->second.in_flight && !it->second.reported) Check(it->second);
+  }
 }
 
 void StoreProbe::Stop() {
@@ -63,6 +92,7 @@ void StoreProbe::Stop() {
   timer_.cancel();
   for (auto& a : attempts_) a->Cancel();
   attempts_.clear();
+  sweep_queue_.clear();
   for (auto& [rank, p] : peers_) p.in_flight = false;
 }
 
@@ -112,6 +142,7 @@ void StoreProbe::Tick() {
 void StoreProbe::Check(Peer& peer) {
   auto a = std::make_shared<Attempt>(io_);
   attempts_.push_back(a);
+  max_in_flight_ = std::max(max_in_flight_, attempts_.size());
   peer.in_flight = true;
   const uint64_t gen = generation_;
   const int rank = peer.target.group_rank;
@@ -152,7 +183,12 @@ void StoreProbe::Done(int group_rank, const std::string& error) {
     p.reported = true;
     unreachable_(*round_, p.target,
                  p.target.host + ":" + std::to_string(p.target.port) + ": " + error);
+    return;  // the callback may have stopped or replaced the watch
   }
+  if (!error.empty() && !swept_this_round_) {
+    return SweepNow("group rank " + std::to_string(group_rank) + "'s store did not answer");
+  }
+  Pump();
 }
 
 }  // namespace ftrun::launcher

@@ -11,8 +11,17 @@
 // interval), group rank 0 (every ceil(N/128) intervals, so that it sees at most about 128
 // checks an interval), and again, each interval, any member whose last check
 // failed (a suspect) until it answers or is reported. A member still being checked is not
-// checked again. After `failures` failed checks of one member in a row it calls
-// `unreachable` once for that member and round, with the last error
+// checked again.
+//
+// A partition between two members that are not ring neighbours is otherwise found only when
+// the rotation reaches it, about N intervals: so on a sign of trouble the probe sweeps, i.e.
+// checks every member at once, at most `sweep_concurrency` connections in flight (the rest
+// as those complete). The signs: the first failed check of any member in a round (a node cut
+// from one peer is often cut from more), and Sweep(cause), which the owner calls when the job
+// looks hung (the rendezvous orders a job-wide stack dump, which every member sees: so both
+// ends of the pair check each other). A sweep costs N checks once, not every interval. After
+// `failures` failed checks of one member in a row it calls `unreachable` once for that member and
+// round, with the last error
 // ("10.0.0.7:29500: Connection refused").
 //
 // Only meaningful with the agent store (it listens for the whole job); with worker rank 0
@@ -26,6 +35,7 @@
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <chrono>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -39,6 +49,7 @@ struct StoreProbeOptions {
   std::chrono::milliseconds interval{1000};
   std::chrono::milliseconds timeout{2000};
   int failures = 3;
+  size_t sweep_concurrency = 32;  // checks in flight during a sweep
 };
 
 // A member's store: its group rank and where the others reach it.
@@ -61,9 +72,15 @@ class StoreProbe {
   // no failures; the same round with the same stores again changes nothing.
   void Watch(uint64_t round, int self, int nodes, std::vector<StoreTarget> stores);
   void Stop();
+  // Sweeps the current round's members (see above) for `cause`, a number that grows with each
+  // new reason (the rendezvous' stack-dump order id): a cause not above the last one swept
+  // changes nothing, so the same view applied again does not sweep again.
+  void Sweep(uint64_t cause);
   // Checks completed so far, in all and of one group rank (for tests).
   int checks() const { return checks_; }
   int checks_of(int group_rank) const;
+  // The most checks that were in flight at once (for tests).
+  size_t max_in_flight() const { return max_in_flight_; }
 
  private:
   struct Peer {
@@ -81,6 +98,8 @@ class StoreProbe {
   std::vector<int> Due();
   void Check(Peer& peer);
   void Done(int group_rank, const std::string& error);  // "" : reached
+  void SweepNow(const std::string& why);                // `why` for the log line
+  void Pump();  // starts the queued sweep checks the concurrency allows
 
   boost::asio::io_context& io_;
   StoreProbeOptions opts_;
@@ -97,6 +116,10 @@ class StoreProbe {
   // watch) from a current one.
   std::vector<std::shared_ptr<Attempt>> attempts_;
   uint64_t generation_ = 0;
+  std::deque<int> sweep_queue_;    // group ranks the current sweep has still to check
+  bool swept_this_round_ = false;  // a failed check sweeps only if nothing did this round
+  uint64_t last_sweep_cause_ = 0;  // across rounds: a stack order is swept once
+  size_t max_in_flight_ = 0;
 };
 
 }  // namespace ftrun::launcher

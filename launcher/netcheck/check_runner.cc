@@ -84,6 +84,7 @@ void CheckRunner::StartProbe(const std::shared_ptr<Task>& t, const rendezvous::C
                              const CheckOrder& order) {
   t->probe_pending = true;
   ProbeOptions po;
+  po.key = order.probe_key;
   po.bytes = order.bytes;
   po.timeout = std::chrono::duration_cast<std::chrono::milliseconds>(order.timeout);
   std::weak_ptr<Task> weak = t;

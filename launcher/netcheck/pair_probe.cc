@@ -21,15 +21,23 @@ namespace {
 
 using namespace probe_wire;
 
+// What the server shares with its sessions: the key they must see, and the counters.
+struct ServerShared {
+  ProbeServerOptions opts;
+  std::string key;  // "" (or out of bounds): every connection is refused
+  uint64_t rejected = 0;
+  uint64_t refused = 0;
+};
+
 // One accepted connection. Owned by its pending handlers; the server keeps a weak reference.
 class ServerSession : public std::enable_shared_from_this<ServerSession> {
  public:
-  ServerSession(tcp::socket sock, const ProbeServerOptions& opts,
-                std::shared_ptr<uint64_t> rejected)
+  ServerSession(tcp::socket sock, std::shared_ptr<ServerShared> shared)
       : sock_(std::move(sock)),
         timer_(sock_.get_executor()),
-        opts_(opts),
-        rejected_(std::move(rejected)) {
+        handshake_timer_(sock_.get_executor()),
+        opts_(shared->opts),
+        shared_(std::move(shared)) {
     boost::system::error_code ec;
     auto ep = sock_.remote_endpoint(ec);
     peer_ = ec ? "?" : fmt::format("{}:{}", ep.address().to_string(), ep.port());
@@ -37,23 +45,86 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
 
   void Start() {
     Arm(opts_.connection_timeout);
-    ReadHeader();
+    auto self = shared_from_this();
+    handshake_timer_.expires_after(opts_.handshake_timeout);
+    handshake_timer_.async_wait([self](const boost::system::error_code& ec) {
+      if (ec || self->authenticated_) return;
+      // A client still sending its key has a read pending: it is closed without an answer.
+      if (!self->waiting_for_key_) return self->Refuse("no probe key in time", false);
+      self->Refuse("a wrong probe key", true);
+    });
+    ReadKey();
   }
 
   void Close() {
     boost::system::error_code ec;
     sock_.close(ec);
     timer_.cancel();
+    handshake_timer_.cancel();
+  }
+
+  // The server's key changed: a key that arrived before it is compared again.
+  void KeyChanged() {
+    if (waiting_for_key_) TryKey();
   }
 
  private:
+  // The handshake: a KEY header, then its bounded payload; nothing else is read before it.
+  void ReadKey() {
+    auto self = shared_from_this();
+    asio::async_read(sock_, asio::buffer(hdr_),
+                     [self](const boost::system::error_code& ec, size_t) {
+                       if (ec) return self->Close();
+                       auto n = ParseKeyHeader(self->hdr_);
+                       if (!n) return self->Refuse(n.error().message, true);
+                       self->key_.resize(*n);
+                       asio::async_read(self->sock_, asio::buffer(self->key_),
+                                        [self](const boost::system::error_code& ec, size_t) {
+                                          if (ec) return self->Close();
+                                          self->TryKey();
+                                        });
+                     });
+  }
+
+  void TryKey() {
+    const std::string& want = shared_->key;
+    const bool valid = want.size() >= kMinProbeKey && want.size() <= kMaxProbeKey;
+    if (!valid || !rendezvous::SecretsEqual(key_, want)) {
+      waiting_for_key_ = true;  // until the handshake's deadline
+      return;
+    }
+    waiting_for_key_ = false;
+    authenticated_ = true;
+    handshake_timer_.cancel();
+    ReadHeader();
+  }
+
+  // A connection without the key: one bounded log line (the first few, then every 100th),
+  // naming the peer's address only, then (`answer`) ERROR with a fixed reason and hang up.
+  void Refuse(const std::string& why, bool answer) {
+    if (closing_) return;
+    waiting_for_key_ = false;
+    const uint64_t n = ++shared_->refused;
+    if (n <= 10 || n % 100 == 0) {
+      LauncherLog()->warn("netcheck probe from {}: refused ({}; {} refused so far)", peer_, why, n);
+    }
+    if (answer) return Hangup(why);
+    closing_ = true;
+    ++shared_->rejected;
+    Close();
+  }
+
   // (Re)starts the deadline after which the connection is closed, whatever it is doing.
   void Arm(std::chrono::milliseconds after) {
     auto self = shared_from_this();
     timer_.expires_after(after);
     timer_.async_wait([self, after](const boost::system::error_code& ec) {
       if (ec) return;  // cancelled or re-armed
-      LauncherLog()->warn("netcheck probe from {}: closed after {} ms", self->peer_, after.count());
+      // A refused connection was logged once already (rate-limited): no second line for it.
+      if (self->authenticated_) {
+        LauncherLog()->warn("netcheck probe from {}: closed after {} ms", self->peer_,
+                            after.count());
+      }
       self->Close();
     });
   }
@@ -137,8 +208,15 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
 
   // A malformed message: say why, then hang up.
   void Reject(const std::string& why) {
-    ++*rejected_;
     LauncherLog()->warn("netcheck probe from {}: {}; closing", peer_, why);
+    Hangup(why);
+  }
+
+  void Hangup(const std::string& why) {
+    if (closing_) return;
+    closing_ = true;
+    ++shared_->rejected;
+    handshake_timer_.cancel();
     error_text_ = why.substr(0, kMaxErrorText);
     reply_ = Encode(kError, error_text_.size());
     std::array<asio::const_buffer, 2> out = {asio::buffer(reply_), asio::buffer(error_text_)};
@@ -167,9 +245,14 @@ class ServerSession : public std::enable_shared_from_this<ServerSession> {
 
   tcp::socket sock_;
   asio::steady_timer timer_;
+  asio::steady_timer handshake_timer_;
   ProbeServerOptions opts_;
-  std::shared_ptr<uint64_t> rejected_;  // the server's counter
+  std::shared_ptr<ServerShared> shared_;
   std::string peer_;
+  std::string key_;  // the key the client sent
+  bool waiting_for_key_ = false;
+  bool authenticated_ = false;
+  bool closing_ = false;
   Header hdr_{};
   Header reply_{};
   std::vector<uint8_t> small_;
@@ -192,14 +275,14 @@ struct ProbeServer::Impl : std::enable_shared_from_this<ProbeServer::Impl> {
       if (!self || self->stopped) return;
       if (!ec) {
         std::erase_if(self->sessions, [](const auto& w) { return w.expired(); });
-        if (self->sessions.size() >= self->opts.max_connections) {
-          ++*self->rejected;
+        if (self->sessions.size() >= self->shared->opts.max_connections) {
+          ++self->shared->rejected;
           boost::system::error_code ignored;
           sock.close(ignored);
           return self->Accept();
         }
         ++self->accepted;
-        auto s = std::make_shared<ServerSession>(std::move(sock), self->opts, self->rejected);
+        auto s = std::make_shared<ServerSession>(std::move(sock), self->shared);
         self->sessions.push_back(s);
         s->Start();
       } else {
@@ -210,11 +293,10 @@ struct ProbeServer::Impl : std::enable_shared_from_this<ProbeServer::Impl> {
   }
 
   tcp::acceptor acceptor;
-  ProbeServerOptions opts;
+  std::shared_ptr<ServerShared> shared = std::make_shared<ServerShared>();
   std::vector<std::weak_ptr<ServerSession>> sessions;
   bool stopped = false;
   uint64_t accepted = 0;
-  std::shared_ptr<uint64_t> rejected = std::make_shared<uint64_t>(0);
 };
 
 Result<std::unique_ptr<ProbeServer>> ProbeServer::Listen(boost::asio::io_context& io,
@@ -227,7 +309,7 @@ Result<std::unique_ptr<ProbeServer>> ProbeServer::Listen(boost::asio::io_context
       fmt::format("netcheck probe server on {}:{}", address.empty() ? "0.0.0.0" : address, port);
   if (ec) return Error{where + ": '" + address + "' is not an IP address"};
   auto impl = std::make_shared<Impl>(io);
-  impl->opts = options;
+  impl->shared->opts = options;
   tcp::endpoint ep(ip, port);
   if (impl->acceptor.open(ep.protocol(), ec)) return Error{where + ": " + ec.message()};
   impl->acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
@@ -255,7 +337,15 @@ void ProbeServer::Stop() {
   impl_->sessions.clear();
 }
 
+void ProbeServer::SetKey(std::string key) {
+  impl_->shared->key = std::move(key);
+  for (auto& w : impl_->sessions) {
+    if (auto s = w.lock()) s->KeyChanged();
+  }
+}
+
 uint64_t ProbeServer::accepted() const { return impl_->accepted; }
-uint64_t ProbeServer::rejected() const { return *impl_->rejected; }
+uint64_t ProbeServer::rejected() const { return impl_->shared->rejected; }
+uint64_t ProbeServer::refused() const { return impl_->shared->refused; }
 
 }  // namespace ftrun::launcher

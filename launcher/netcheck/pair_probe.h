@@ -5,13 +5,20 @@
 // is timed on the client from its first byte sent to the last byte or acknowledgement
 // received, so it includes one round trip.
 //
-// Wire format, version 1. Every message is a 16-byte header, then `length` payload bytes:
+// Wire format, version 2. Every message is a 16-byte header, then `length` payload bytes:
 //   magic    4 bytes  "FTNP"
-//   version  1 byte   1
-//   type     1 byte   1 PING, 2 PONG, 3 DATA, 4 DATA_DONE, 5 PULL, 6 ERROR
+//   version  1 byte   2
+//   type     1 byte   1 PING, 2 PONG, 3 DATA, 4 DATA_DONE, 5 PULL, 6 ERROR, 7 KEY
 //   reserved 2 bytes  0
 //   length   8 bytes  payload length, big-endian
-// The client speaks first and the server only answers:
+// The client speaks first and the server only answers. The first message is KEY, whose
+// payload (16..256 bytes) is the check's probe key (CheckOrder.probe_key, given by the
+// rendezvous to the check's members only); the server reads it within handshake_timeout and
+// compares it in constant time with the key it was given (SetKey). Until it matches, nothing
+// else is read: a connection whose first message is not a KEY of the right length is closed
+// at once, one whose key does not match when its deadline passes (a key set meanwhile, say
+// the listener's order arriving after the client's, is still compared), each with ERROR and a
+// fixed reason. Then:
 //   PING (payload <= 64 bytes)          -> PONG with the same payload
 //   DATA (N bytes of anything)          -> DATA_DONE (empty) once all N bytes have arrived
 //   PULL (payload: N, 8 bytes, big-end.) -> DATA (N bytes)
@@ -35,11 +42,15 @@
 
 #include "common/result.h"
 #include "common/running_operation.h"
+#include "rendezvous/credentials.h"
 
 namespace ftrun::launcher {
 
-inline constexpr uint8_t kProbeVersion = 1;
+inline constexpr uint8_t kProbeVersion = 2;
 inline constexpr size_t kProbeHeaderSize = 16;
+// A probe key's accepted length: the rendezvous' secrets (NewSecret makes 32 bytes).
+inline constexpr size_t kMinProbeKey = rendezvous::kMinSecretBytes;
+inline constexpr size_t kMaxProbeKey = rendezvous::kMaxSecretBytes;
 
 struct ProbeServerOptions {
   uint64_t max_bytes = uint64_t{1} << 30;  // largest DATA/PULL accepted
@@ -48,6 +59,8 @@ struct ProbeServerOptions {
   // Connections served at once (a wave gives a node at most 64 pairs); more are closed at
   // once, unanswered, and counted in rejected().
   size_t max_connections = 128;
+  // A connection must have shown the key by then, or it is closed.
+  std::chrono::milliseconds handshake_timeout{std::chrono::seconds(5)};
 };
 
 class ProbeServer {
@@ -62,12 +75,17 @@ class ProbeServer {
   ProbeServer& operator=(const ProbeServer&) = delete;
 
   uint16_t port() const { return port_; }  // the bound port
+  // The key a connection must show first (the current check's probe key). Until one is set,
+  // or with one outside [kMinProbeKey, kMaxProbeKey], every connection is refused.
+  void SetKey(std::string key);
   // Closes the listener and every live connection. Idempotent.
   void Stop();
 
-  // For tests and the log: connections accepted, and connections ended by a protocol error.
+  // For tests and the log: connections accepted, connections ended by a protocol error
+  // (refused ones included), and connections refused for a missing or wrong key.
   uint64_t accepted() const;
   uint64_t rejected() const;
+  uint64_t refused() const;
 
  private:
   struct Impl;
@@ -78,6 +96,7 @@ class ProbeServer {
 };
 
 struct ProbeOptions {
+  std::string key;                      // the check's probe key, sent first
   uint64_t bytes = uint64_t{64} << 20;  // each way (--network-check-bytes); 0: latency only
   int pings = 5;                        // round trips for the latency median (>= 1)
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};  // the whole probe

@@ -52,9 +52,25 @@ struct ProbeClient::Session : std::enable_shared_from_this<ProbeClient::Session>
                                 if (ec) return self->Fail("connect: " + ec.message());
                                 boost::system::error_code ignored;
                                 self->sock.set_option(tcp::no_delay(true), ignored);
-                                self->Ping(0);
+                                self->SendKey();
                               });
         });
+  }
+
+  // The handshake (pair_probe.h): KEY first. The server does not acknowledge it; a refusal
+  // comes back as ERROR in place of the first PONG.
+  void SendKey() {
+    phase = "sending the probe key";
+    if (opts.key.size() < kMinProbeKey || opts.key.size() > kMaxProbeKey) {
+      return Fail("this check has no usable probe key (is the rendezvous older than this agent?)");
+    }
+    out_header = Encode(kKey, opts.key.size());
+    std::array<asio::const_buffer, 2> out = {asio::buffer(out_header), asio::buffer(opts.key)};
+    auto self = shared_from_this();
+    asio::async_write(sock, out, [self](const boost::system::error_code& ec, size_t) {
+      if (self->Failed(ec, "send")) return;
+      self->Ping(0);
+    });
   }
 
   void Ping(int i) {

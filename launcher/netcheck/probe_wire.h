@@ -23,7 +23,7 @@ using tcp = asio::ip::tcp;
 using Clock = std::chrono::steady_clock;
 using Header = std::array<uint8_t, kProbeHeaderSize>;
 
-enum MsgType : uint8_t { kPing = 1, kPong, kData, kDataDone, kPull, kError };
+enum MsgType : uint8_t { kPing = 1, kPong, kData, kDataDone, kPull, kError, kKey };
 inline constexpr std::array<uint8_t, 4> kMagic = {'F', 'T', 'N', 'P'};
 inline constexpr size_t kMaxPing = 64;
 inline constexpr size_t kMaxErrorText = 1024;
@@ -66,6 +66,20 @@ inline Result<Decoded> Decode(const Header& h) {
   }
   if (h[6] != 0 || h[7] != 0) return Error{"reserved header bytes are not zero"};
   return Decoded{h[5], BigEndian64(h.data() + 8)};
+}
+
+// The first message of a connection, KEY: checks the header and returns the key's length,
+// which must lie in [kMinProbeKey, kMaxProbeKey] (so that the server reads a bounded key).
+// The errors are fixed texts: nothing the peer sent is quoted (they are logged unauthenticated).
+inline Result<size_t> ParseKeyHeader(const Header& h) {
+  if (!std::equal(kMagic.begin(), kMagic.end(), h.begin())) {
+    return Error{"not an ftrun netcheck probe"};
+  }
+  if (h[4] != kProbeVersion) return Error{"another probe version"};
+  if (h[5] != kKey || h[6] != 0 || h[7] != 0) return Error{"no probe key first"};
+  const uint64_t n = BigEndian64(h.data() + 8);
+  if (n < kMinProbeKey || n > kMaxProbeKey) return Error{"a probe key of the wrong length"};
+  return static_cast<size_t>(n);
 }
 
 // MB/s, MB = 1e6 bytes.

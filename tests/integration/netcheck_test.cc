@@ -1,9 +1,15 @@
 // The network check with real agents on loopback: probes, exclusion, `ftrun master`, joins.
+#include <arpa/inet.h>
 #include <google/protobuf/struct.pb.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/time.h>
+#include <unistd.h>
 
 #include <fstream>
+#include <future>
 #include <map>
 #include <regex>
 #include <string>
@@ -33,6 +39,43 @@ std::string NodeId(const std::string& log) {
   std::smatch m;
   static const std::regex id("joined the job at \\S+ node_id=(\\S+)");
   return std::regex_search(log, m, id) ? m[1].str() : "";
+}
+
+// An outsider on 127.0.0.1:port: sends `bytes`, then returns everything the peer answers
+// until it hangs up (or 20 s pass: "<no hang-up>").
+std::string Outsider(int port, const std::string& bytes) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in sa{};
+  sa.sin_family = AF_INET;
+  sa.sin_port = htons(static_cast<uint16_t>(port));
+  sa.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  timeval tv{20, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&sa), sizeof sa) != 0) {
+    ::close(fd);
+    return "<connect failed>";
+  }
+  if (!bytes.empty() && ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL) < 0) {
+    ::close(fd);
+    return "<send failed>";
+  }
+  std::string got;
+  char buf[512];
+  for (;;) {
+    ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n < 0 && errno == EAGAIN) got = "<no hang-up>";
+    if (n <= 0) break;
+    got.append(buf, static_cast<size_t>(n));
+  }
+  ::close(fd);
+  return got;
+}
+
+// A probe message header (launcher/netcheck/pair_probe.h, version 2) and its payload.
+std::string ProbeMessage(uint8_t type, const std::string& payload, uint64_t length) {
+  std::string m = {'F', 'T', 'N', 'P', 2, static_cast<char>(type), 0, 0};
+  for (int i = 0; i < 8; ++i) m.push_back(static_cast<char>(length >> (56 - 8 * i)));
+  return m + payload;
 }
 
 // A node id is "<host>:<pid>:<random>".
@@ -71,6 +114,55 @@ TEST_F(NetCheck, FourHealthyAgentsAreCheckedAndAllRun) {
   EXPECT_EQ(writers.size(), 4u);
   for (const auto& id : ids) EXPECT_EQ(writers[id], 1) << id;
   EXPECT_EQ(Events("network_check_started").size(), 1u);
+}
+
+// The probe port answers the check's members only: an outsider without the check's key (none,
+// one of the wrong length, a wrong one, or silence) is refused before anything it sends is
+// read, with a fixed reason and a log line that quotes nothing of it; the check still measures
+// both directions and the job runs.
+TEST_F(NetCheck, AnOutsiderWithoutTheKeyIsRefusedAndTheCheckStillMeasures) {
+  const int p0 = TestPort(), p1 = TestPort();
+  // The workers wait for `go`: the agents (and their probe servers) outlive the outsiders.
+  std::vector<std::string> work = Record();
+  work.insert(work.end(), {"wait-file", dir_ / "go"});
+  auto a0 = Cmd("2", {"--network-check", "--network-check-port", std::to_string(p0)}, work);
+  auto a1 = Cmd("2", {"--network-check", "--network-check-port", std::to_string(p1)}, work);
+  auto agents = StartInOrder({a0});
+  // Before the check (no key yet) and across it (a held connection with a wrong key).
+  const std::string ping = ProbeMessage(1, "12345678", 8);
+  EXPECT_NE(Outsider(p0, "GET /evil-outsider HTTP/1.0\r\n\r\n").find("not an ftrun netcheck probe"),
+            std::string::npos);
+  EXPECT_NE(Outsider(p0, ping).find("no probe key first"), std::string::npos);
+  EXPECT_NE(Outsider(p0, ProbeMessage(7, "evil-short", 10) + ping)
+                .find("a probe key of the wrong length"),
+            std::string::npos);
+  auto wrong = std::async(std::launch::async, [&] {
+    return Outsider(p0, ProbeMessage(7, std::string(32, 'e'), 32) + ProbeMessage(3, "", 1 << 20));
+  });
+  auto silent = std::async(std::launch::async, [&] { return Outsider(p0, ""); });
+  agents.push_back(std::make_unique<ChildRun>(FtrunBinary(), a1));
+  EXPECT_NE(wrong.get().find("a wrong probe key"), std::string::npos);
+  EXPECT_EQ(silent.get(), "");  // closed unanswered at the handshake's deadline
+  std::ofstream(dir_ / "go") << "";
+  std::vector<RunResult> r;
+  for (auto& a : agents) r.push_back(a->Wait(60s));
+  for (size_t i = 0; i < r.size(); ++i)
+    ASSERT_EQ(r[i].exit_code, 0) << "agent " << i << ":\n" << r[i].err;
+  EXPECT_NE(r[0].err.find("network check finished round=0: all nodes passed"), std::string::npos)
+      << r[0].err;
+  auto checks = Events("network_check");
+  ASSERT_FALSE(checks.empty());
+  for (const auto& p : List(checks.front(), "pairs").values()) {
+    const pb::Struct& pair = p.struct_value();
+    EXPECT_TRUE(pair.fields().at("ok").bool_value()) << Str(pair, "reason");
+    EXPECT_GT(pair.fields().at("mbps_ab").number_value(), 0);
+    EXPECT_GT(pair.fields().at("mbps_ba").number_value(), 0);
+  }
+  EXPECT_EQ(CountLines(r[0].err, "refused (not an ftrun netcheck probe;"), 1) << r[0].err;
+  EXPECT_EQ(CountLines(r[0].err, "refused (a wrong probe key;"), 1) << r[0].err;
+  EXPECT_EQ(CountLines(r[0].err, "refused (no probe key in time;"), 1) << r[0].err;
+  EXPECT_EQ(r[0].err.find("evil"), std::string::npos) << r[0].err;
+  EXPECT_EQ(Count("world=4"), 4) << ReadFile(dir_ / "records");
 }
 
 TEST_F(NetCheck, CheckCommandFailingOnOneAgentExcludesItAndNotItsPartner) {

@@ -1,5 +1,5 @@
 // A network partition between two nodes that both still reach `ftrun master`: network
-// namespaces the test creates (m for the master, a, b and c for the agents), a veth pair from
+// namespaces the test creates (m for the master, a, b, c and d for the agents), a veth pair from
 // m to each, m forwarding. The agents have no route to each other until the test adds them
 // (Route; the partition heals). Skips, saying why, where namespaces cannot be created.
 #include <gtest/gtest.h>
@@ -31,10 +31,12 @@ class Partition : public ::testing::Test {
     a_ = p + "a";
     b_ = p + "b";
     c_ = p + "c";
+    d_ = p + "d";
     const std::string x = std::to_string(id % 250);
     net_a_ = "10.78." + x + ".";
     net_b_ = "10.79." + x + ".";
     net_c_ = "10.80." + x + ".";
+    net_d_ = "10.77." + x + ".";
     std::string err;
     if (::access("/usr/sbin/ip", X_OK) != 0) GTEST_SKIP() << "iproute2 (ip) is not installed";
     if (Ip({"netns", "add", m_}, &err) != 0) {
@@ -42,7 +44,8 @@ class Partition : public ::testing::Test {
     }
     created_ = true;
     std::vector<std::vector<std::string>> steps = {{"-n", m_, "link", "set", "lo", "up"}};
-    for (const auto& [ns, net] : {std::pair{a_, net_a_}, {b_, net_b_}, {c_, net_c_}}) {
+    for (const auto& [ns, net] :
+         {std::pair{a_, net_a_}, {b_, net_b_}, {c_, net_c_}, {d_, net_d_}}) {
       const std::string to = p + "m" + ns.back(), from = p + ns.back() + "m";
       const std::vector<std::vector<std::string>> link = {
           {"netns", "add", ns},
@@ -63,7 +66,7 @@ class Partition : public ::testing::Test {
   }
   void TearDown() override {
     if (!created_) return;
-    for (const auto& ns : {m_, a_, b_, c_}) Ip({"netns", "del", ns});
+    for (const auto& ns : {m_, a_, b_, c_, d_}) Ip({"netns", "del", ns});
   }
   // Routes between two agents' namespaces, through m (the partition between them heals).
   void Route(const std::string& x, const std::string& net_x, const std::string& y,
@@ -94,7 +97,27 @@ class Partition : public ::testing::Test {
                    dir_ / "go"});
   }
 
-  std::string m_, a_, b_, c_, net_a_, net_b_, net_c_;
+  // `ftrun master` in m for `nnodes` nodes, once it listens (null otherwise: the test fails).
+  std::unique_ptr<ChildRun> Master(const std::string& nnodes, const std::string& max_restarts) {
+    auto master = In(m_, {"master", "--port", "29400", "--nnodes", nnodes, "--rdzv-id", "part",
+                          "--max-restarts", max_restarts, "--event-log", dir_ / "events"});
+    const bool up =
+        WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s);
+    EXPECT_TRUE(up) << master->Err();
+    return up ? std::move(master) : nullptr;
+  }
+  // The master's "partition detected" lines that name the agents of networks x and y.
+  static int PairPartitions(const ChildRun& master, const std::string& net_x,
+                            const std::string& net_y) {
+    int n = 0;
+    for (const auto& l : Lines(master.Err())) {
+      n += l.find("partition detected") != std::string::npos &&
+           l.find(net_x + "2") != std::string::npos && l.find(net_y + "2") != std::string::npos;
+    }
+    return n;
+  }
+
+  std::string m_, a_, b_, c_, d_, net_a_, net_b_, net_c_, net_d_;
   bool created_ = false;
   TempDir dir_;
 };
@@ -162,24 +185,14 @@ TEST_F(Partition, BetweenTwoNodesThatAreNotGroupRankZeroIsNamedToo) {
   std::filesystem::create_directories(dir_ / "connected");
   Route(a_, net_a_, b_, net_b_);
   Route(a_, net_a_, c_, net_c_);
-  auto master = In(m_, {"master", "--port", "29400", "--nnodes", "3", "--rdzv-id", "part",
-                        "--max-restarts", "0", "--event-log", dir_ / "events"});
-  ASSERT_TRUE(WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s))
-      << master->Err();
+  auto master = Master("3", "0");
+  ASSERT_TRUE(master);
   auto a = Agent(a_, net_a_, "3");  // joins first: group rank 0
   ASSERT_TRUE(WaitFor([&] { return a->Err().find("joined the job") != std::string::npos; }, 20s))
       << a->Err();
   auto b = Agent(b_, net_b_, "3");
   auto c = Agent(c_, net_c_, "3");
-  auto pair_partitions = [&] {
-    int n = 0;
-    for (const auto& l : Lines(master->Err())) {
-      n += l.find("partition detected") != std::string::npos &&
-           l.find(net_b_ + "2") != std::string::npos && l.find(net_c_ + "2") != std::string::npos;
-    }
-    return n;
-  };
-  ASSERT_TRUE(WaitFor([&] { return pair_partitions() >= 2; }, 60s))
+  ASSERT_TRUE(WaitFor([&] { return PairPartitions(*master, net_b_, net_c_) >= 2; }, 60s))
       << master->Err() << b->Err() << c->Err();
   const std::string log = master->Err();
   EXPECT_EQ(log.find("group rank 0's store"), std::string::npos) << "a is reached by both: " << log;
@@ -198,6 +211,44 @@ TEST_F(Partition, BetweenTwoNodesThatAreNotGroupRankZeroIsNamedToo) {
   EXPECT_EQ(rc.exit_code, 0) << rc.err;
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
   EXPECT_NE(rm.err.find("nodes=3 restart_count=0 world_size=3"), std::string::npos) << rm.err;
+}
+
+// Four nodes joined in order a, b, c, d (group ranks 0-3): b and d are not ring neighbours
+// (1's are 0 and 2, 3's are 2 and 0) and neither is group rank 0, yet with every other route
+// up the master names that pair, spends no restart (--max-restarts 0) and the job completes
+// once it heals.
+TEST_F(Partition, BetweenTwoNodesThatAreNotRingNeighboursIsNamed) {
+  std::filesystem::create_directories(dir_ / "connected");
+  Route(a_, net_a_, b_, net_b_);
+  Route(a_, net_a_, c_, net_c_);
+  Route(a_, net_a_, d_, net_d_);
+  Route(b_, net_b_, c_, net_c_);
+  Route(c_, net_c_, d_, net_d_);
+  auto master = Master("4", "0");
+  ASSERT_TRUE(master);
+  std::vector<std::unique_ptr<ChildRun>> agents;
+  for (const auto& [ns, net] : {std::pair{a_, net_a_}, {b_, net_b_}, {c_, net_c_}, {d_, net_d_}}) {
+    agents.push_back(Agent(ns, net, "4"));
+    ChildRun& agent = *agents.back();
+    ASSERT_TRUE(
+        WaitFor([&] { return agent.Err().find("joined the job") != std::string::npos; }, 20s))
+        << agent.Err();
+  }
+  ASSERT_TRUE(WaitFor([&] { return PairPartitions(*master, net_b_, net_d_) >= 1; }, 60s))
+      << master->Err();
+  const std::string log = master->Err();
+  EXPECT_NE(log.find("nodes=4 restart_count=0 world_size=4"), std::string::npos) << log;
+  EXPECT_TRUE(log.find("group rank 1's store " + net_b_ + "2:") != std::string::npos ||
+              log.find("group rank 3's store " + net_d_ + "2:") != std::string::npos)
+      << log;
+  Route(b_, net_b_, d_, net_d_);
+  std::ofstream(dir_ / "go") << "";
+  for (size_t i = 0; i < agents.size(); ++i) {
+    auto r = agents[i]->Wait(90s);
+    EXPECT_EQ(r.exit_code, 0) << "agent " << i << ": " << r.err;
+  }
+  auto rm = master->Wait(60s);
+  EXPECT_EQ(rm.exit_code, 0) << rm.err;
 }
 
 }  // namespace

@@ -79,6 +79,17 @@ TEST(NetworkCheckSession, OrdersNameTheListenersProbe) {
   EXPECT_FALSE(s.OrderFor("stranger"));
 }
 
+// Every member's order carries the session's probe key, the listener's as the client's.
+TEST(NetworkCheckSession, OrdersCarryTheSessionsProbeKey) {
+  const std::string key = "0123456789abcdef0123456789abcdef";
+  NetworkCheckSession s({Node("n0"), Node("n1"), Node("n2")}, Settings(), 1, TimePoint{}, key);
+  for (const auto& id : {"n0", "n1", "n2"}) {
+    auto o = s.OrderFor(id);
+    ASSERT_TRUE(o) << id;
+    EXPECT_EQ(o->probe_key, key) << id;
+  }
+}
+
 TEST(NetworkCheckSession, AllHealthyIsDoneAfterOneRound) {
   TimePoint now{};
   std::vector<std::string> ids = {"n0", "n1", "n2", "n3"};
@@ -300,6 +311,10 @@ TEST_F(CheckingPhaseTest, ARestartOfCheckedNodesRunsAtOnce) {
 TEST_F(CheckingPhaseTest, ANewNodeBringsANewCheck) {
   Make(2, 3);
   JoinAll({"n0", "n1"});
+  ASSERT_TRUE(state_->View("n0").check && state_->View("n1").check);
+  const std::string first_key = state_->View("n0").check->probe_key;
+  EXPECT_EQ(state_->View("n1").check->probe_key, first_key);
+  EXPECT_FALSE(state_->View("").check) << "a stranger (Status) sees no order and no key";
   AnswerOrders({"n0", "n1"}, {});
   ASSERT_EQ(state_->phase(), Phase::kRunning);
   ASSERT_FALSE(state_->Join(Node("n2"), now_));  // scaling up stops the round
@@ -307,9 +322,15 @@ TEST_F(CheckingPhaseTest, ANewNodeBringsANewCheck) {
   for (const auto& id : {"n0", "n1"}) state_->ReportStopped(id, state_->round(), 0, now_);
   ASSERT_EQ(state_->phase(), Phase::kChecking);
   AnswerOrders({"n0", "n1", "n2"}, {});
+  const std::string second_key = state_->View("n2").check->probe_key;
+  AnswerOrders({"n0", "n1", "n2"}, {});
   AnswerOrders({"n0", "n1", "n2"}, {});  // the odd node's second wave
   EXPECT_EQ(state_->phase(), Phase::kRunning);
   EXPECT_EQ(state_->View("n0").check_id, 2u);
+  // Each check has its own key (128 random bits), the same for all its members.
+  EXPECT_EQ(first_key.size(), 32u);
+  EXPECT_EQ(second_key.size(), 32u);
+  EXPECT_NE(first_key, second_key);
 }
 
 TEST_F(CheckingPhaseTest, AnAgentWithoutAProbeIsRefused) {

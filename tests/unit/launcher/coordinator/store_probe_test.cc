@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <boost/asio/ip/tcp.hpp>
 
 #include "launcher/config/host.h"
@@ -112,9 +113,9 @@ TEST(StoreProbeTest, EveryMemberIsCheckedAndOnlyTheSilentOneReported) {
       20s));
   EXPECT_EQ(probe.checks_of(3), 0) << "not its own store";
   // Bounded: each interval at most the two neighbours, group rank 0, one in rotation and the
-  // suspects (here the one silent member).
+  // suspects (here the one silent member); plus one sweep of the 7 others at the first failure.
   const int intervals = probe.checks_of(2);  // a neighbour: checked every interval
-  EXPECT_LE(probe.checks(), intervals * 5 + 5);
+  EXPECT_LE(probe.checks(), intervals * 5 + 5 + 7);
   EXPECT_GE(probe.checks_of(1), 2) << "the rotation reaches the others too";
   ASSERT_EQ(reported, std::vector<int>{6});
 }
@@ -140,6 +141,73 @@ TEST(StoreProbeTest, GroupRankZeroOfALargeRoundIsCheckedLessOften) {
   EXPECT_GE(probe.checks_of(0), 3);
   EXPECT_LE(probe.checks_of(0), probe.checks_of(4) / 2) << "about a third as often";
   EXPECT_GE(probe.checks_of(6), probe.checks_of(4) - 1) << "both neighbours every interval";
+}
+
+// A round of 100 members seen from group rank 50, every store listening but those of
+// `silent`: a shared listening acceptor stands for the others.
+struct LargeRound {
+  explicit LargeRound(boost::asio::io_context& io, const std::vector<int>& silent)
+      : store(io, {boost::asio::ip::make_address("127.0.0.1"), 0}) {
+    store.listen(4096);
+    const int dead = PickFreePort().value();  // nobody listens there
+    for (int rank = 0; rank < 100; ++rank) {
+      const bool quiet = std::find(silent.begin(), silent.end(), rank) != silent.end();
+      targets.push_back({rank, "127.0.0.1", quiet ? dead : store.local_endpoint().port()});
+    }
+  }
+  boost::asio::ip::tcp::acceptor store;
+  std::vector<StoreTarget> targets;
+};
+
+// Rank 10 is far from rank 50 on the ring: the rotation would reach it after 56 intervals
+// (11 s here). A sweep (a suspected hang) checks every member at once, at most
+// sweep_concurrency at a time, and names it after `failures` checks; the same cause again
+// does not sweep again.
+TEST(StoreProbeTest, ASweepFindsAFarSilentMemberAtOnce) {
+  boost::asio::io_context io;
+  LargeRound round(io, {10});
+  StoreProbeOptions o = Fast();
+  o.interval = 200ms;
+  o.sweep_concurrency = 8;
+  std::vector<int> reported;
+  StoreProbe probe(io, o, [&](uint64_t, const StoreTarget& t, const std::string&) {
+    reported.push_back(t.group_rank);
+  });
+  probe.Watch(1, 50, 100, round.targets);
+  probe.Sweep(7);
+  ASSERT_TRUE(RunUntil(
+      io, [&] { return !reported.empty(); }, 5s))
+      << "checks of rank 10: " << probe.checks_of(10);
+  EXPECT_EQ(reported, std::vector<int>{10});
+  EXPECT_LE(probe.max_in_flight(), 8u);
+  for (int rank : {1, 30, 70, 99}) EXPECT_GE(probe.checks_of(rank), 1) << rank;
+  // Bounded: one sweep (99) plus a few intervals of the usual checks.
+  const int checks = probe.checks();
+  EXPECT_LE(checks, 99 + 5 * (probe.checks_of(51) + 1));
+  probe.Sweep(7);  // the same cause: nothing more
+  probe.Sweep(3);  // an older one: nothing either
+  io.run_for(50ms);
+  EXPECT_LE(probe.checks(), checks + 5);
+}
+
+// The first failed check of a round (here of a ring neighbour) sweeps the others: a second
+// silent member far away on the ring is named as fast as the neighbour.
+TEST(StoreProbeTest, AFailedCheckSweepsTheOthers) {
+  boost::asio::io_context io;
+  LargeRound round(io, {51, 10});
+  StoreProbeOptions o = Fast();
+  o.interval = 200ms;
+  std::vector<int> reported;
+  StoreProbe probe(io, o, [&](uint64_t, const StoreTarget& t, const std::string&) {
+    reported.push_back(t.group_rank);
+  });
+  probe.Watch(1, 50, 100, round.targets);
+  ASSERT_TRUE(RunUntil(
+      io, [&] { return reported.size() == 2; }, 5s))
+      << "checks of rank 10: " << probe.checks_of(10);
+  std::sort(reported.begin(), reported.end());
+  EXPECT_EQ(reported, (std::vector<int>{10, 51}));
+  EXPECT_LE(probe.max_in_flight(), o.sweep_concurrency);
 }
 
 }  // namespace

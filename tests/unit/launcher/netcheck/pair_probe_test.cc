@@ -9,6 +9,7 @@
 #include <optional>
 #include <vector>
 
+#include "launcher/netcheck/probe_wire.h"
 #include "launcher/workers/worker_process.h"
 
 namespace ftrun::launcher {
@@ -17,6 +18,9 @@ namespace {
 using namespace std::chrono_literals;
 namespace asio = boost::asio;
 using tcp = asio::ip::tcp;
+
+// The check's probe key as the rendezvous would give it (32 bytes).
+const std::string kKey = "0123456789abcdef0123456789abcdef";
 
 class PairProbeTest : public ::testing::Test {
  protected:
@@ -30,8 +34,16 @@ class PairProbeTest : public ::testing::Test {
     return true;
   }
 
-  // Runs one probe to 127.0.0.1:port and returns its result.
+  // A probe server on 127.0.0.1 that expects kKey.
+  Result<std::unique_ptr<ProbeServer>> Listen(ProbeServerOptions so = {}) {
+    auto server = ProbeServer::Listen(io_, "127.0.0.1", 0, so);
+    if (server) (*server)->SetKey(kKey);
+    return server;
+  }
+
+  // Runs one probe to 127.0.0.1:port (with kKey unless opts has a key) and returns its result.
   Result<ProbeResult> Probe(uint16_t port, ProbeOptions opts) {
+    if (opts.key.empty()) opts.key = kKey;
     std::optional<Result<ProbeResult>> got;
     int calls = 0;
     auto client = ProbeClient::Start(io_, "127.0.0.1", port, opts, [&](Result<ProbeResult> r) {
@@ -56,13 +68,23 @@ class PairProbeTest : public ::testing::Test {
     return h;
   }
 
-  // Sends `bytes` to the server raw and returns what it answers before hanging up.
-  std::string SendRaw(uint16_t port, const std::array<uint8_t, 16>& bytes) {
+  // The handshake's KEY message carrying `key`.
+  static std::string KeyMessage(const std::string& key) {
+    auto h = Header("FTNP", kProbeVersion, 7, key.size());
+    return std::string(h.begin(), h.end()) + key;
+  }
+
+  // Sends `bytes` to the server raw (after `prefix`: by default the KEY message with kKey)
+  // and returns what it answers before hanging up.
+  std::string SendRaw(uint16_t port, const std::array<uint8_t, 16>& bytes,
+                      std::optional<std::string> prefix = std::nullopt) {
     tcp::socket s(io_);
     boost::system::error_code ec;
     s.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port), ec);
     EXPECT_FALSE(ec) << ec.message();
-    asio::write(s, asio::buffer(bytes), ec);  // small: fits the socket buffer at once
+    std::string out = prefix.value_or(KeyMessage(kKey));
+    out.append(bytes.begin(), bytes.end());
+    asio::write(s, asio::buffer(out), ec);  // small: fits the socket buffer at once
     std::string got;
     std::array<char, 256> buf;
     bool closed = false;
@@ -85,7 +107,7 @@ class PairProbeTest : public ::testing::Test {
 };
 
 TEST_F(PairProbeTest, MeasuresBothWaysAndLatency) {
-  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0);
+  auto server = Listen();
   ASSERT_TRUE(server) << server.error().message;
   ASSERT_NE((*server)->port(), 0);
   ProbeOptions opts;
@@ -146,7 +168,7 @@ TEST_F(PairProbeTest, ConnectionRefusedNamesThePeer) {
 }
 
 TEST_F(PairProbeTest, ServerRejectsMalformedHeadersAndKeepsServing) {
-  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0);
+  auto server = Listen();
   ASSERT_TRUE(server) << server.error().message;
   uint16_t port = (*server)->port();
   struct Case {
@@ -154,12 +176,12 @@ TEST_F(PairProbeTest, ServerRejectsMalformedHeadersAndKeepsServing) {
     std::string reason;
   };
   std::vector<Case> cases = {
-      {Header("GET ", 1, 1, 8), "bad magic 47455420 (not an ftrun netcheck probe)"},
-      {Header("FTNP", 9, 1, 8), "unsupported probe version 9 (this is 1)"},
-      {Header("FTNP", 1, 42, 0), "unexpected message type 42"},
-      {Header("FTNP", 1, 1, 1000), "PING of 1000 bytes"},
-      {Header("FTNP", 1, 3, uint64_t{1} << 40), "DATA of 1099511627776 bytes (at most 1073741824)"},
-      {Header("FTNP", 1, 2, 0), "unexpected message type 2"},  // a PONG from a client
+      {Header("GET ", 2, 1, 8), "bad magic 47455420 (not an ftrun netcheck probe)"},
+      {Header("FTNP", 9, 1, 8), "unsupported probe version 9 (this is 2)"},
+      {Header("FTNP", 2, 42, 0), "unexpected message type 42"},
+      {Header("FTNP", 2, 1, 1000), "PING of 1000 bytes"},
+      {Header("FTNP", 2, 3, uint64_t{1} << 40), "DATA of 1099511627776 bytes (at most 1073741824)"},
+      {Header("FTNP", 2, 2, 0), "unexpected message type 2"},  // a PONG from a client
   };
   for (const auto& c : cases) {
     std::string reply = SendRaw(port, c.bytes);
@@ -182,7 +204,7 @@ TEST_F(PairProbeTest, ServerRejectsMalformedHeadersAndKeepsServing) {
 TEST_F(PairProbeTest, ServerConnectionsAreBounded) {
   ProbeServerOptions so;
   so.max_connections = 2;
-  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0, so);
+  auto server = Listen(so);
   ASSERT_TRUE(server) << server.error().message;
   const uint16_t port = (*server)->port();
   const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), port);
@@ -230,7 +252,7 @@ TEST_F(PairProbeTest, ClientRejectsAServerThatIsNotAProbe) {
 TEST_F(PairProbeTest, ServerErrorIsReportedByTheClient) {
   ProbeServerOptions so;
   so.max_bytes = 1000;
-  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0, so);
+  auto server = Listen(so);
   ASSERT_TRUE(server);
   ProbeOptions opts;
   opts.bytes = 4096;
@@ -246,7 +268,9 @@ TEST_F(PairProbeTest, ServerErrorIsReportedByTheClient) {
 TEST_F(PairProbeTest, DestroyingTheClientCancelsWithoutCallingBack) {
   tcp::acceptor acceptor(io_, tcp::endpoint(asio::ip::make_address("127.0.0.1"), 0));
   int calls = 0;
-  auto client = ProbeClient::Start(io_, "127.0.0.1", acceptor.local_endpoint().port(), {},
+  ProbeOptions opts;
+  opts.key = kKey;
+  auto client = ProbeClient::Start(io_, "127.0.0.1", acceptor.local_endpoint().port(), opts,
                                    [&](Result<ProbeResult>) { ++calls; });
   // Mid-flight: connected, waiting for the PONG the silent peer never sends.
   tcp::socket peer(io_);
@@ -263,12 +287,13 @@ TEST_F(PairProbeTest, DestroyingTheClientCancelsWithoutCallingBack) {
 // and the probe hung until its timeout. Children spawned while the lookup is pending must
 // not hold it up, for a name as for an IP literal.
 TEST_F(PairProbeTest, LookupCompletesWhileChildrenAreSpawned) {
-  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0);
+  auto server = Listen();
   ASSERT_TRUE(server) << server.error().message;
   for (const char* host : {"localhost", "127.0.0.1"}) {
     ProbeOptions opts;
     opts.bytes = 0;
     opts.timeout = 60s;  // far beyond RunUntil's deadline: a stranded lookup fails the test
+    opts.key = kKey;
     std::optional<Result<ProbeResult>> got;
     auto client = ProbeClient::Start(io_, host, (*server)->port(), opts,
                                      [&](Result<ProbeResult> r) { got = std::move(r); });
@@ -310,6 +335,141 @@ TEST_F(PairProbeTest, ListenErrorsNameTheAddress) {
   ASSERT_FALSE(second);
   EXPECT_NE(second.error().message.find("bind: Address already in use"), std::string::npos)
       << second.error().message;
+}
+
+// The handshake's parser reads a KEY header only, and only one of a bounded length: what the
+// server then reads is at most kMaxProbeKey bytes.
+TEST(ProbeKeyHeader, AcceptsOnlyAKeyOfBoundedLength) {
+  using probe_wire::ParseKeyHeader;
+  auto h = [](const char magic[4], uint8_t version, uint8_t type, uint64_t length) {
+    probe_wire::Header out{};
+    for (int i = 0; i < 4; ++i) out[i] = static_cast<uint8_t>(magic[i]);
+    out[4] = version;
+    out[5] = type;
+    for (int i = 0; i < 8; ++i) out[8 + i] = static_cast<uint8_t>(length >> (56 - 8 * i));
+    return out;
+  };
+  auto ok = ParseKeyHeader(h("FTNP", kProbeVersion, probe_wire::kKey, 32));
+  ASSERT_TRUE(ok) << ok.error().message;
+  EXPECT_EQ(*ok, 32u);
+  EXPECT_TRUE(ParseKeyHeader(h("FTNP", kProbeVersion, probe_wire::kKey, kMinProbeKey)));
+  EXPECT_TRUE(ParseKeyHeader(h("FTNP", kProbeVersion, probe_wire::kKey, kMaxProbeKey)));
+  struct Case {
+    probe_wire::Header header;
+    std::string why;
+  };
+  const std::vector<Case> bad = {
+      {h("FTNP", kProbeVersion, probe_wire::kKey, kMinProbeKey - 1),
+       "a probe key of the wrong length"},
+      {h("FTNP", kProbeVersion, probe_wire::kKey, kMaxProbeKey + 1),
+       "a probe key of the wrong length"},
+      {h("FTNP", kProbeVersion, probe_wire::kKey, uint64_t{1} << 62),
+       "a probe key of the wrong length"},
+      {h("FTNP", kProbeVersion, probe_wire::kKey, 0), "a probe key of the wrong length"},
+      {h("FTNP", kProbeVersion, probe_wire::kPing, 8), "no probe key first"},
+      {h("FTNP", kProbeVersion, probe_wire::kData, 32), "no probe key first"},
+      {h("FTNP", 1, probe_wire::kKey, 32), "another probe version"},
+      {h("GET ", kProbeVersion, probe_wire::kKey, 32), "not an ftrun netcheck probe"},
+  };
+  for (const auto& c : bad) {
+    auto r = ParseKeyHeader(c.header);
+    ASSERT_FALSE(r) << c.why;
+    EXPECT_EQ(r.error().message, c.why);
+  }
+}
+
+// An outsider who reaches the port cannot take part: without the key first, with a key of the
+// wrong length or with the wrong key, the connection is refused before anything else is read,
+// each with a fixed reason; the check's own probe then measures as before.
+TEST_F(PairProbeTest, ServerRefusesConnectionsWithoutTheKey) {
+  ProbeServerOptions so;
+  so.handshake_timeout = 300ms;
+  auto server = Listen(so);
+  ASSERT_TRUE(server) << server.error().message;
+  const uint16_t port = (*server)->port();
+  auto error_of = [](const std::string& reply) {
+    if (reply.size() < 16 || reply.substr(0, 4) != "FTNP" || reply[5] != 6) return std::string();
+    return reply.substr(16);
+  };
+  const auto ping = Header("FTNP", kProbeVersion, 1, 8);
+  EXPECT_EQ(error_of(SendRaw(port, ping, "")), "no probe key first");
+  EXPECT_EQ(error_of(SendRaw(port, ping, KeyMessage("short"))), "a probe key of the wrong length");
+  // A 1 TiB "key" is refused from its header, without waiting for its bytes.
+  auto huge = Header("FTNP", kProbeVersion, 7, uint64_t{1} << 40);
+  EXPECT_EQ(error_of(SendRaw(port, ping, std::string(huge.begin(), huge.end()))),
+            "a probe key of the wrong length");
+  // A wrong key of the right length: held until the handshake's deadline, then refused.
+  const std::string wrong(kKey.size(), 'x');
+  EXPECT_EQ(error_of(SendRaw(port, ping, KeyMessage(wrong))), "a wrong probe key");
+  EXPECT_EQ((*server)->refused(), 4u);
+
+  // The prober with a wrong key learns why.
+  ProbeOptions opts;
+  opts.bytes = 64 << 10;
+  opts.timeout = 3s;
+  opts.key = wrong;
+  auto r = Probe(port, opts);
+  ASSERT_FALSE(r);
+  EXPECT_NE(r.error().message.find(": the peer rejected the probe: a wrong probe key"),
+            std::string::npos)
+      << r.error().message;
+  EXPECT_EQ((*server)->refused(), 5u);
+
+  opts.key = kKey;
+  auto good = Probe(port, opts);
+  ASSERT_TRUE(good) << good.error().message;
+  EXPECT_GT(good->upload_mbps, 0);
+  EXPECT_GT(good->download_mbps, 0);
+  EXPECT_EQ((*server)->refused(), 5u);
+}
+
+// A connection that says nothing (or only part of its key) is closed at the handshake's
+// deadline, unanswered, long before the connection timeout.
+TEST_F(PairProbeTest, SilentConnectionIsClosedAtTheHandshakeDeadline) {
+  ProbeServerOptions so;
+  so.handshake_timeout = 200ms;
+  so.connection_timeout = 60s;
+  auto server = Listen(so);
+  ASSERT_TRUE(server) << server.error().message;
+  const tcp::endpoint ep(asio::ip::make_address("127.0.0.1"), (*server)->port());
+  for (const std::string& sent : {std::string(), KeyMessage(kKey).substr(0, 20)}) {
+    tcp::socket s(io_);
+    s.connect(ep);
+    if (!sent.empty()) asio::write(s, asio::buffer(sent));
+    std::array<char, 64> buf;
+    bool closed = false;
+    size_t got = 0;
+    s.async_read_some(asio::buffer(buf), [&](const boost::system::error_code& e, size_t n) {
+      got = n;
+      closed = e.failed();
+    });
+    const auto t0 = std::chrono::steady_clock::now();
+    ASSERT_TRUE(RunUntil([&] { return closed; })) << "bytes sent: " << sent.size();
+    EXPECT_EQ(got, 0u);
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, 3s);
+  }
+  EXPECT_EQ((*server)->refused(), 2u);
+}
+
+// The listener's order (with the key) may reach it after the client's: a key that arrived
+// first is compared again when the server gets its key, within the handshake's deadline.
+TEST_F(PairProbeTest, KeySetAfterTheClientConnectedIsAccepted) {
+  auto server = ProbeServer::Listen(io_, "127.0.0.1", 0);
+  ASSERT_TRUE(server) << server.error().message;
+  ProbeOptions opts;
+  opts.bytes = 64 << 10;
+  opts.timeout = 4s;
+  opts.key = kKey;
+  std::optional<Result<ProbeResult>> got;
+  auto client = ProbeClient::Start(io_, "127.0.0.1", (*server)->port(), opts,
+                                   [&](Result<ProbeResult> r) { got = std::move(r); });
+  ASSERT_TRUE(RunUntil([&] { return (*server)->accepted() == 1; }));
+  io_.run_for(50ms);
+  EXPECT_FALSE(got.has_value());  // held: the server has no key yet
+  (*server)->SetKey(kKey);
+  ASSERT_TRUE(RunUntil([&] { return got.has_value(); }));
+  EXPECT_TRUE(*got) << got->error().message;
+  EXPECT_EQ((*server)->refused(), 0u);
 }
 
 }  // namespace
