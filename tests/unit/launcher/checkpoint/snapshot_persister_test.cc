@@ -19,25 +19,9 @@
 namespace ftrun::launcher {
 namespace {
 
+using testing::Python;
+using testing::PythonLatest;
 using testing::Save;
-
-// Runs Python code with ftrun's helper package (checkpoint.py) importable; returns its stdout
-// and, after "exit=", its exit status.
-std::string Python(const std::string& code) {
-  std::string command = "PYTHONPATH=" + ftrun::testing::SourceDir() +
-                        "/scripts/python /usr/bin/python3 -c '" + code + "' 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  return out + "exit=" + std::to_string(WEXITSTATUS(pclose(pipe)));
-}
-
-// What checkpoint.latest() finds under root, verified with checksums.
-std::string PythonLatest(const std::string& root) {
-  return Python("from ftrun import checkpoint as c\nk = c.latest(\"" + root +
-                "\")\nprint(k and (k.step, sorted(c.verify(k.path)[\"groups\"])))");
-}
 
 class SnapshotPersisterTest : public ::testing::Test {
  protected:
