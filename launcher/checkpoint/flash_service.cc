@@ -293,7 +293,12 @@ void FlashService::PersistSharedForExit() {
 }
 
 void FlashService::Persisted(const std::string& key, uint64_t step, Result<std::string> outcome) {
-  if (outcome) {
+  if (outcome && key.find("\nshared\n") != std::string::npos) {
+    // Some shards of a multi-node step: the step may be complete now, completed by another
+    // agent, superseded by a newer complete step, or still waiting for other agents' shards.
+    LauncherLog()->info("flash checkpoint: shards of step={} written; the job's newest stored: {}",
+                        step, *outcome);
+  } else if (outcome) {
     LauncherLog()->info("flash checkpoint: step={} stored at {}", step, *outcome);
   } else {
     LauncherLog()->error("flash checkpoint: persisting step {} failed: {}", step,
