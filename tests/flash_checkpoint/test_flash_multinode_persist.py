@@ -23,10 +23,12 @@ import sys
 import tempfile
 import unittest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts", "python"))
-FTRUN = os.environ.get("FTRUN_BINARY") or os.path.join(HERE, "..", "..", "build", "launcher",
-                                                        "ftrun")
+# The flash tests' shared helpers (this directory is the script's sys.path[0]; importing them
+# also puts ftrun's helper package on sys.path).
+from test_flash_memory import FTRUN, Processes, assert_same_weights, free_port  # noqa: E402
+from test_flash_memory import one_step, resume, wait_for  # noqa: E402
+from test_flash_replica import finals, read  # noqa: E402
+
 STEPS = 24
 
 
@@ -49,25 +51,12 @@ def train(root, config):
     cp = ShardedCheckpointer(os.path.join(root, "ckpt"))
     ballast = torch.zeros(config.get("ballast_mb", 0) * (1 << 18))
     progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
-    state = cp.load_checkpoint()
-    start = 0
-    if state:
-        if state["rank"] != rank:
-            raise RuntimeError(f"rank {rank} got the shard of rank {state['rank']}")
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        start = state["step"] + 1
+    start = resume(cp, model, opt, rank, sharded=True)
     progress.write(f"start {start}\n")
     for step in range(start, STEPS):
         if step == config.get("fail_at") and rank == config["fail_rank"]:
             sys.exit(1)
-        g = torch.Generator().manual_seed(step * 100 + rank)
-        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        dist.all_reduce(loss.detach())  # the ranks train in lockstep
-        opt.step()
+        one_step(model, opt, step, rank, lockstep=True)
         disk = step in config.get("disk_at", [])
         saved = cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
                                           "step": step, "rank": rank, "ballast": ballast},
@@ -78,10 +67,6 @@ def train(root, config):
     with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
         json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
 
-
-# The flash tests' shared helpers (this directory is the script's sys.path[0]).
-from test_flash_memory import assert_same_weights, free_port, wait_for  # noqa: E402
-from test_flash_replica import finals, read  # noqa: E402
 
 
 def starts(root, rank):
@@ -111,28 +96,13 @@ def complete_steps(root):
 
 
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
-class MultiNodeExitPersistTest(unittest.TestCase):
+class MultiNodeExitPersistTest(Processes, unittest.TestCase):
     clean = None
 
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="ftrun-mnpersist-")
-        self.env = dict(os.environ)
-        self.env.pop("FTRUN_CONTROL_SOCKET", None)
-        self.procs = []
+        self.processes_setup()
         self.jobs = 0
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-
-    def start(self, args, name):
-        with open(os.path.join(self.root, name), "w") as log:
-            p = subprocess.Popen([FTRUN, *args], stdout=log, stderr=subprocess.STDOUT,
-                                 env=self.env, start_new_session=True)
-        self.procs.append(p)
-        return p
 
     def job(self, config, restarts=0, extra=()):
         """A master and two agents (2 ranks each); returns (master, agent a, agent b, logs)."""

@@ -55,16 +55,7 @@ class SnapshotPersisterTest : public ::testing::Test {
     return request;
   }
 
-  // The names under root, sorted.
-  std::string Leftovers() {
-    std::set<std::string> names;
-    for (const auto& entry : std::filesystem::directory_iterator(root_)) {
-      names.insert(entry.path().filename().string());
-    }
-    std::string list;
-    for (const auto& name : names) list += name + " ";
-    return list;
-  }
+  std::string Leftovers() { return testing::NamesIn(root_); }
 
   ftrun::testing::TempDir dir_;
   std::string root_ = dir_ / "ckpt";

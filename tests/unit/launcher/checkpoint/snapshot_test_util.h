@@ -9,6 +9,8 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <set>
 #include <span>
 #include <string>
 
@@ -55,6 +57,17 @@ inline std::string Pattern(size_t bytes, char seed) {
   std::string s(bytes, '\0');
   for (size_t i = 0; i < bytes; ++i) s[i] = static_cast<char>(seed + i * 7 + i / 251);
   return s;
+}
+
+// The names in `dir`, sorted, each followed by a space.
+inline std::string NamesIn(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.insert(entry.path().filename().string());
+  }
+  std::string list;
+  for (const auto& name : names) list += name + " ";
+  return list;
 }
 
 // Runs Python code with ftrun's helper package (checkpoint.py) importable; returns its stdout

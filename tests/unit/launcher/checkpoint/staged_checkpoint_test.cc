@@ -48,15 +48,7 @@ class StagedCheckpointTest : public ::testing::Test {
     return request;
   }
 
-  std::string Names() {
-    std::set<std::string> names;
-    for (const auto& entry : fs::directory_iterator(root_)) {
-      names.insert(entry.path().filename().string());
-    }
-    std::string list;
-    for (const auto& name : names) list += name + " ";
-    return list;
-  }
+  std::string Names() { return testing::NamesIn(root_); }
 
   ftrun::testing::TempDir dir_;
   std::string root_ = dir_ / "ckpt";
