@@ -296,8 +296,8 @@ void FlashService::Persisted(const std::string& key, uint64_t step, Result<std::
   if (outcome && key.find("\nshared\n") != std::string::npos) {
     // Some shards of a multi-node step: the step may be complete now, completed by another
     // agent, superseded by a newer complete step, or still waiting for other agents' shards.
-    LauncherLog()->info("flash checkpoint: shards of step={} written; the job's newest stored: {}",
-                        step, *outcome);
+    LauncherLog()->info("flash checkpoint: shards of step={} held here are on storage: {}", step,
+                        *outcome);
   } else if (outcome) {
     LauncherLog()->info("flash checkpoint: step={} stored at {}", step, *outcome);
   } else {

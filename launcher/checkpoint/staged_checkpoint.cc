@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <regex>
 #include <set>
 #include <sstream>
@@ -168,15 +169,21 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
   fs::create_directories(request.root, ec);
   if (ec) return Error{"creating " + request.root + ": " + ec.message()};
   std::string final_dir = request.root + "/ftrun-step-" + std::to_string(request.step);
-  if (auto newest = NewestComplete(request.root); newest && *newest >= request.step) {
-    return Ok(request.root + "/ftrun-step-" + std::to_string(*newest));
-  }
+  // A complete step at least as new as this one (another writer may complete one at any
+  // time): this step's staging area is useless then, and removed if this writer made it.
+  auto superseded = [&]() -> std::optional<std::string> {
+    auto newest = NewestComplete(request.root);
+    if (!newest || *newest < request.step) return std::nullopt;
+    RemoveStaging(request.root, request.step);
+    return request.root + "/ftrun-step-" + std::to_string(*newest);
+  };
+  if (auto newer = superseded()) return Ok(*newer);
   std::string staging = StagingDir(request.root, request.step);
   if (mkdir(staging.c_str(), 0755) != 0 && errno != EEXIST) return Failed("creating", staging);
   for (const auto& part : request.parts) {
     if (auto s = StagePart(staging, part, request.step); !s) {
       // The step may have been completed meanwhile, its staging area removed under us.
-      if (fs::exists(final_dir + "/MANIFEST.json", ec)) return Ok(final_dir);
+      if (auto newer = superseded()) return Ok(*newer);
       return s.error();
     }
   }
@@ -201,13 +208,13 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
     }
   }
   if (parts.size() < static_cast<size_t>(request.world_size)) {
-    if (fs::exists(final_dir + "/MANIFEST.json", ec)) return Ok(final_dir);
+    if (auto newer = superseded()) return Ok(*newer);
     return Ok(staging + ": " + std::to_string(parts.size()) + " of " +
               std::to_string(request.world_size) + " shards staged" +
               (missing.empty() ? "" : " (missing " + missing + (absent > 8 ? ", ..." : "") + ")"));
   }
   if (auto s = Finish(request, staging, parts, final_dir); !s) {
-    if (fs::exists(final_dir + "/MANIFEST.json", ec)) return Ok(final_dir);
+    if (auto newer = superseded()) return Ok(*newer);
     return s.error();
   }
   RemoveStaging(request.root, request.step);

@@ -40,6 +40,8 @@ class StagedCheckpointTest : public ::testing::Test {
                               .link = dir_ / ("link-" + std::to_string(step)),
                               .shared = true};
     for (int rank : ranks) {
+      if (store_.Newest(rank)->step != step)
+        testing::Save(store_, rank, step, "step " + std::to_string(step));
       request.parts.push_back({.group = "rank-" + std::to_string(rank),
                                .files = {{.name = "rank_" + std::to_string(rank) + ".pt",
                                           .header = "",
@@ -97,6 +99,18 @@ TEST_F(StagedCheckpointTest, ACompleteStepIsNeverOverwrittenNorAnOlderOneStagedA
   ASSERT_TRUE(older) << older.error().message;
   EXPECT_EQ(*older, root_ + "/ftrun-step-7") << "a newer step is complete";
   EXPECT_EQ(Names(), "dlrover_latest.txt ftrun-step-7 ");
+}
+
+TEST_F(StagedCheckpointTest, AStagingAreaOfAStepThatANewerCompleteStepSupersedesIsRemoved) {
+  ASSERT_TRUE(StageShards(Holding({0}, 6)));  // another writer staged step 6 ...
+  CheckpointRequest whole = Holding({0, 1, 2, 3}, 8);
+  whole.shared = false;  // ... then step 8 was stored whole (by a writer not removing it)
+  ASSERT_TRUE(WriteCheckpoint(whole));
+  ASSERT_TRUE(fs::exists(StagingDir(root_, 6)));
+  auto late = StageShards(Holding({1}, 6));
+  ASSERT_TRUE(late) << late.error().message;
+  EXPECT_EQ(*late, root_ + "/ftrun-step-8");
+  EXPECT_EQ(Names(), "dlrover_latest.txt ftrun-step-8 ");
 }
 
 TEST_F(StagedCheckpointTest, APartialNewerStepLeavesTheTrackerOnTheCompleteOne) {
