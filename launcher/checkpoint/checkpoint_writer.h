@@ -32,14 +32,17 @@
 
 #include "common/result.h"
 #include "launcher/checkpoint/snapshot_store.h"
+#include "launcher/replica/replica_store.h"
 
 namespace ftrun::launcher {
 
-// One file of a group: `header` then the snapshot's bytes (either may be empty).
+// One file of a group: `header` then the snapshot's bytes (either may be empty), or the
+// replica's (a copy of another node's snapshot, checked against its crc32 when it arrived).
 struct CheckpointFile {
   std::string name;
   std::string header;
   std::optional<SnapshotView> snapshot;
+  std::optional<ReplicaView> replica = std::nullopt;  // used when there is no snapshot
 };
 
 // One replica group's files ("" for the single copy of a DDP job, "rank-<r>" for a shard).
@@ -58,6 +61,10 @@ struct CheckpointRequest {
   // Made a symbolic link to the stored copy (its one file, or the checkpoint's directory when
   // it has more); "" for none. A real file or directory there is left alone, with a warning.
   std::string link;
+  // The parts are some of the shards of a step that several writers (the agents of a
+  // multi-node job) store together: written by StageShards (staged_checkpoint.h), not
+  // WriteCheckpoint.
+  bool shared = false;
 };
 
 // Writes the checkpoint; returns its final directory (<root>/ftrun-step-<S>).

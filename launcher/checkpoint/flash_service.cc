@@ -20,6 +20,18 @@ bool IsShard(const std::string& group) { return group.starts_with(kShardPrefix);
 // The checkpoint a copy belongs to: the one copy "" alone, every shard together.
 std::string CheckpointKey(const std::string& group) { return IsShard(group) ? "sharded" : group; }
 
+// The file name of shard `group` in a step whose shard `own` this node saved as `own_name`
+// (the script names a shard's file after its rank: rank_3.pt): the rank's number swapped.
+std::string ShardFileName(const std::string& own_name, const std::string& own,
+                          const std::string& group) {
+  std::string from = "_" + own.substr(std::string(kShardPrefix).size()) + ".";
+  std::string name = own_name;
+  if (auto at = name.find(from); at != std::string::npos) {
+    name.replace(at, from.size(), "_" + group.substr(std::string(kShardPrefix).size()) + ".");
+  }
+  return name;
+}
+
 }  // namespace
 
 FlashService::FlashService(boost::asio::io_context& io, int local_ranks, uint64_t budget_bytes,
@@ -183,10 +195,11 @@ void FlashService::MaybePersist(const SnapshotView& view, const std::string& rea
                             .tracker = target.tracker,
                             .link = target.path};
   if (!IsShard(view.meta.group)) {
-    request.parts.push_back({view.meta.group, {{target.name, "", view}}});
+    request.parts.push_back({view.meta.group, {{target.name, "", view, {}}}});
   } else {
     if (target.world_size > store_.local_ranks()) {
-      // Not every shard can be on this node: the ranks write the step themselves.
+      // Not every shard can be on this node: the ranks write a DISK save themselves, and
+      // when the job fails the agents stage what they hold (PersistSharedForExit).
       return;
     }
     for (int rank = 0; rank < target.world_size; ++rank) {
@@ -199,7 +212,7 @@ void FlashService::MaybePersist(const SnapshotView& view, const std::string& rea
             view.step, group);
         return;
       }
-      request.parts.push_back({group, {{shard->meta.target.name, "", *shard}}});
+      request.parts.push_back({group, {{shard->meta.target.name, "", *shard, {}}}});
     }
   }
   stored_[key] = view.step;
@@ -212,8 +225,80 @@ void FlashService::MaybePersist(const SnapshotView& view, const std::string& rea
                      });
 }
 
+void FlashService::PersistSharedForExit() {
+  // Every step held here of a job whose shards span nodes, newest first: the agents of the
+  // other nodes may not hold the newest one whole (a rank died before its commit), so the
+  // step before it is staged too, and whichever step gets all its shards is stored.
+  std::map<std::pair<uint64_t, std::string>, CheckpointRequest, std::greater<>> steps;
+  std::map<std::pair<uint64_t, std::string>, const SnapshotView*> own;  // one shard held here
+  std::vector<SnapshotView> views;
+  for (int lr = 0; lr < store_.local_ranks(); ++lr) {
+    for (auto& view : store_.Complete(lr)) views.push_back(std::move(view));
+  }
+  for (const auto& view : views) {
+    const SnapshotTarget& target = view.meta.target;
+    if (!IsShard(view.meta.group) || target.root.empty() ||
+        target.world_size <= store_.local_ranks()) {
+      continue;
+    }
+    auto at = std::make_pair(view.step, target.root);
+    auto [it, fresh] = steps.try_emplace(at);
+    CheckpointRequest& request = it->second;
+    if (fresh) {
+      request = CheckpointRequest{.root = target.root,
+                                  .step = view.step,
+                                  .world_size = target.world_size,
+                                  .reason = "failure",
+                                  .parts = {},
+                                  .tracker = target.tracker,
+                                  .link = target.path,
+                                  .shared = true};
+      own[at] = &view;
+    }
+    bool held = std::any_of(request.parts.begin(), request.parts.end(),
+                            [&](const CheckpointPart& p) { return p.group == view.meta.group; });
+    if (!held) request.parts.push_back({view.meta.group, {{target.name, "", view, {}}}});
+  }
+  for (auto& [at, request] : steps) {
+    // Copies of other nodes' shards of the same step help when their agents cannot write.
+    for (const std::string& group :
+         replicas_ != nullptr ? replicas_->Groups() : std::vector<std::string>{}) {
+      if (std::any_of(request.parts.begin(), request.parts.end(),
+                      [&](const CheckpointPart& p) { return p.group == group; })) {
+        continue;
+      }
+      for (const auto& replica : replicas_->Complete(group)) {
+        if (replica.step != request.step) continue;
+        const SnapshotView& mine = *own[at];
+        request.parts.push_back(
+            {group,
+             {{ShardFileName(mine.meta.target.name, mine.meta.group, group), "", {}, replica}}});
+        break;
+      }
+    }
+    const std::string key = request.root + "\nshared\n" + std::to_string(request.step);
+    if (stored_.contains(key)) continue;
+    stored_[key] = request.step;
+    if (in_flight_++ == 0) busy_.emplace(io_.get_executor());
+    std::string groups;
+    for (const auto& part : request.parts) groups += (groups.empty() ? "" : ",") + part.group;
+    LauncherLog()->info(
+        "flash checkpoint: persisting shards {} of step={} (world size {}) to {} (failure)", groups,
+        request.step, request.world_size, request.root);
+    uint64_t step = request.step;
+    persister_.Persist(std::move(request), [this, key, step](Result<std::string> outcome) {
+      Persisted(key, step, std::move(outcome));
+    });
+  }
+}
+
 void FlashService::Persisted(const std::string& key, uint64_t step, Result<std::string> outcome) {
-  if (outcome) {
+  if (outcome && key.find("\nshared\n") != std::string::npos) {
+    // Some shards of a multi-node step: the step may be complete now, completed by another
+    // agent, superseded by a newer complete step, or still waiting for other agents' shards.
+    LauncherLog()->info("flash checkpoint: shards of step={} held here are on storage: {}", step,
+                        *outcome);
+  } else if (outcome) {
     LauncherLog()->info("flash checkpoint: step={} stored at {}", step, *outcome);
   } else {
     LauncherLog()->error("flash checkpoint: persisting step {} failed: {}", step,
@@ -231,6 +316,7 @@ void FlashService::PersistForExit(std::function<void()> done) {
   for (int lr = 0; lr < store_.local_ranks(); ++lr) {
     if (auto view = store_.Newest(lr)) MaybePersist(*view, "failure");
   }
+  PersistSharedForExit();
   if (in_flight_ == 0) {
     boost::asio::post(io_, std::move(done));
     return;

@@ -15,8 +15,12 @@
 // snapshots, so a shard is found wherever its rank ran on this node before.
 //
 // Persisting: one snapshot per checkpoint for a copy ""; a shard is persisted once the
-// shards of every rank (its world size) of that step are here, all in one checkpoint. A step
-// already written is not written again. While a snapshot is being persisted its buffer is
+// shards of every rank (its world size) of that step are here, all in one checkpoint. When
+// the job fails and its shards span nodes (world size above the local ranks), every agent
+// stages the shards it holds of every step (its own, and replicas of other nodes' shards of
+// the same step) with StageShards (staged_checkpoint.h): a step becomes a checkpoint once
+// the agents have stored all its shards between them. A step already written is not written
+// again. While a snapshot is being persisted its buffer is
 // pinned: a save that would need it is refused with busy=true (a MEMORY save is skipped, a
 // DISK save retries).
 //
@@ -61,7 +65,8 @@ class FlashService {
   void WorkerExited(int local_rank);
 
   // The job ends in failure: the newest complete snapshot of every copy that has a target is
-  // persisted, unless that step is already stored. `done` runs on the loop once everything
+  // persisted, unless that step is already stored; shards of a multi-node job are staged
+  // (every complete step held here, newest first). `done` runs on the loop once everything
   // queued is written (or failed); the loop is kept running until then.
   void PersistForExit(std::function<void()> done);
 
@@ -79,6 +84,9 @@ class FlashService {
   void Refuse(int local_rank, int64_t id, int64_t step, const std::string& error, bool busy);
   // Queues the checkpoint of `view`'s copy at its step, if it is complete and not stored yet.
   void MaybePersist(const SnapshotView& view, const std::string& reason);
+  // Stages the shards held here (own and replicas) of every step of a job whose shards span
+  // nodes, so that the agents together store each step whose shards they hold between them.
+  void PersistSharedForExit();
   void Persisted(const std::string& key, uint64_t step, Result<std::string> outcome);
   std::optional<SnapshotView> Find(const std::string& group, uint64_t step) const;
 

@@ -3,6 +3,7 @@
 #include <boost/asio/post.hpp>
 
 #include "common/log.h"
+#include "launcher/checkpoint/staged_checkpoint.h"
 
 namespace ftrun::launcher {
 
@@ -42,7 +43,7 @@ void SnapshotPersister::Run() {
     auto [request, done] = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
-    auto outcome = WriteCheckpoint(request);
+    auto outcome = request.shared ? StageShards(request) : WriteCheckpoint(request);
     if (outcome) {
       LauncherLog()->info("checkpoint of step {} persisted at {}", request.step, *outcome);
     } else {

@@ -112,4 +112,12 @@ std::vector<ReplicaView> ReplicaStore::Complete(const std::string& group) const 
   return views;
 }
 
+std::vector<std::string> ReplicaStore::Groups() const {
+  std::vector<std::string> names;
+  for (const auto& [name, g] : groups_) {
+    if (g.newest >= 0) names.push_back(name);
+  }
+  return names;
+}
+
 }  // namespace ftrun::launcher

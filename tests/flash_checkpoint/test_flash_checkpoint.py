@@ -178,6 +178,28 @@ class ShardedTest(TestCase):
             cp.load_checkpoint()
 
 
+class StagedShardsTest(TestCase):
+    def test_load_removes_what_an_earlier_failed_run_staged_and_nothing_else(self):
+        cp = ShardedCheckpointer(self.root)
+        cp.save_checkpoint(3, training_state(3), storage_type=StorageType.DISK)
+        staged = os.path.join(self.root, ".ftrun-step-9.parts")  # agents' leftover shards
+        os.makedirs(os.path.join(staged, "group-rank-0-abcdef12"))
+        saving = os.path.join(self.root, ".ftrun-step-4.tmp-1-2")  # not the loader's business
+        os.makedirs(saving)
+        state, err = self.quietly(ShardedCheckpointer(self.root).load_checkpoint)
+        self.assertEqual(state["step"], 3)
+        self.assertFalse(os.path.exists(staged))
+        self.assertIn(f"ftrun: removing {staged}: shards of a step", err)
+        self.assertTrue(os.path.isdir(saving))
+
+    def test_the_tracker_is_never_lowered(self):
+        engine._write_tracker(self.root, 8)
+        engine._write_tracker(self.root, 5)
+        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME)) as f:
+            self.assertEqual(f.read(), "8\n")
+        self.assertEqual(sorted(os.listdir(self.root)), [engine.TRACKER_FILE_NAME])
+
+
 class DlroverShapeTest(unittest.TestCase):
     """The names a DLRover script imports exist with DLRover's signatures."""
 

@@ -58,24 +58,10 @@ def train(root, config):
     ballast = torch.zeros(config.get("ballast_mb", 0) * (1 << 18))  # float32: 4 bytes each
     progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
 
-    state = cp.load_checkpoint()
-    start = 0
-    if state:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        start = state["step"] + 1
-        if sharded and state["rank"] != rank:
-            raise RuntimeError(f"rank {rank} got the shard of rank {state['rank']}")
+    start = resume(cp, model, opt, rank, sharded)
     progress.write(f"start {start} attempt {attempt}\n")
     for step in range(start, config["steps"]):
-        g = torch.Generator().manual_seed(step * 100 + rank)
-        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-        loss = torch.nn.functional.mse_loss(net(x), y)
-        opt.zero_grad()
-        loss.backward()
-        if sharded:  # shards train in lockstep, as a real sharded job's collectives make them
-            dist.all_reduce(loss.detach())
-        opt.step()
+        one_step(net, opt, step, rank, lockstep=sharded)
         doomed = attempt == 0 and step == config.get("kill_at") and rank == config["kill_rank"]
         if doomed and config.get("kill_how") == "mid_save":
             real_write, real_layout_write = snapshot.Plan.write, Layout.write
@@ -103,6 +89,34 @@ def train(root, config):
         time.sleep(config.get("pause", 0))
     with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
         json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+
+
+def resume(cp, model, opt, rank, sharded):
+    """Loads the newest checkpoint into model and opt; the step to start at. A shard must be
+    the one this rank saved."""
+    state = cp.load_checkpoint()
+    if not state:
+        return 0
+    if sharded and state["rank"] != rank:
+        raise RuntimeError(f"rank {rank} got the shard of rank {state['rank']}")
+    model.load_state_dict(state["model"])
+    opt.load_state_dict(state["opt"])
+    return state["step"] + 1
+
+
+def one_step(net, opt, step, rank, lockstep):
+    """One training step on rank's data for `step` (the same on every run). lockstep: the
+    ranks all-reduce the loss, as a real sharded job's collectives tie them together."""
+    import torch
+    import torch.distributed as dist
+    g = torch.Generator().manual_seed(step * 100 + rank)
+    x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+    loss = torch.nn.functional.mse_loss(net(x), y)
+    opt.zero_grad()
+    loss.backward()
+    if lockstep:
+        dist.all_reduce(loss.detach())
+    opt.step()
 
 
 def run_job(root, config, ranks=2, restarts=1, extra=(), env=None, wait=True):
@@ -293,6 +307,30 @@ def assert_same_weights(test, finals, clean):
         for key in ("w", "b"):
             test.assertEqual(len(got[key]), len(want[key]))
             test.assertLess(max(abs(x - y) for x, y in zip(got[key], want[key])), 1e-6)
+
+
+class Processes:
+    """A test's ftrun processes (each in its own session, its output in a file under
+    self.root): started with start(), SIGKILLed with their children at tearDown if still
+    running. setUp sets self.root first and calls processes_setup()."""
+
+    def processes_setup(self):
+        self.env = dict(os.environ)
+        self.env.pop("FTRUN_CONTROL_SOCKET", None)
+        self.procs = []
+
+    def tearDown(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+                p.wait()
+
+    def start(self, args, name):
+        with open(os.path.join(self.root, name), "w") as log:
+            p = subprocess.Popen([FTRUN, *args], stdout=log, stderr=subprocess.STDOUT,
+                                 env=self.env, start_new_session=True)
+        self.procs.append(p)
+        return p
 
 
 def free_port():

@@ -44,23 +44,10 @@ def train(root, config):
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     cp = ShardedCheckpointer(os.path.join(root, "ckpt"))
     progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
-    state = cp.load_checkpoint()
-    start = 0
-    if state:
-        if state["rank"] != rank:
-            raise RuntimeError(f"rank {rank} got the shard of rank {state['rank']}")
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["opt"])
-        start = state["step"] + 1
+    start = resume(cp, model, opt, rank, sharded=True)
     progress.write(f"start {start} attempt {attempt}\n")
     for step in range(start, config["steps"]):
-        g = torch.Generator().manual_seed(step * 100 + rank)
-        x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        dist.all_reduce(loss.detach())  # the ranks train in lockstep
-        opt.step()
+        one_step(model, opt, step, rank, lockstep=True)
         saved = cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
                                           "step": step, "rank": rank},
                                    storage_type=StorageType.MEMORY)
@@ -72,7 +59,8 @@ def train(root, config):
 
 
 # The flash tests' shared helpers (this directory is the script's sys.path[0]).
-from test_flash_memory import assert_same_weights, free_port  # noqa: E402
+from test_flash_memory import Processes, assert_same_weights, free_port  # noqa: E402
+from test_flash_memory import one_step, resume  # noqa: E402
 from test_flash_memory import wait_for as _wait_for  # noqa: E402
 
 
@@ -93,25 +81,10 @@ def finals(root, ranks):
 
 
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
-class ReplicaNodeLossTest(unittest.TestCase):
+class ReplicaNodeLossTest(Processes, unittest.TestCase):
     def setUp(self):
         self.root = tempfile.mkdtemp(prefix="ftrun-replica-")
-        self.env = dict(os.environ)
-        self.env.pop("FTRUN_CONTROL_SOCKET", None)
-        self.procs = []
-
-    def tearDown(self):
-        for p in self.procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-
-    def start(self, args, name):
-        with open(os.path.join(self.root, name), "w") as log:
-            p = subprocess.Popen([FTRUN, *args], stdout=log, stderr=subprocess.STDOUT,
-                                 env=self.env, start_new_session=True)
-        self.procs.append(p)
-        return p
+        self.processes_setup()
 
     def fault_free(self):
         root = os.path.join(self.root, "clean")

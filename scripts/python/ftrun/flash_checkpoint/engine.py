@@ -7,7 +7,9 @@ passes becomes a symbolic link to the stored checkpoint, so `torch.load(path)` k
 and `dlrover_latest.txt` (DLRover's tracker name) holds the newest saved step. Loading never
 trusts the tracker alone: it takes the newest checkpoint whose manifest verifies.
 """
+import fcntl
 import os
+import re
 import shutil
 import sys
 from enum import Enum, auto
@@ -220,19 +222,45 @@ class Comm:
 
 
 def _write_tracker(root: str, step: int):
+    """Records step in the tracker unless it names a newer one. Under an flock on root, as
+    the agents take it (launcher/checkpoint/checkpoint_io.h): writers on several nodes sharing
+    root cannot lower it either."""
     tracker = os.path.join(root, TRACKER_FILE_NAME)
+    lock = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        with open(tracker) as f:
-            if int(f.read().strip() or -1) > step:
-                return  # an older step saved late does not hide a newer one
-    except (OSError, ValueError):
-        pass
-    tmp = f"{tracker}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(f"{step}\n")
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, tracker)
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            with open(tracker) as f:
+                if int(f.read().strip() or -1) > step:
+                    return  # an older step saved late does not hide a newer one
+        except (OSError, ValueError):
+            pass
+        tmp = f"{tracker}.tmp-{os.getpid()}"
+        with open(tmp, "w") as f:
+            f.write(f"{step}\n")
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, tracker)
+    finally:
+        os.close(lock)  # releases the lock
+
+
+_STAGED = re.compile(r"^\.ftrun-step-\d+\.parts$")
+
+
+def discard_staged(root: str):
+    """Removes the staging areas that agents of an earlier, failed run left under root (the
+    shards of a multi-node step whose other shards never arrived), so that they are never
+    completed with shards of this run's timeline. Loaders ignore them either way."""
+    try:
+        names = os.listdir(root)
+    except FileNotFoundError:
+        return
+    for name in names:
+        if _STAGED.match(name):
+            print(f"ftrun: removing {os.path.join(root, name)}: shards of a step that an "
+                  "earlier run did not store whole", file=sys.stderr, flush=True)
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
 def _link(path: str, target: str):

@@ -58,7 +58,12 @@ class ShardedCheckpointer:
 
     def load_checkpoint(self, resume_path=""):
         """This rank's shard of the newest checkpoint every rank can restore, or {} when there
-        is none. resume_path: a step directory (or its link) to load instead."""
+        is none. resume_path: a step directory (or its link) to load instead.
+
+        Rank 0 first removes what agents of an earlier run that failed left staged but never
+        stored whole (see the man page's WHEN THE JOB FAILS)."""
+        if self._rank == 0:
+            engine.discard_staged(self.checkpoint_dir)
         if resume_path:
             path = os.path.realpath(resume_path)
             manifest = self._verify(path)

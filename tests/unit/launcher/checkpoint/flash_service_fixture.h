@@ -37,6 +37,7 @@ struct Target {
   std::string tracker;
   int64_t world_size = 1;
   bool persist = false;
+  std::string name = "";  // the shard's file name ("" : the default)
 };
 
 // Holds every log record of another thread (the persister's: it logs the checkpoint it wrote
@@ -93,6 +94,7 @@ class FlashServiceTest : public ::testing::Test {
 
   ~FlashServiceTest() override {
     if (gate_) gate_->Open();
+    second_.reset();
     service_.reset();  // joins the persister's thread
     if (gate_) std::erase(LauncherLog()->sinks(), gate_);
     for (const Sent& s : sent_) {
@@ -100,13 +102,20 @@ class FlashServiceTest : public ::testing::Test {
     }
   }
 
+  // The service the requests go to: the first agent's, or after UseSecond(true) another
+  // agent's (of another node) on the same loop and answer list.
   FlashService& service() {
+    if (second_agent_) {
+      if (!second_) {
+        second_.emplace(io_, 2, budget_, [this](int lr, const std::string& json, int fd) {
+          return Record(lr, json, fd);
+        });
+      }
+      return *second_;
+    }
     if (!service_) {
       service_.emplace(io_, 2, budget_, [this](int lr, const std::string& json, int fd) {
-        Sent s{.local_rank = lr, .json = {}, .fd = fd >= 0 ? ::fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1};
-        EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, &s.json).ok()) << json;
-        sent_.push_back(std::move(s));
-        return connected_;
+        return Record(lr, json, fd);
       });
     }
     return *service_;
@@ -137,6 +146,7 @@ class FlashServiceTest : public ::testing::Test {
     r.set_root(to.root);
     r.set_path(to.path);
     r.set_tracker(to.tracker);
+    r.set_name(to.name);
     r.set_world_size(to.world_size);
     r.set_persist(to.persist);
     service().Commit(lr, r);
@@ -207,6 +217,18 @@ class FlashServiceTest : public ::testing::Test {
   std::deque<Sent> sent_;  // references stay valid as answers arrive
   std::shared_ptr<GateSink> gate_;
   std::optional<FlashService> service_;
+  std::optional<FlashService> second_;
+  bool second_agent_ = false;
+
+  void UseSecond(bool second) { second_agent_ = second; }
+
+ private:
+  bool Record(int lr, const std::string& json, int fd) {
+    Sent s{.local_rank = lr, .json = {}, .fd = fd >= 0 ? ::fcntl(fd, F_DUPFD_CLOEXEC, 0) : -1};
+    EXPECT_TRUE(google::protobuf::util::JsonStringToMessage(json, &s.json).ok()) << json;
+    sent_.push_back(std::move(s));
+    return connected_;
+  }
 };
 
 }  // namespace ftrun::launcher::testing

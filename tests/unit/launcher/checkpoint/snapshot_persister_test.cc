@@ -19,25 +19,9 @@
 namespace ftrun::launcher {
 namespace {
 
+using testing::Python;
+using testing::PythonLatest;
 using testing::Save;
-
-// Runs Python code with ftrun's helper package (checkpoint.py) importable; returns its stdout
-// and, after "exit=", its exit status.
-std::string Python(const std::string& code) {
-  std::string command = "PYTHONPATH=" + ftrun::testing::SourceDir() +
-                        "/scripts/python /usr/bin/python3 -c '" + code + "' 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
-  return out + "exit=" + std::to_string(WEXITSTATUS(pclose(pipe)));
-}
-
-// What checkpoint.latest() finds under root, verified with checksums.
-std::string PythonLatest(const std::string& root) {
-  return Python("from ftrun import checkpoint as c\nk = c.latest(\"" + root +
-                "\")\nprint(k and (k.step, sorted(c.verify(k.path)[\"groups\"])))");
-}
 
 class SnapshotPersisterTest : public ::testing::Test {
  protected:
@@ -71,16 +55,7 @@ class SnapshotPersisterTest : public ::testing::Test {
     return request;
   }
 
-  // The names under root, sorted.
-  std::string Leftovers() {
-    std::set<std::string> names;
-    for (const auto& entry : std::filesystem::directory_iterator(root_)) {
-      names.insert(entry.path().filename().string());
-    }
-    std::string list;
-    for (const auto& name : names) list += name + " ";
-    return list;
-  }
+  std::string Leftovers() { return testing::NamesIn(root_); }
 
   ftrun::testing::TempDir dir_;
   std::string root_ = dir_ / "ckpt";

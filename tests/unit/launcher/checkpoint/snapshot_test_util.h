@@ -1,15 +1,21 @@
 // What the snapshot tests share: a stand-in for the worker's side of a save (map the leased
-// memfd, copy the bytes in, commit with their crc32) and a stray write into a snapshot.
+// memfd, copy the bytes in, commit with their crc32), a stray write into a snapshot, and
+// checkpoint.py run on what the agent wrote.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <sys/mman.h>
+#include <sys/wait.h>
 
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <set>
 #include <span>
 #include <string>
 
 #include "launcher/checkpoint/snapshot_store.h"
+#include "tests/support/test_support.h"
 
 namespace ftrun::launcher::testing {
 
@@ -51,6 +57,35 @@ inline std::string Pattern(size_t bytes, char seed) {
   std::string s(bytes, '\0');
   for (size_t i = 0; i < bytes; ++i) s[i] = static_cast<char>(seed + i * 7 + i / 251);
   return s;
+}
+
+// The names in `dir`, sorted, each followed by a space.
+inline std::string NamesIn(const std::string& dir) {
+  std::set<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) {
+    names.insert(entry.path().filename().string());
+  }
+  std::string list;
+  for (const auto& name : names) list += name + " ";
+  return list;
+}
+
+// Runs Python code with ftrun's helper package (checkpoint.py) importable; returns its stdout
+// and, after "exit=", its exit status.
+inline std::string Python(const std::string& code) {
+  std::string command = "PYTHONPATH=" + ftrun::testing::SourceDir() +
+                        "/scripts/python /usr/bin/python3 -c '" + code + "' 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, pipe)) > 0;) out.append(buf, n);
+  return out + "exit=" + std::to_string(WEXITSTATUS(pclose(pipe)));
+}
+
+// What checkpoint.latest() finds under root, verified with checksums.
+inline std::string PythonLatest(const std::string& root) {
+  return Python("from ftrun import checkpoint as c\nk = c.latest(\"" + root +
+                "\")\nprint(k and (k.step, sorted(c.verify(k.path)[\"groups\"])))");
 }
 
 }  // namespace ftrun::launcher::testing

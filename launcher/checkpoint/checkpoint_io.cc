@@ -1,0 +1,298 @@
+#include "launcher/checkpoint/checkpoint_io.h"
+
+#include <fcntl.h>
+#include <openssl/evp.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <span>
+
+#include "common/log.h"
+
+namespace ftrun::launcher {
+namespace checkpoint_io {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr size_t kChunk = size_t{8} << 20;  // bytes hashed and written per call
+
+// Lower-case hex digest of an OpenSSL message digest, fed in pieces.
+class Digest {
+ public:
+  explicit Digest(const EVP_MD* md) : ctx_(EVP_MD_CTX_new(), EVP_MD_CTX_free) {
+    EVP_DigestInit_ex(ctx_.get(), md, nullptr);
+  }
+  void Update(std::span<const std::byte> data) {
+    EVP_DigestUpdate(ctx_.get(), data.data(), data.size());
+  }
+  std::string Hex() {
+    unsigned char out[EVP_MAX_MD_SIZE];
+    unsigned int n = 0;
+    EVP_DigestFinal_ex(ctx_.get(), out, &n);
+    std::string hex;
+    char byte[3];
+    for (unsigned int i = 0; i < n; ++i) {
+      std::snprintf(byte, sizeof byte, "%02x", out[i]);
+      hex += byte;
+    }
+    return hex;
+  }
+
+ private:
+  std::unique_ptr<EVP_MD_CTX, void (*)(EVP_MD_CTX*)> ctx_;
+};
+
+std::span<const std::byte> Bytes(const std::string& s) {
+  return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+bool PrintableAscii(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](char c) { return c >= 0x20 && c < 0x7f; });
+}
+
+std::string JsonFiles(const Files& files) {
+  std::string out = "{";
+  for (const auto& [name, f] : files) {
+    if (out.size() > 1) out += ", ";
+    out += Json(name) + ": {\"sha256\": " + Json(f.sha256) +
+           ", \"size\": " + std::to_string(f.size) + "}";
+  }
+  return out + "}";
+}
+
+Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), std::min(data.size(), kChunk));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return Failed("writing", path);
+    data = data.subspan(static_cast<size_t>(n));
+  }
+  return {};
+}
+
+// Writes `header` then the snapshot's bytes (else `bytes`) into a new file at `path` and
+// fsyncs it; the sha256 of what was written goes to `sha256`. The crc32 of the snapshot bytes
+// written must be the one its worker recorded.
+Status WriteNewFile(const std::string& path, const std::string& header,
+                    const SnapshotView* snapshot, std::string* sha256,
+                    std::span<const std::byte> bytes = {}) {
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Failed("creating", path);
+  Digest digest(EVP_sha256());
+  auto write_piece = [&](std::span<const std::byte> piece) -> Status {
+    digest.Update(piece);
+    return WriteAll(fd, piece, path);
+  };
+  Status status = write_piece(Bytes(header));
+  for (auto data = bytes; status && !data.empty() && snapshot == nullptr;) {
+    auto piece = data.first(std::min(data.size(), kChunk));
+    status = write_piece(piece);
+    data = data.subspan(piece.size());
+  }
+  if (status && snapshot != nullptr) {
+    uint32_t crc = 0;
+    for (auto data = snapshot->data(); status && !data.empty();) {
+      auto piece = data.first(std::min(data.size(), kChunk));
+      crc = SnapshotChecksum(piece, crc);
+      status = write_piece(piece);
+      data = data.subspan(piece.size());
+    }
+    if (status) {
+      if (auto same = ChecksumMatches(*snapshot, crc); !same)
+        status = same.error().Wrap("writing " + path);
+    }
+  }
+  if (status && fsync(fd) != 0) status = Failed("fsync of", path);
+  if (close(fd) != 0 && status) status = Failed("closing", path);
+  if (status) *sha256 = digest.Hex();
+  return status;
+}
+
+// checkpoint.py's _write_json: <path>.tmp, fsync, rename.
+Status WriteJson(const std::string& path, const std::string& json) {
+  std::string tmp = path + ".tmp";
+  std::string unused;
+  if (auto s = WriteNewFile(tmp, json + "\n", nullptr, &unused); !s) return s;
+  if (rename(tmp.c_str(), path.c_str()) != 0) return Failed("renaming to", path);
+  return {};
+}
+
+std::string Now() {
+  std::time_t now = std::time(nullptr);
+  std::tm local{};
+  localtime_r(&now, &local);
+  char text[64];
+  std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S%z", &local);
+  return text;
+}
+
+}  // namespace
+
+Error Failed(const std::string& doing, const std::string& path, int error) {
+  return Error{doing + " " + path + ": " + std::strerror(error)};
+}
+
+Status FsyncPath(const std::string& path) {
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return Failed("opening", path);
+  int rc = fsync(fd);
+  int error = errno;
+  close(fd);
+  if (rc != 0) return Failed("fsync of", path, error);
+  return {};
+}
+
+std::string Json(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string PartEntry(const std::string& group, const Files& files) {
+  return "{\"dir\": " + Json(PartDirName(group)) + ", \"files\": " + JsonFiles(files) + "}";
+}
+
+Status WriteManifest(const std::string& dir, uint64_t step, int world_size,
+                     const std::string& reason, const std::map<std::string, std::string>& entries) {
+  std::string json = "{\"created\": " + Json(Now()) + ", \"format\": 1, \"groups\": {";
+  for (const auto& [group, entry] : entries) {
+    if (json.back() != '{') json += ", ";
+    json += Json(group) + ": " + entry;
+  }
+  json += "}, \"reason\": " + Json(reason) + ", \"step\": " + std::to_string(step) +
+          ", \"world_size\": " + std::to_string(world_size) + "}";
+  if (auto s = WriteJson(dir + "/MANIFEST.json", json); !s) return s;
+  return FsyncPath(dir);
+}
+
+Status CheckNames(const CheckpointRequest& request) {
+  std::set<std::string> groups;
+  if (request.parts.empty()) return Error{"a checkpoint needs at least one group"};
+  for (const auto& part : request.parts) {
+    if (!PrintableAscii(part.group) || !groups.insert(part.group).second) {
+      return Error{"group name '" + part.group + "' is repeated or not printable ASCII"};
+    }
+    for (const auto& file : part.files) {
+      if (!PrintableAscii(file.name) || file.name.empty() || file.name == "." ||
+          file.name == ".." || file.name == "PART.json" ||
+          file.name.find('/') != std::string::npos) {
+        return Error{"file name '" + file.name + "' of group '" + part.group +
+                     "' is not a plain printable-ASCII name"};
+      }
+    }
+  }
+  return {};
+}
+
+Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint64_t step) {
+  std::string dir = PartDirName(part.group);
+  std::string path = tmp + "/" + dir;
+  if (mkdir(path.c_str(), 0755) != 0) return Failed("creating", path);
+  Files files;
+  for (const auto& file : part.files) {
+    std::string file_path = path + "/" + file.name;
+    FileEntry& entry = files[file.name];
+    const SnapshotView* snapshot = file.snapshot ? &*file.snapshot : nullptr;
+    std::span<const std::byte> replica;
+    if (snapshot == nullptr && file.replica) replica = file.replica->data();
+    if (auto s = WriteNewFile(file_path, file.header, snapshot, &entry.sha256, replica); !s) {
+      return s.error();
+    }
+    entry.size = file.header.size() + (snapshot != nullptr ? snapshot->bytes : replica.size());
+  }
+  std::string json = "{\"dir\": " + Json(dir) + ", \"files\": " + JsonFiles(files) +
+                     ", \"group\": " + Json(part.group) + ", \"step\": " + std::to_string(step) +
+                     "}";
+  if (auto s = WriteJson(path + "/PART.json", json); !s) return s.error();
+  if (auto s = FsyncPath(path); !s) return s.error();
+  return files;
+}
+
+Status WriteTracker(const std::string& root, const std::string& name, uint64_t step) {
+  std::string path = root + "/" + name;
+  // Read, compare and replace under one lock: two writers (agents of several nodes finishing
+  // different steps) could otherwise both read the old step and the older one win.
+  // The lock is on root itself: no lock file is left behind (engine.py locks the same).
+  const std::string& lock_path = root;
+  int lock = open(lock_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (lock < 0) return Failed("opening", lock_path);
+  while (flock(lock, LOCK_EX) != 0) {
+    if (errno != EINTR) {
+      Error error = Failed("locking", lock_path);
+      close(lock);
+      return error;
+    }
+  }
+  Status status;
+  std::ifstream in(path);
+  unsigned long long recorded = 0;
+  if (!(in >> recorded && recorded > step)) {
+    std::string tmp = path + ".tmp-" + std::to_string(getpid());
+    std::string unused;
+    status = WriteNewFile(tmp, std::to_string(step) + "\n", nullptr, &unused);
+    if (!status) {
+      unlink(tmp.c_str());
+    } else if (rename(tmp.c_str(), path.c_str()) != 0) {
+      status = Failed("renaming to", path);
+    } else {
+      status = FsyncPath(root);
+    }
+  }
+  close(lock);  // releases the lock
+  return status;
+}
+
+Status LinkTo(const std::string& link, const std::string& target) {
+  std::error_code ec;
+  fs::path where = fs::absolute(link, ec);
+  if (ec) return Error{"the path " + link + ": " + ec.message()};
+  auto status = fs::symlink_status(where, ec);
+  if (fs::exists(status) && !fs::is_symlink(status)) {
+    LauncherLog()->warn("{} exists and is not a link; the checkpoint is at {}", link, target);
+    return {};
+  }
+  fs::create_directories(where.parent_path(), ec);
+  if (ec) return Error{"creating " + where.parent_path().string() + ": " + ec.message()};
+  fs::path relative = fs::relative(target, where.parent_path(), ec);
+  if (ec) relative = target;
+  std::string tmp = (where.parent_path() /
+                     ("." + where.filename().string() + ".link-" + std::to_string(getpid())))
+                        .string();
+  unlink(tmp.c_str());
+  if (symlink(relative.c_str(), tmp.c_str()) != 0) return Failed("linking", tmp);
+  if (rename(tmp.c_str(), where.c_str()) != 0) {
+    unlink(tmp.c_str());
+    return Failed("renaming to", where.string());
+  }
+  return {};
+}
+
+}  // namespace checkpoint_io
+
+std::string PartDirName(const std::string& group) {
+  if (group.empty()) return "group-all";
+  std::string safe;
+  for (char c : group.substr(0, 64)) {
+    bool keep = (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') ||
+                c == '_' || c == '.' || c == '-';
+    safe += keep ? c : '_';
+  }
+  checkpoint_io::Digest sha1(EVP_sha1());
+  sha1.Update(checkpoint_io::Bytes(group));
+  return "group-" + safe + "-" + sha1.Hex().substr(0, 8);
+}
+
+}  // namespace ftrun::launcher

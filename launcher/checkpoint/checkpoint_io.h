@@ -1,0 +1,48 @@
+// The file operations of ftrun's checkpoint format (checkpoint_writer.h describes the format)
+// that WriteCheckpoint and StageShards share: a group's part written with PART.json, the
+// manifest, the tracker and the script's link. Every file written is fsynced and every JSON
+// file goes in by tmp + rename, as scripts/python/ftrun/checkpoint.py does.
+//
+// Thread: any (blocking file I/O). Errors name the path and errno's text.
+#pragma once
+
+#include <cerrno>
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "common/result.h"
+#include "launcher/checkpoint/checkpoint_writer.h"
+
+namespace ftrun::launcher::checkpoint_io {
+
+struct FileEntry {
+  uint64_t size = 0;
+  std::string sha256;
+};
+using Files = std::map<std::string, FileEntry>;  // sorted, as json.dump(sort_keys=True)
+
+Error Failed(const std::string& doing, const std::string& path, int error = errno);
+Status FsyncPath(const std::string& path);
+// A JSON string literal of printable ASCII (names are checked to be that).
+std::string Json(const std::string& s);
+// A group's manifest entry: {"dir": ..., "files": {...}}.
+std::string PartEntry(const std::string& group, const Files& files);
+// Every group and file name printable ASCII, plain, and unique.
+Status CheckNames(const CheckpointRequest& request);
+
+// checkpoint.py's write_part for files in memory: tmp/<PartDirName(group)>/ with the files
+// and PART.json, all fsynced.
+Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint64_t step);
+// MANIFEST.json in `dir` from the groups' entries (group -> PartEntry), then `dir` fsynced.
+Status WriteManifest(const std::string& dir, uint64_t step, int world_size,
+                     const std::string& reason, const std::map<std::string, std::string>& entries);
+// root/name holds the newest step, never lowered (an older step persisted late does not
+// hide a newer one); under an flock on the directory root, so that writers on several nodes
+// sharing root cannot lower it either.
+Status WriteTracker(const std::string& root, const std::string& name, uint64_t step);
+// Points `link` at `target` atomically (a relative symbolic link, as engine.py's _link). A
+// real file or directory already at `link` is left alone, with a warning.
+Status LinkTo(const std::string& link, const std::string& target);
+
+}  // namespace ftrun::launcher::checkpoint_io

@@ -1,0 +1,231 @@
+"""A multi-node sharded job that fails for good, end to end: `ftrun master` and two ftrun
+agents on loopback with two torch ranks each (gloo), ShardedCheckpointer MEMORY saves after
+every step, and a new job started on the same checkpoint_dir afterwards.
+
+* A rank exits non-zero with --max-restarts 0 (each agent holding only its own shards,
+  --flash-replicas 1): the two agents store the newest step between them; the tracker names
+  it; a new job resumes every rank at that step + 1 from disk, final weights equal to a
+  fault-free run, and a newer step with a missing shard is skipped with a warning naming it.
+* The agents get SIGTERM (a scheduler's): the same, with each agent holding the other's
+  replicas.
+* One agent SIGKILLed during the exit persist: the tracker never names a partial step (it
+  still names the last DISK save, which the load path then restores), every checkpoint on
+  disk verifies, and the new job resumes right after the step the tracker names.
+
+Run as `python3 test_flash_multinode_persist.py train <root> <config json>` it is one rank.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+# The flash tests' shared helpers (this directory is the script's sys.path[0]; importing them
+# also puts ftrun's helper package on sys.path).
+from test_flash_memory import FTRUN, Processes, assert_same_weights, free_port  # noqa: E402
+from test_flash_memory import one_step, resume, wait_for  # noqa: E402
+from test_flash_replica import finals, read  # noqa: E402
+
+STEPS = 24
+
+
+def train(root, config):
+    """One rank of a sharded job: its own model (seeded by rank), a save of its shard after
+    every step (DISK at the steps in config["disk_at"], else MEMORY). In a job with
+    "fail_at", rank config["fail_rank"] exits 1 at the start of that step; with "hold_at"
+    every rank waits after saving that step (to be signalled). progress-<rank>.txt: where each
+    job started and what it saved."""
+    import time
+    import torch
+    import torch.distributed as dist
+    from ftrun.flash_checkpoint.sharded import ShardedCheckpointer, StorageType
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    torch.manual_seed(rank)
+    model = torch.nn.Linear(16, 4)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    cp = ShardedCheckpointer(os.path.join(root, "ckpt"))
+    ballast = torch.zeros(config.get("ballast_mb", 0) * (1 << 18))
+    progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
+    start = resume(cp, model, opt, rank, sharded=True)
+    progress.write(f"start {start}\n")
+    for step in range(start, STEPS):
+        if step == config.get("fail_at") and rank == config["fail_rank"]:
+            sys.exit(1)
+        one_step(model, opt, step, rank, lockstep=True)
+        disk = step in config.get("disk_at", [])
+        saved = cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
+                                          "step": step, "rank": rank, "ballast": ballast},
+                                   storage_type=StorageType.DISK if disk else StorageType.MEMORY)
+        progress.write(f"saved {step} {saved}\n")
+        if step == config.get("hold_at"):
+            time.sleep(3600)
+    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
+        json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+
+
+
+def starts(root, rank):
+    return [int(l.split()[1]) for l in read(os.path.join(root, f"progress-{rank}.txt")).split("\n")
+            if l.startswith("start")]
+
+
+def tracker(root):
+    text = read(os.path.join(root, "ckpt", "dlrover_latest.txt"))
+    return int(text) if text else None
+
+
+def complete_steps(root):
+    """The checkpoints under ckpt, each verified with checksums: {step: error or None}."""
+    from ftrun import checkpoint
+    out = {}
+    ckpt = os.path.join(root, "ckpt")
+    for name in os.listdir(ckpt) if os.path.isdir(ckpt) else []:
+        m = re.fullmatch(r"ftrun-step-(\d+)", name)
+        if m:
+            try:
+                manifest = checkpoint.verify(os.path.join(ckpt, name))
+                out[int(m.group(1))] = None if len(manifest["groups"]) == 4 else "not 4 shards"
+            except checkpoint.CheckpointError as e:
+                out[int(m.group(1))] = str(e)
+    return out
+
+
+@unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
+class MultiNodeExitPersistTest(Processes, unittest.TestCase):
+    clean = None
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="ftrun-mnpersist-")
+        self.processes_setup()
+        self.jobs = 0
+
+    def job(self, config, restarts=0, extra=()):
+        """A master and two agents (2 ranks each); returns (master, agent a, agent b, logs)."""
+        self.jobs += 1
+        port, run = free_port(), f"job{self.jobs}"
+        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+        master = self.start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id", run,
+                             "--max-restarts", str(restarts), "--rdzv-conf", conf],
+                            f"{run}-master.log")
+        wait_for(lambda: "listening" in read(os.path.join(self.root, f"{run}-master.log")),
+                 "the master", 60)
+        agents, logs = [], []
+        for node in ("a", "b"):
+            logs.append(os.path.join(self.root, f"{run}-{node}.log"))
+            agents.append(self.start(
+                ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                 f"127.0.0.1:{port}", "--rdzv-id", run, "--rdzv-conf", conf + ",is_host=0",
+                 "--local-addr", "127.0.0.1", "--nproc-per-node", "2", "--max-restarts",
+                 str(restarts), "--monitor-interval", "0.1", "--restart-backoff", "0", *extra,
+                 "--log-dir", os.path.join(self.root, "logs", run), "--no-python",
+                 "/usr/bin/python3", __file__, "train", self.root, json.dumps(config)],
+                os.path.basename(logs[-1])))
+        return master, agents[0], agents[1], logs
+
+    def fault_free(self):
+        if MultiNodeExitPersistTest.clean is None:
+            root = tempfile.mkdtemp(prefix="ftrun-mnpersist-clean-")
+            done = subprocess.run(
+                [FTRUN, "--standalone", "--nproc-per-node", "4", "--log-dir",
+                 os.path.join(root, "logs"), "--no-python", "/usr/bin/python3", __file__,
+                 "train", root, "{}"], env=self.env, stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT, text=True, timeout=200)
+            self.assertEqual(done.returncode, 0, done.stdout)
+            MultiNodeExitPersistTest.clean = finals(root, 4)
+        return MultiNodeExitPersistTest.clean
+
+    def ended(self, procs, logs, timeout=120):
+        for p in procs:
+            try:
+                p.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.fail("a process did not exit: " + "".join(read(l)[-2000:] for l in logs))
+
+    def resume(self, stored, extra_check=None):
+        """A new job on the same checkpoint_dir: every rank starts at stored + 1 and ends with
+        the weights of a fault-free run."""
+        master, a, b, logs = self.job({})
+        self.ended([a, b, master], logs, 180)
+        out = "".join(read(l) for l in logs)
+        self.assertEqual((a.returncode, b.returncode), (0, 0), out[-4000:])
+        for r in range(4):
+            self.assertEqual(starts(self.root, r)[-1], stored + 1, (r, out[-3000:]))
+        if extra_check:
+            extra_check(out)
+        assert_same_weights(self, finals(self.root, 4), self.fault_free())
+
+    def test_a_job_failing_for_good_is_stored_by_both_agents_and_a_new_job_resumes(self):
+        master, a, b, logs = self.job({"fail_at": 13, "fail_rank": 3},
+                                      extra=("--flash-replicas", "1"))
+        self.ended([a, b, master], logs)
+        out = "".join(read(l) for l in logs)
+        self.assertNotEqual(a.returncode, 0, out[-3000:])
+        self.assertNotEqual(b.returncode, 0, out[-3000:])
+        stored = tracker(self.root)
+        # Rank 3 saved 12 and exited; its commit may be read after its exit was seen (11).
+        self.assertIn(stored, (11, 12), out[-4000:])
+        self.assertEqual(complete_steps(self.root).get(stored, "absent"), None)
+        for log in logs:  # each agent wrote its own two shards (no replicas)
+            self.assertRegex(read(log), r"persisting shards rank-\d,rank-\d of step=\d+ "
+                                        r"\(world size 4\)")
+        self.assertEqual([n for n in os.listdir(os.path.join(self.root, "ckpt"))
+                          if n.startswith(".")], [], "no staging area or temporary left")
+        # A newer step with a shard missing is skipped, with a warning naming it.
+        ckpt = os.path.join(self.root, "ckpt")
+        broken = os.path.join(ckpt, f"ftrun-step-{stored + 5}")
+        subprocess.run(["cp", "-r", os.path.join(ckpt, f"ftrun-step-{stored}"), broken],
+                       check=True)
+        from ftrun import checkpoint
+        shard = os.path.join(broken, checkpoint.part_dir_name("rank-2"))
+        for name in os.listdir(shard):
+            if name != "PART.json":
+                os.unlink(os.path.join(shard, name))
+        self.resume(stored, lambda out: self.assertIn(f"ftrun: skipping checkpoint {broken}",
+                                                      out))
+
+    def test_sigterm_to_the_agents_stores_the_newest_step_and_a_new_job_resumes(self):
+        master, a, b, logs = self.job({"hold_at": 10})
+        wait_for(lambda: all("saved 10 True" in read(os.path.join(self.root, f"progress-{r}.txt"))
+                             for r in range(4)), "every rank's save of step 10", 120)
+        for agent in (a, b):
+            os.kill(agent.pid, signal.SIGTERM)
+        self.ended([a, b], logs)
+        master.kill()
+        master.wait()
+        out = "".join(read(l) for l in logs)
+        self.assertEqual(tracker(self.root), 10, out[-4000:])
+        self.assertEqual(complete_steps(self.root), {10: None})
+        self.resume(10)
+
+    def test_an_agent_sigkilled_during_the_exit_persist_leaves_no_partial_step_named(self):
+        master, a, b, logs = self.job({"hold_at": 6, "disk_at": [3], "ballast_mb": 24},
+                                      extra=("--flash-replicas", "1"))
+        wait_for(lambda: all("saved 6 True" in read(os.path.join(self.root, f"progress-{r}.txt"))
+                             for r in range(4)), "every rank's save of step 6", 120)
+        self.assertEqual(tracker(self.root), 3, "the DISK save of a multi-node sharded job")
+        for agent in (a, b):
+            os.kill(agent.pid, signal.SIGTERM)
+        wait_for(lambda: "persisting shards" in read(logs[1]), "node b's exit persist", 60)
+        os.killpg(b.pid, signal.SIGKILL)  # node b: its agent, mid-persist
+        self.ended([a, b], logs)
+        master.kill()
+        master.wait()
+        out = "".join(read(l) for l in logs)
+        steps = complete_steps(self.root)
+        self.assertEqual({s: e for s, e in steps.items() if e}, {}, "every checkpoint whole")
+        stored = tracker(self.root)
+        self.assertEqual(stored, max(steps), (steps, out[-4000:]))
+        self.assertIn(stored, (3, 6))
+        self.resume(stored)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "train":
+        train(sys.argv[2], json.loads(sys.argv[3]))
+    else:
+        unittest.main()
