@@ -97,6 +97,12 @@ void ReplicaStore::Abort(uint64_t id) {
   if (Group* g = Writing(id, &group); g != nullptr) g->writing.reset();
 }
 
+std::vector<std::string> ReplicaStore::Groups() const {
+  std::vector<std::string> out;
+  for (const auto& entry : groups_) out.push_back(entry.first);
+  return out;
+}
+
 std::vector<ReplicaView> ReplicaStore::Complete(const std::string& group) const {
   std::vector<ReplicaView> views;
   auto it = groups_.find(group);

@@ -76,6 +76,8 @@ class ReplicaStore {
 
   // The group's complete replicas, newest first (at most two).
   std::vector<ReplicaView> Complete(const std::string& group) const;
+  // The groups it keeps copies of (some may have none complete yet).
+  std::vector<std::string> Groups() const;
   uint64_t reserved_bytes() const { return reserved_; }
   uint64_t budget_bytes() const { return budget_; }
 
