@@ -77,7 +77,9 @@ void RemoteCoordinator::Start(Listener* listener) {
   follower_.emplace(
       listener,
       [this](uint64_t round) {
-        reports_.Push(rendezvous::RoundReport::Of(ReportKind::kStopped, round));
+        auto stopped = rendezvous::RoundReport::Of(ReportKind::kStopped, round);
+        if (flash_inventory_ && joined_) return RefreshThenReport(std::move(stopped));
+        reports_.Push(std::move(stopped));
       },
       opts_.role);
   join_started_ = Clock::now();
@@ -302,9 +304,6 @@ void RemoteCoordinator::Report(rendezvous::RoundReport report) {
   report.round =
       report.kind == ReportKind::kChecked ? follower_->last_view().round : CurrentRound();
   if (report.kind == ReportKind::kSucceeded) succeeded_round_ = report.round;
-  if (report.kind == ReportKind::kStopped && flash_inventory_ && joined_) {
-    return RefreshThenReport(std::move(report));
-  }
   reports_.Push(std::move(report));
 }
 
