@@ -173,8 +173,8 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
         how = ", ".join(f"rank {r} from rank {s}" for s, r in moves)
         if shared and moves:
             how = f"ranks {[r for _, r in moves]} from rank {moves[0][0]}"
-        chosen = " (the rendezvous' choice)" if decided is not None else ""
-        print(f"ftrun: restored step {step} from memory{chosen}" + (f" ({how})" if how else ""),
+        chosen = ", the step the rendezvous chose" if decided is not None else ""
+        print(f"ftrun: restored step {step} from memory" + (f" ({how})" if how else "") + chosen,
               file=sys.stderr, flush=True)
     return step, state
 
