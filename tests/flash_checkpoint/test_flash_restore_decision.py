@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import sys
-import tempfile
 import unittest
 
 import test_flash_memory as memory
@@ -43,12 +42,8 @@ def saved(root, rank, attempt=0):
 
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
 class RestoreDecisionTest(unittest.TestCase):
-    def setUp(self):
-        self.root = tempfile.mkdtemp(prefix="ftrun-restore-")
-        self.env = dict(os.environ)
-        self.env.pop("FTRUN_CONTROL_SOCKET", None)
-        self.procs = []
-
+    # A temporary root, the processes started (SIGKILLed at the end if still running).
+    setUp = replica.ReplicaNodeLossTest.setUp
     tearDown = replica.ReplicaNodeLossTest.tearDown
     start = replica.ReplicaNodeLossTest.start
 
