@@ -61,8 +61,7 @@ Result<std::unique_ptr<ReplicaService>> MakeReplicaService(boost::asio::io_conte
                                                            const LaunchConfig& config,
                                                            const EnvMap& env,
                                                            const std::string& host) {
-  if (config.max_nodes == 1 || config.flash_replicas <= 1 ||
-      config.backend == RendezvousBackend::kEtcd) {
+  if (config.max_nodes == 1 || config.flash_replicas <= 1) {
     return std::unique_ptr<ReplicaService>();
   }
   auto security = rendezvous::ResolveSecurity(config.rdzv, env);

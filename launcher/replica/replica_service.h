@@ -72,7 +72,7 @@ class ReplicaService {
   ReplicaPusher pusher_;  // last: its thread stops first
 };
 
-// The agent's replica service, not yet listening: null when this job has none (one node, etcd,
+// The agent's replica service, not yet listening: null when this job has none (one node,
 // --flash-replicas 1). TLS as the rendezvous' (--rdzv-conf, FTRUN_RDZV_TLS_*); an error names
 // the setting at fault.
 Result<std::unique_ptr<ReplicaService>> MakeReplicaService(boost::asio::io_context& io,
