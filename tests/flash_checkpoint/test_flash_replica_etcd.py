@@ -73,10 +73,7 @@ class EtcdReplicaTest(unittest.TestCase):
         self.assertEqual(replacement.wait(timeout=60), 0,
                          read(os.path.join(root, "c.log"))[-3000:])
         self.assertIn("from the replica of", read(survivor_log))
-        for r in range(4):
-            starts = [l for l in read(os.path.join(root, f"progress-{r}.txt")).split("\n")
-                      if l.startswith("start")]
-            self.assertEqual(starts[-1].split()[1], str(HOLD_AT + 1), (r, starts))
+        replica.assert_resumed_after(self, root, 4, HOLD_AT)
         assert_same_weights(self, finals(root, 4), self.fault_free())
 
 
