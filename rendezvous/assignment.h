@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +23,13 @@ struct NodeAssignment {
   // replica endpoint ("host:port", "" for none) in group-rank order (empty: no replicas).
   std::string replica_key;
   std::vector<std::string> replica_peers;
+  // Flash checkpoint: the step the round restores from memory (rendezvous/flash_plan.h), of
+  // the one copy "" and of the shards; -1: none in memory; nullopt: not decided.
+  std::optional<int64_t> restore_copy;
+  std::optional<int64_t> restore_shards;
+  // The other members' group ranks, in the order this node's replicas go to them (empty:
+  // the agent's own order).
+  std::vector<int> replica_order;
 };
 
 }  // namespace ftrun::rendezvous

@@ -201,6 +201,15 @@ struct RoundReport {
   }
 };
 
+// The complete snapshots of one flash-checkpoint copy a node's agent holds in memory
+// ("" : the one copy of a DDP job, "rank-<r>": a shard), newest first; world_size 0: unknown.
+struct FlashCopy {
+  std::string group;
+  int world_size = 0;
+  std::vector<int64_t> steps;
+  bool operator==(const FlashCopy&) const = default;
+};
+
 struct NodeInfo {
   std::string node_id;  // unique per agent process: host, pid, random
   std::string addr;     // where other nodes reach it (MASTER_ADDR when it is group rank 0)
@@ -217,6 +226,9 @@ struct NodeInfo {
   // assignment, from which the server rebuilds that round (RendezvousState, rebuilding).
   std::optional<NodeAssignment> running;
   bool store_listens = false;  // free_port is its agent's store, listening for the whole job
+  // Its agent's flash-checkpoint inventory; flash_reported false: it does not report one.
+  std::vector<FlashCopy> flash;
+  bool flash_reported = false;
 };
 
 // One node's view of the job, sent to it whenever the job changes.

@@ -273,12 +273,20 @@ void RendezvousState::CompleteRound(TimePoint now) {
   phase_ = Phase::kRunning;
   reason_.clear();
   failures_.clear();
+  PlanRoundRestore();
   std::vector<std::string> paths;
   for (const auto& m : members_) paths.push_back(nodes_.at(m).info.switch_path);
-  events_.emplace_back(RoundFormed{members_, paths});
+  events_.emplace_back(
+      RoundFormed{members_, paths, false, DescribeRestore(restore_.copy, restore_.shards)});
   Changed();
   MaybeStartCheck(now);
   MaybeCheckSpares(now);
+}
+
+void RendezvousState::PlanRoundRestore() {
+  std::vector<const NodeInfo*> infos;
+  for (const auto& m : members_) infos.push_back(&nodes_.at(m).info);
+  restore_ = PlanRestore(infos, world_size_);
 }
 
 void RendezvousState::Abort(const std::string& reason) {

@@ -18,6 +18,9 @@
 //   already: the failures are the evidence (a dead node breaks its peers' collectives), and
 //   every moment waited is recovery time.
 // * The job succeeds when every member of the running round reported success.
+// * Flash checkpoint: a round's assignment carries the step its workers restore from memory,
+//   decided once as it forms from the members' inventories (NodeInfo::flash, refreshed by
+//   every join; flash_plan.h), and the order of the members its replicas go to.
 // * Rebuilding (a restarted server): nodes rejoining with the round their workers still run
 //   (NodeInfo::running) make that round this server's, unchanged, once every group rank has
 //   claimed it consistently: the workers never stop. Until then the claimants see their own
@@ -38,6 +41,7 @@
 #include <vector>
 
 #include "common/result.h"
+#include "rendezvous/flash_plan.h"
 #include "rendezvous/job_state.h"
 #include "rendezvous/network_check_session.h"
 #include "rendezvous/save_round.h"
@@ -96,6 +100,7 @@ struct RoundFormed {
   std::vector<std::string> members;       // node ids in group-rank order
   std::vector<std::string> switch_paths;  // theirs, in the same order ("" : unknown)
   bool rebuilt = false;                   // taken over from the rejoining nodes' claims
+  std::string restore;                    // the flash-checkpoint restore plan (DescribeRestore)
 };
 // A member cannot reach another member's store while both reach this server: the round stops
 // (no restart spent) and the next one waits `wait` (doubling while the partition lasts).
@@ -219,6 +224,8 @@ class RendezvousState {
   // members_ in group-rank order, and the ranks and world size they make.
   void SetMembers(std::vector<std::string> members);
   void CompleteRound(TimePoint now);
+  // The members' flash-checkpoint restore plan, decided as the round forms (flash_plan.h).
+  void PlanRoundRestore();
   // rendezvous_state_check.cc: the pre-flight network check of a new round.
   void MaybeStartCheck(TimePoint now);
   void AfterCheckProgress(TimePoint now);
@@ -294,6 +301,7 @@ class RendezvousState {
   int world_size_ = 0;
   std::string master_addr_;
   int master_port_ = 0;
+  RestorePlan restore_;  // the round's flash-checkpoint restore step
   std::set<std::string> succeeded_;
   std::set<std::string> stopped_;
 

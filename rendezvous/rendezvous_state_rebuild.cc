@@ -102,9 +102,13 @@ void RendezvousState::AdoptRebuiltRound(TimePoint now) {
   failures_.clear();
   stopped_.clear();
   succeeded_.clear();
+  // Its workers restored already (with the old server's plan, which they keep): this plan is
+  // for the views of nodes rejoining later.
+  restore_ = RestorePlan{r.shape.restore_copy, r.shape.restore_shards};
   std::vector<std::string> paths;
   for (const auto& m : members_) paths.push_back(nodes_.at(m).info.switch_path);
-  events_.emplace_back(RoundFormed{members_, paths, /*rebuilt=*/true});
+  events_.emplace_back(RoundFormed{members_, paths, /*rebuilt=*/true,
+                                   DescribeRestore(restore_.copy, restore_.shards)});
   Changed();
   // Nodes that joined besides the round's wait as spares; a whole --node-unit that fits
   // scales the job up, as a join during a running round does.

@@ -71,9 +71,17 @@ NodeView RendezvousState::View(const std::string& node_id) const {
     }
     if (replicas) {
       a.replica_key = spec_.replica_key;
+      std::vector<std::string> paths;
+      for (const auto& id : members_) {
+        auto node = nodes_.find(id);
+        paths.push_back(node != nodes_.end() ? node->second.info.switch_path : "");
+      }
+      a.replica_order = ReplicaOrder(paths, it->second);
     } else {
       a.replica_peers.clear();
     }
+    a.restore_copy = restore_.copy;
+    a.restore_shards = restore_.shards;
     if (phase_ == Phase::kRunning && members_.size() > 1) AddStorePeersTo(v);
   }
   AddRebuildTo(v, node_id);

@@ -30,9 +30,10 @@ void TransitionLog::Log(RendezvousState& state) {
   };
   auto log_event = Overloaded{
       [&](const RoundFormed& e) {
-        RendezvousLog()->info("round {} round={} nodes={} restart_count={} world_size={}",
-                              e.rebuilt ? "rebuilt from the rejoining nodes" : "formed", round,
-                              e.members.size(), v.restart_count, state.world_size());
+        RendezvousLog()->info(
+            "round {} round={} nodes={} restart_count={} world_size={} restore=\"{}\"",
+            e.rebuilt ? "rebuilt from the rejoining nodes" : "formed", round, e.members.size(),
+            v.restart_count, state.world_size(), e.restore);
         if (std::any_of(e.switch_paths.begin(), e.switch_paths.end(),
                         [](const auto& p) { return !p.empty(); })) {
           std::string order;  // group rank order, by switch path
@@ -49,6 +50,7 @@ void TransitionLog::Log(RendezvousState& state) {
                      .Set("restart_count", v.restart_count)
                      .Set("world_size", state.world_size());
         if (e.rebuilt) m.Set("rebuilt", true);
+        m.Set("restore", e.restore);
         write(std::move(m), round);
       },
       [&](const Partition& e) {

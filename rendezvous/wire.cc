@@ -47,6 +47,7 @@ void ToWire(const NodeInfo& in, v1::NodeInfo* out) {
   out->set_replica_port(in.replica_port);
   if (in.running) ToWire(*in.running, out->mutable_running());
   out->set_store_listens(in.store_listens);
+  FlashToWire(in, out);
 }
 
 NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
@@ -64,6 +65,7 @@ NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
   n.replica_port = in.replica_port();
   if (in.has_running()) n.running = FromWire(in.running());
   n.store_listens = in.store_listens();
+  FlashFromWire(in, n);
   return n;
 }
 
@@ -105,6 +107,7 @@ void ToWire(const NodeAssignment& in, v1::Assignment* a) {
   a->set_master_port(in.master_port);
   a->set_replica_key(in.replica_key);
   for (const auto& p : in.replica_peers) a->add_replica_peers(Clip(p));
+  RestoreToWire(in, a);
 }
 
 NodeAssignment FromWire(const v1::Assignment& a) {
@@ -120,6 +123,7 @@ NodeAssignment FromWire(const v1::Assignment& a) {
   out.master_port = a.master_port();
   out.replica_key = a.replica_key();
   out.replica_peers.assign(a.replica_peers().begin(), a.replica_peers().end());
+  RestoreFromWire(a, out);
   return out;
 }
 
@@ -342,6 +346,7 @@ Status CheckLimits(const v1::NodeInfo& node) {
       if (peer.size() > 1024) return Error{"a replica endpoint is longer than 1 KiB"};
     }
   }
+  if (auto s = CheckFlashLimits(node); !s) return s;
   return CheckSwitchPath(node.switch_path());
 }
 

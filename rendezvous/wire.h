@@ -65,6 +65,13 @@ void ToWire(const StacksCollection& in, v1::StacksCollection* out);
 StacksCollection FromWire(const v1::StacksCollection& in);
 Status CheckStacksLimits(const v1::ReportRequest& req);
 
+// wire_flash.cc: flash checkpoint (NodeInfo.flash; Assignment.restore_*, replica_order).
+void FlashToWire(const NodeInfo& in, v1::NodeInfo* out);
+void FlashFromWire(const v1::NodeInfo& in, NodeInfo& out);
+Status CheckFlashLimits(const v1::NodeInfo& node);
+void RestoreToWire(const NodeAssignment& in, v1::Assignment* out);
+void RestoreFromWire(const v1::Assignment& in, NodeAssignment& out);
+
 // Checks the size limits of a request's repeated and text fields.
 Status CheckLimits(const v1::ReportRequest& req);
 Status CheckLimits(const v1::NodeInfo& node);

@@ -3,6 +3,7 @@
 #include "common/log.h"
 #include "ftrun/v1/control.pb.h"
 #include "launcher/agent/agent.h"
+#include "launcher/agent/flash_inventory.h"
 #include "launcher/agent/outcome.h"
 #include "launcher/standby/warm_spawner.h"
 
@@ -52,6 +53,9 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
                   }}),
       fault_timer_(clock_.NewTimer()) {
   if (opts_.replicas) flash_.SetReplicas(&opts_.replicas->store());
+  coordinator_->SetFlashInventory([this] {
+    return FlashInventory(flash_.store(), opts_.replicas ? &opts_.replicas->store() : nullptr);
+  });
 }
 
 Agent::~Agent() = default;

@@ -127,12 +127,12 @@ void FlashService::Steps(int local_rank, const v1::ControlSnapshotSteps& r) {
   if (replicas_ != nullptr) {
     for (const auto& replica : replicas_->Complete(r.group())) steps.insert(replica.step);
   }
-  send_(local_rank,
-        JsonMessage("snapshot_steps")
-            .Set("id", r.id())
-            .Set("steps", std::vector<int64_t>(steps.begin(), steps.end()))
-            .str(),
-        -1);
+  JsonMessage answer("snapshot_steps");
+  answer.Set("id", r.id()).Set("steps", std::vector<int64_t>(steps.begin(), steps.end()));
+  if (auto decided = IsShard(r.group()) ? restore_shards_ : restore_copy_) {
+    answer.Set("restore_step", *decided);
+  }
+  send_(local_rank, answer.str(), -1);
 }
 
 std::optional<SnapshotView> FlashService::Find(const std::string& group, uint64_t step) const {

@@ -7,8 +7,8 @@
 // worker with the answer) -> the worker copies its state in -> "snapshot_commit" -> the
 // snapshot is the newest of its copy; with `persist` it is also queued for storage now,
 // otherwise only if the job ends in failure (PersistForExit). A restore: "snapshot_steps"
-// (which steps of a copy are complete here) -> the job agrees on a step (the workers'
-// collective) -> "snapshot_get" hands the buffer over for reading.
+// (which steps of a copy are complete here, and the step the rendezvous decided the round
+// restores: SetRestoreStep) -> "snapshot_get" hands the buffer over for reading.
 //
 // A copy is named by its group: "" is the one copy of a data-parallel job (saved by local
 // rank 0), "rank-<r>" rank r's shard. Requests look the group up in every local rank's
@@ -75,6 +75,13 @@ class FlashService {
   // lost its shard can be served it by a rank on the node holding the copy.
   // REQUIRES: `replicas` outlives this service.
   void SetReplicas(const ReplicaStore* replicas) { replicas_ = replicas; }
+  // The round's restore step from the rendezvous (the one copy's, the shards'; -1: none,
+  // nullopt: undecided): "snapshot_steps" answers carry it as "restore_step", and the
+  // workers restore that step instead of agreeing on one among themselves.
+  void SetRestoreStep(std::optional<int64_t> copy, std::optional<int64_t> shards) {
+    restore_copy_ = copy;
+    restore_shards_ = shards;
+  }
 
   // Persists queued or being written (for tests and metrics).
   int persists_in_flight() const { return in_flight_; }
@@ -98,6 +105,7 @@ class FlashService {
   std::map<int, std::string> begun_group_;  // the group of each rank's save in progress
   int in_flight_ = 0;
   const ReplicaStore* replicas_ = nullptr;
+  std::optional<int64_t> restore_copy_, restore_shards_;
   std::vector<std::function<void()>> on_idle_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> busy_;
   SnapshotPersister persister_;  // last: its thread stops first

@@ -99,9 +99,18 @@ class Coordinator {
   // Whether this agent serves the job's rendezvous (single node: always).
   virtual bool HostsRendezvous() const = 0;
 
+  // Flash checkpoint: what this node's agent holds in memory, asked for at every join to the
+  // rendezvous server (and before each stopped report), so the round's restore step is
+  // decided from it (rendezvous/flash_plan.h). Unset: nothing is reported. Coordinators
+  // without a server (single node, etcd) ignore it.
+  using FlashInventory = std::function<std::vector<rendezvous::FlashCopy>()>;
+  void SetFlashInventory(FlashInventory inventory) { flash_inventory_ = std::move(inventory); }
+
  protected:
   // Delivers one report; `report.round` is 0 and the implementation sets it.
   virtual void Report(rendezvous::RoundReport report) = 0;
+
+  FlashInventory flash_inventory_;
 };
 
 }  // namespace ftrun::launcher

@@ -35,6 +35,8 @@
 
 namespace ftrun::launcher {
 
+class ReplicaService;
+
 struct EtcdCoordinatorOptions {
   std::unique_ptr<rendezvous::etcd::EtcdClient> client;
   rendezvous::etcd::EtcdKeys keys{"/ftrun/rdzv", "none"};
@@ -110,9 +112,12 @@ class EtcdCoordinator : public Coordinator {
 // Builds it from the agent's options (--rdzv-endpoint's members, --rdzv-conf's etcd keys and
 // the environment's credentials) and this node's description. `store_port` > 0: the agent
 // store's port, reported as the node's free_port (the workers' MASTER_PORT when it leads the
-// round); else a port free at the time. Blocking (DNS, files) at start-up only.
+// round); else a port free at the time. `replicas` (may be null): this node's flash-checkpoint
+// replica service, started here on the node's address; when this agent leads, the rounds
+// carry its replica key. Blocking (DNS, files) at start-up only.
 Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(
     boost::asio::io_context& io, const LaunchConfig& config, const EnvMap& env,
-    rendezvous::NodeInfo node, std::shared_ptr<EventLog> event_log, int store_port);
+    rendezvous::NodeInfo node, std::shared_ptr<EventLog> event_log, int store_port,
+    ReplicaService* replicas = nullptr);
 
 }  // namespace ftrun::launcher

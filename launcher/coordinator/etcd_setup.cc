@@ -2,6 +2,8 @@
 #include "common/log.h"
 #include "launcher/coordinator/etcd_coordinator.h"
 #include "launcher/coordinator/job_setup.h"
+#include "launcher/replica/replica_service.h"
+#include "rendezvous/credentials.h"
 #include "rendezvous/etcd/etcd_conf.h"
 
 namespace ftrun::launcher {
@@ -10,7 +12,7 @@ Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context
                                                          const LaunchConfig& c, const EnvMap& env,
                                                          rendezvous::NodeInfo node,
                                                          std::shared_ptr<EventLog> event_log,
-                                                         int store_port) {
+                                                         int store_port, ReplicaService* replicas) {
   auto conf = rendezvous::etcd::ResolveEtcdConf(c.rdzv, c.etcd_endpoints, env);
   if (!conf) return conf.error();
   auto client = rendezvous::etcd::EtcdClient::Create(io, conf->client);
@@ -31,6 +33,17 @@ Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context
   opts.node = std::move(node);
   opts.node.node_rank = -1;
   opts.store_port = store_port;
+  if (replicas != nullptr) {
+    // Whichever agent leads hands out its own key: a round formed by a new leader carries
+    // the new one, and every member sets it as the round starts.
+    opts.job.replica_key = rendezvous::NewSecret();
+    if (auto port = replicas->Listen(opts.node.addr)) {
+      opts.node.replica_port = *port;
+    } else {
+      LauncherLog()->warn("flash-checkpoint replicas are off on this node: {}",
+                          port.error().message);
+    }
+  }
   if (c.preflight.network_check) {
     auto probe = ProbeServer::Listen(io, "", static_cast<uint16_t>(c.preflight.probe_port));
     if (!probe) return Error{probe.error().message + " (--network-check-port)"};

@@ -133,7 +133,7 @@ Result<std::unique_ptr<Coordinator>> MakeCoordinator(boost::asio::io_context& io
   if (c.backend == RendezvousBackend::kEtcd) {
     auto node = Node(c, fqdn, node_id);
     node.switch_path = SwitchPath(c, node);
-    return MakeEtcdCoordinator(io, c, env, std::move(node), event_log, store_port);
+    return MakeEtcdCoordinator(io, c, env, std::move(node), event_log, store_port, replicas);
   }
   auto log = LauncherLog();
   RemoteCoordinatorOptions opts;

@@ -37,8 +37,13 @@ void ReplicaService::RoundStarted(const rendezvous::NodeAssignment& a) {
   server_.SetKey(a.replica_key);
   std::vector<std::string> targets;
   const int n = static_cast<int>(a.replica_peers.size());
-  for (int i = 1; i < opts_.copies && i < n; ++i) {
-    const std::string& peer = a.replica_peers[static_cast<size_t>((a.group_rank + i) % n)];
+  std::vector<int> order = a.replica_order;  // under a different switch first
+  if (order.empty()) {                       // an older server: the nodes after this one
+    for (int i = 1; i < n; ++i) order.push_back((a.group_rank + i) % n);
+  }
+  for (size_t i = 0; i < order.size() && static_cast<int>(targets.size()) < opts_.copies - 1; ++i) {
+    if (order[i] < 0 || order[i] >= n || order[i] == a.group_rank) continue;
+    const std::string& peer = a.replica_peers[static_cast<size_t>(order[i])];
     if (!peer.empty()) targets.push_back(peer);
   }
   LauncherLog()->info("replicas: round={} copies={} targets=[{}]", a.round, opts_.copies,
@@ -56,8 +61,7 @@ Result<std::unique_ptr<ReplicaService>> MakeReplicaService(boost::asio::io_conte
                                                            const LaunchConfig& config,
                                                            const EnvMap& env,
                                                            const std::string& host) {
-  if (config.max_nodes == 1 || config.flash_replicas <= 1 ||
-      config.backend == RendezvousBackend::kEtcd) {
+  if (config.max_nodes == 1 || config.flash_replicas <= 1) {
     return std::unique_ptr<ReplicaService>();
   }
   auto security = rendezvous::ResolveSecurity(config.rdzv, env);

@@ -4,9 +4,9 @@
 //   ReplicaServer - receives them (key-checked, bounded);
 //   ReplicaPusher - sends this node's newest shard snapshots.
 // Placement: with `copies` = replica_count (2: one copy elsewhere), a node's shards go to the
-// replica_count - 1 nodes after it in group-rank order (wrapping). Rounds give nodes under
-// the same switches adjacent group ranks (topology.h), so the next node is usually under the
-// same switch: placement under a different switch is not done.
+// first replica_count - 1 serving members of the round's replica order: nodes under a
+// different switch first when the topology is known (rendezvous/flash_plan.h ReplicaOrder),
+// then the nodes after it in group-rank order (wrapping; also what an older server means).
 //
 // Thread: loop only. Ownership: `io` outlives it. Errors: Listen's Result; copies' failures are
 // logged (the first failure to a target at warn, until it succeeds again).
@@ -72,7 +72,7 @@ class ReplicaService {
   ReplicaPusher pusher_;  // last: its thread stops first
 };
 
-// The agent's replica service, not yet listening: null when this job has none (one node, etcd,
+// The agent's replica service, not yet listening: null when this job has none (one node,
 // --flash-replicas 1). TLS as the rendezvous' (--rdzv-conf, FTRUN_RDZV_TLS_*); an error names
 // the setting at fault.
 Result<std::unique_ptr<ReplicaService>> MakeReplicaService(boost::asio::io_context& io,

@@ -80,6 +80,14 @@ def finals(root, ranks):
     return [json.loads(read(os.path.join(root, f"final-{r}.json"))) for r in range(ranks)]
 
 
+def assert_resumed_after(test, root, ranks, step):
+    """Each rank's last attempt started at step + 1: nothing saved before was lost."""
+    for r in range(ranks):
+        starts = [l for l in read(os.path.join(root, f"progress-{r}.txt")).split("\n")
+                  if l.startswith("start")]
+        test.assertEqual(starts[-1].split()[1], str(step + 1), (r, starts))
+
+
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
 class ReplicaNodeLossTest(Processes, unittest.TestCase):
     def setUp(self):
@@ -161,10 +169,7 @@ class ReplicaNodeLossTest(Processes, unittest.TestCase):
         self.assertIn("from the replica of", read(survivor_log))
         # After the restore the replacement node holds the survivor's shards in turn.
         self.assertRegex(read(os.path.join(root, "c.log")), r"replica of rank-[01] step=\d+ stored")
-        for r in range(4):
-            starts = [l for l in read(os.path.join(root, f"progress-{r}.txt")).split("\n")
-                      if l.startswith("start")]
-            self.assertEqual(starts[-1].split()[1], str(HOLD_AT + 1), (r, starts))
+        assert_resumed_after(self, root, 4, HOLD_AT)
         assert_same_weights(self, finals(root, 4), self.fault_free())
 
 

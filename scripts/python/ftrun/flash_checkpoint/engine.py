@@ -21,7 +21,7 @@ from .. import checkpoint, control
 from ..checkpoint import CheckpointError
 from . import snapshot
 from .memory import AgentMemory, MemoryRefused
-from .sources import held, shard_sources
+from .sources import agreed, inventory, shard_sources
 
 TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
 
@@ -99,8 +99,10 @@ def save_to_memory(mem, step: int, state_dict, group: str, world_size: int, targ
 
 def restore_from_memory(comm, root: str, group: str, shared: bool = False):
     """The newest state the job can restore from its agents' memory, if that is at least as
-    new as the newest checkpoint on disk: (step, state) or (None, None). Collective: the step
-    is agreed on by all ranks, and a rank that cannot load it sends them all to disk.
+    new as the newest checkpoint on disk: (step, state) or (None, None). Collective. The step
+    is the one the rendezvous decided for the round from every node's memory (the agent says
+    it with its steps); where it decided none (a single node, etcd) the ranks agree on the
+    newest they all can restore. A rank that cannot load it sends them all to disk.
 
     Not `shared` (shards): every rank's shard must be available at the step, from its own
     node's memory or from a replica another node's agent holds (--flash-replicas); a rank
@@ -110,14 +112,25 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
     network."""
     mem, _ = memory_store()
     comm.all_ok(True)  # every rank's save of this job has returned (its snapshot committed)
-    everyone = comm.gather(held(mem, group))
+    answers = comm.gather(inventory(mem, group))
+    everyone = [steps for steps, _ in answers]
+    decided = agreed([d for _, d in answers])
+    if decided is not None and decided < 0:
+        return None, None  # the rendezvous found no step in the members' memory
     # sources[r]: for each step, the ranks that can load rank r's copy of it.
     if shared:
         sources = {s: [r for r, held in enumerate(everyone) if s in held]
                    for s in set().union(*everyone)}
         candidates = set(sources)
     else:
-        sources, candidates = shard_sources(comm, mem, everyone)
+        sources, candidates = shard_sources(comm, mem, everyone, decided)
+    if decided is not None:
+        if decided not in candidates:
+            if comm.rank == 0:
+                print(f"ftrun: step {decided}, which the rendezvous chose to restore, is no "
+                      "longer in memory; trying disk", file=sys.stderr, flush=True)
+            return None, None
+        candidates = {decided}
     on_disk = comm.from_rank0(_steps(root)[:1])
     if not candidates or (on_disk and on_disk[0] > max(candidates)):
         return None, None
@@ -162,7 +175,8 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
         how = ", ".join(f"rank {r} from rank {s}" for s, r in moves)
         if shared and moves:
             how = f"ranks {[r for _, r in moves]} from rank {moves[0][0]}"
-        print(f"ftrun: restored step {step} from memory" + (f" ({how})" if how else ""),
+        chosen = ", the step the rendezvous chose" if decided is not None else ""
+        print(f"ftrun: restored step {step} from memory" + (f" ({how})" if how else "") + chosen,
               file=sys.stderr, flush=True)
     return step, state
 

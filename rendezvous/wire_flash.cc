@@ -1,0 +1,66 @@
+// Wire conversions of the flash-checkpoint parts of a join and an assignment
+// (rendezvous.proto: NodeInfo.flash, Assignment.restore_*, Assignment.replica_order).
+#include <algorithm>
+
+#include "rendezvous/flash_plan.h"
+#include "rendezvous/wire.h"
+
+namespace ftrun::rendezvous {
+
+void FlashToWire(const NodeInfo& in, v1::NodeInfo* out) {
+  out->set_flash_reported(in.flash_reported);
+  for (const FlashCopy& c : in.flash) {
+    auto* w = out->add_flash();
+    w->set_group(c.group);
+    w->set_world_size(c.world_size);
+    for (int64_t s : c.steps) w->add_steps(s);
+  }
+}
+
+void FlashFromWire(const v1::NodeInfo& in, NodeInfo& out) {
+  out.flash_reported = in.flash_reported();
+  for (const auto& w : in.flash()) {
+    out.flash.push_back(FlashCopy{w.group(), w.world_size(),
+                                  std::vector<int64_t>(w.steps().begin(), w.steps().end())});
+  }
+}
+
+Status CheckFlashLimits(const v1::NodeInfo& node) {
+  if (static_cast<size_t>(node.flash_size()) > kMaxFlashCopies) {
+    return Error{"flash checkpoint inventory of " + std::to_string(node.flash_size()) +
+                 " copies (at most " + std::to_string(kMaxFlashCopies) + ")"};
+  }
+  for (const auto& c : node.flash()) {
+    if (c.group().size() > kMaxFlashGroupBytes || !IsPrintable(c.group())) {
+      return Error{"a flash checkpoint copy's group name is over " +
+                   std::to_string(kMaxFlashGroupBytes) + " bytes or not printable"};
+    }
+    if (static_cast<size_t>(c.steps_size()) > kMaxFlashSteps || c.world_size() < 0) {
+      return Error{"flash checkpoint copy '" + c.group() + "' lists " +
+                   std::to_string(c.steps_size()) + " steps (at most " +
+                   std::to_string(kMaxFlashSteps) + ") or a negative world size"};
+    }
+    for (int64_t s : c.steps()) {
+      if (s < 0) return Error{"flash checkpoint copy '" + c.group() + "' lists a negative step"};
+    }
+  }
+  return {};
+}
+
+void RestoreToWire(const NodeAssignment& in, v1::Assignment* out) {
+  if (in.restore_copy) out->set_restore_copy(*in.restore_copy);
+  if (in.restore_shards) out->set_restore_shards(*in.restore_shards);
+  for (int r : in.replica_order) out->add_replica_order(r);
+}
+
+void RestoreFromWire(const v1::Assignment& in, NodeAssignment& out) {
+  if (in.has_restore_copy()) out.restore_copy = std::max<int64_t>(-1, in.restore_copy());
+  if (in.has_restore_shards()) out.restore_shards = std::max<int64_t>(-1, in.restore_shards());
+  // Only ranks of the round: an entry out of range would index past the replica peers.
+  if (in.replica_order_size() > 4096) return;
+  for (int r : in.replica_order()) {
+    if (r >= 0 && r < in.group_world_size()) out.replica_order.push_back(r);
+  }
+}
+
+}  // namespace ftrun::rendezvous
