@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ftrun/v1/replica.grpc.pb.h"
+#include "launcher/replica/crc32c.h"
 #include "launcher/replica/replica_service.h"
 #include "tests/support/test_support.h"
 #include "tests/unit/launcher/checkpoint/snapshot_test_util.h"
@@ -138,7 +139,7 @@ grpc::Status RawPush(int port, const std::string& key, const std::string& data, 
   chunk.mutable_header()->set_bytes(bytes ? bytes : data.size());
   chunk.set_data(data);
   chunk.set_last(finish);
-  chunk.set_checksum(SnapshotChecksum(testing::AsBytes(data)));
+  chunk.set_crc32c(Crc32c(testing::AsBytes(data)));
   writer->Write(chunk);
   if (!finish) {
     ctx.TryCancel();  // the sender is gone mid-copy
