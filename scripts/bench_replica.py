@@ -1,7 +1,9 @@
 """The replica section of scripts/bench.py (`--only replica`): flash-checkpoint replicas
 across nodes on loopback. A `ftrun master` and two agents (one rank each, a sharded state of
 N MiB per rank, so N MiB per node) save to memory every few seconds; each node's agent copies
-its shard to the other's. Figures, medians over the saves after the first (buffers reused):
+its shard to the other's. Figures, medians over the saves after the first two (the snapshot
+and the replica are double-buffered: from the third save on, every buffer is reused; the
+first copy into each fresh buffer also pays for its pages, shown apart):
   * lag: from the save returning in the worker to the peer's agent logging the replica
     stored (its log's millisecond clock);
   * the save's blocking time with replicas (--flash-replicas 2) and without (1), side by side:
@@ -87,26 +89,34 @@ def _job(ftrun, mib, saves, replicas, only_rank=-1):
 def run(ftrun, runs):
     print()
     print("flash-checkpoint replicas, 2 agents on loopback, 1 rank each, median over saves "
-          "after the first (min, max)")
+          "after the first two (min, max); first 2: the copies into fresh buffers")
     print(f"{'state per node':<16}{'save, no replicas':>26}{'save, replicas':>26}"
-          f"{'copy done after return':>26}{'target':>10}")
+          f"{'copy done after return':>26}{'first 2':>14}{'target':>10}")
     for mib, only in ((256, -1), (1024, -1), (1024, 0)):
-        saves = 4
+        saves = 5
         with_r, stored = _job(ftrun, mib, saves, 2, only)
         without, _ = _job(ftrun, mib, saves, 1, only)
         big = [r for r in with_r if only in (-1, r["rank"])]
         lags = [stored[r["rank"], r["step"]] - r["returned"] for r in big
-                if r["step"] > 0 and (r["rank"], r["step"]) in stored]
-        missing = sum(1 for r in big if r["step"] > 0 and (r["rank"], r["step"]) not in stored)
-        b_with = [r["blocked"] for r in big if r["step"] > 0]
-        b_without = [r["blocked"] for r in without if r["step"] > 0 and only in (-1, r["rank"])]
+                if r["step"] > 1 and (r["rank"], r["step"]) in stored]
+        first = [stored[r["rank"], r["step"]] - r["returned"] for r in big
+                 if r["step"] <= 1 and (r["rank"], r["step"]) in stored]
+        missing = sum(1 for r in big if r["step"] > 1 and (r["rank"], r["step"]) not in stored)
+        b_with = [r["blocked"] for r in big if r["step"] > 1]
+        b_without = [r["blocked"] for r in without if r["step"] > 1 and only in (-1, r["rank"])]
 
         def cell(xs):
             return (f"{statistics.median(xs):.3f}s ({min(xs):.3f}, {max(xs):.3f})" if xs
                     else "-")
-        met = lags and max(lags) <= 1.0 and not missing
+        if lags and max(lags) <= 1.0 and not missing:
+            verdict = "  ok"
+        elif lags and statistics.median(lags) <= 1.0 and not missing:
+            verdict = "  median ok, not every copy"
+        else:
+            verdict = "  MISSED"
         label = f"{mib} MiB" + (" each" if only == -1 else ", 1 node")
         print(label.ljust(16) + cell(b_without).rjust(26) + cell(b_with).rjust(26)
-              + cell(lags).rjust(26) + "<= 1 s".rjust(10) + ("  ok" if met else "  MISSED")
+              + cell(lags).rjust(26)
+              + (f"{max(first):.3f}s" if first else "-").rjust(14) + "<= 1 s".rjust(10) + verdict
               + (f" ({missing} copies never logged)" if missing else ""))
-    del runs  # one job per size: each already gives saves-1 samples per rank
+    del runs  # one job per size: each already gives saves-2 samples per rank

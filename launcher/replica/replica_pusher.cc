@@ -2,6 +2,8 @@
 
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/rpc_method.h>
+#include <grpcpp/support/sync_stream.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -13,6 +15,8 @@
 
 #include "common/log.h"
 #include "ftrun/v1/replica.grpc.pb.h"
+#include "launcher/replica/crc32c.h"
+#include "launcher/replica/replica_wire.h"
 
 namespace ftrun::launcher {
 
@@ -78,7 +82,6 @@ void ReplicaPusher::Offer(SnapshotView view) {
   Pending p{.group = view.meta.group,
             .step = view.step,
             .bytes = view.bytes,
-            .checksum = view.meta.checksum,
             .fd = std::shared_ptr<int>(new int(fd),
                                        [](int* f) {
                                          close(*f);
@@ -140,7 +143,6 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   // One channel per copy: copies are seconds apart, and a replaced peer gets a fresh one.
   auto channel =
       grpc::CreateCustomChannel(target, rendezvous::MakeChannelCredentials(opts_.tls), args);
-  auto stub = v1::Replica::NewStub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10) +
                    std::chrono::seconds(p.bytes >> 26));
@@ -157,9 +159,14 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
     }
   } in_flight(this, &ctx);
   v1::ReplicaAck ack;
-  auto writer = stub->Push(&ctx, &ack);
-  v1::ReplicaChunk chunk;
-  auto* header = chunk.mutable_header();
+  // Raw messages (replica_wire.h): the data is sent from the mapping without a copy.
+  const grpc::internal::RpcMethod method(ReplicaPushMethod(),
+                                         grpc::internal::RpcMethod::CLIENT_STREAMING, channel);
+  std::unique_ptr<grpc::ClientWriter<grpc::ByteBuffer>> writer(
+      grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method, &ctx,
+                                                                    &ack));
+  v1::ReplicaChunk fields;
+  auto* header = fields.mutable_header();
   header->set_key(key);
   header->set_group(p.group);
   header->set_step(p.step);
@@ -171,27 +178,28 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   do {
     const size_t n = std::min(opts_.chunk_bytes, data.size() - offset);
     auto piece = data.subspan(offset, n);
-    crc = SnapshotChecksum(piece, crc);
-    chunk.set_data(reinterpret_cast<const char*>(piece.data()), n);
+    crc = Crc32c(piece, crc);
     offset += n;
-    chunk.set_last(offset == data.size());
-    if (chunk.last()) {
-      // Every byte has been read: if no Begin handed the buffer out since the snapshot was
-      // offered, no worker wrote into what we read. Otherwise the copy may be torn.
+    fields.set_last(offset == data.size());
+    if (fields.last()) {
+      // Every byte has been checksummed: if no Begin handed the buffer out since the snapshot
+      // was offered, no worker wrote into what we read. Otherwise the copy may be torn. (gRPC
+      // reads the bytes it sends after we did: one changed in between makes the receiver's
+      // checksum differ from ours, and the receiver refuses the copy.)
       std::atomic_thread_fence(std::memory_order_seq_cst);
-      const bool torn = p.generation->load() != p.expected || (p.checksum && *p.checksum != crc);
-      if (torn) {
+      if (p.generation->load() != p.expected) {
         ctx.TryCancel();
         writer->Finish();
         return Outcome::kSuperseded;
       }
-      chunk.set_checksum(crc);
+      fields.set_crc32c(crc);
     }
-    open = writer->Write(chunk);
-    chunk.clear_header();
+    open = writer->Write(EncodeReplicaChunk(fields, piece));
+    fields.clear_header();
   } while (open && offset < data.size());
   if (open) writer->WritesDone();
   grpc::Status status = writer->Finish();
+  if (!status.ok() && p.generation->load() != p.expected) return Outcome::kSuperseded;
   if (!status.ok()) {
     *error = "copy of " + p.group + " step " + std::to_string(p.step) + " to " + target +
              " failed: " + status.error_message();

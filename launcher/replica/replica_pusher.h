@@ -2,13 +2,13 @@
 // sending half of flash checkpoint replicas; replica.proto, ftrun-flash-checkpoint(7)).
 //
 // Offer hands it a committed snapshot; one thread of its own streams it, in chunks
-// (Options::chunk_bytes, 1 MiB: small chunks let the receiver's checksum overlap the sending)
-// read straight from the snapshot's mapping (so memory stays bounded whatever the size), to
-// every current target. Newest wins: a group holds at most one pending snapshot, and an
-// Offer replaces it, so a slow copy is followed by the newest snapshot, never by a queue of old
-// ones. One copy is in flight at a time (so at most one per peer). A target that fails
-// (unreachable, refused, gone mid-copy) is logged and skipped; the next Offer tries it again.
-// The training process never waits for any of this.
+// (Options::chunk_bytes, 1 MiB: small chunks let the receiver's work overlap the sending)
+// sent straight from the snapshot's mapping (replica_wire.h: no copy of the bytes, and memory
+// stays bounded whatever the size), with their CRC-32C (crc32c.h), to every current target. Newest
+// wins: a group holds at most one pending snapshot, and an Offer replaces it, so a slow copy is
+// followed by the newest snapshot, never by a queue of old ones. One copy is in flight at a time
+// (so at most one per peer). A target that fails (unreachable, refused, gone mid-copy) is logged
+// and skipped; the next Offer tries it again. The training process never waits for any of this.
 //
 // The snapshot's buffer is not pinned (the worker's next saves are never refused because of
 // a copy): the pusher reads through its own descriptor and mapping, and before the last
@@ -67,7 +67,6 @@ class ReplicaPusher {
     std::string group;
     uint64_t step = 0;
     size_t bytes = 0;
-    std::optional<uint32_t> checksum;
     std::shared_ptr<int> fd;  // our own descriptor of the memfd (closed with the last copy)
     std::shared_ptr<const std::atomic<uint64_t>> generation;
     uint64_t expected = 0;

@@ -1,6 +1,8 @@
 #include "launcher/replica/replica_server.h"
 
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/rpc_service_method.h>
+#include <grpcpp/support/method_handler.h>
 
 #include <boost/asio/post.hpp>
 #include <chrono>
@@ -10,14 +12,13 @@
 
 #include "common/log.h"
 #include "ftrun/v1/replica.grpc.pb.h"
-#include "launcher/checkpoint/snapshot_store.h"
+#include "launcher/replica/crc32c.h"
+#include "launcher/replica/replica_wire.h"
 
 namespace ftrun::launcher {
 namespace {
 
 constexpr int kMaxThreads = 8;
-constexpr size_t kMaxChunkBytes = size_t{8} << 20;
-constexpr size_t kMaxMessageBytes = kMaxChunkBytes + 4096;
 constexpr size_t kMaxName = 256;
 
 bool ValidGroup(const std::string& g) {
@@ -38,19 +39,34 @@ struct Admission {
 
 }  // namespace
 
-class ReplicaServer::Service final : public v1::Replica::Service {
+// Replica.Push with raw messages (replica_wire.h), so the bytes go from gRPC's receive
+// buffers straight into the replica's memfd: what the generated service would register, with
+// ByteBuffer in place of ReplicaChunk.
+class ReplicaServer::Service final : public grpc::Service {
  public:
-  explicit Service(ReplicaServer* owner) : owner_(owner) {}
+  explicit Service(ReplicaServer* owner) : owner_(owner) {
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        ReplicaPushMethod(), grpc::internal::RpcMethod::CLIENT_STREAMING,
+        new grpc::internal::ClientStreamingHandler<Service, grpc::ByteBuffer, v1::ReplicaAck>(
+            [](Service* s, grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+               v1::ReplicaAck* ack) { return s->Push(ctx, reader, ack); },
+            this)));
+  }
 
-  grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<v1::ReplicaChunk>* reader,
-                    v1::ReplicaAck* ack) override {
+  grpc::Status Push(grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
+                    v1::ReplicaAck* ack) {
     const auto start = std::chrono::steady_clock::now();
     const std::string peer = rendezvous::Printable(ctx->peer(), 64);
-    v1::ReplicaChunk chunk;
-    if (!reader->Read(&chunk) || !chunk.has_header()) {
+    grpc::ByteBuffer message;
+    if (!reader->Read(&message)) {
       return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, "a copy starts with its header");
     }
-    const v1::ReplicaHeader header = chunk.header();
+    auto fields = ParseReplicaChunk(message);
+    if (!fields) return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, fields.error().message);
+    if (!fields->header) {
+      return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, "a copy starts with its header");
+    }
+    const v1::ReplicaHeader header = *fields->header;
     if (!ValidGroup(header.group()) || header.bytes() == 0 || header.from().size() > kMaxName ||
         header.key().size() > rendezvous::kMaxSecretBytes) {
       return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT,
@@ -70,30 +86,35 @@ class ReplicaServer::Service final : public v1::Replica::Service {
     };
     size_t offset = 0;
     uint32_t crc = 0;
-    bool last = chunk.last();
-    auto take = [&](const std::string& data) {
-      if (data.size() > write.bytes - offset) return false;
-      std::memcpy(write.data().data() + offset, data.data(), data.size());
-      crc = SnapshotChecksum(std::as_bytes(std::span(data.data(), data.size())), crc);
-      offset += data.size();
-      return true;
+    // Copies one message's bytes into the memfd; the error, if any.
+    auto take = [&](const ReplicaChunkFields& f) -> std::optional<std::string> {
+      if (f.data_bytes > write.bytes - offset) return "too many bytes";
+      auto out = write.data().subspan(offset, f.data_bytes);
+      if (auto copied = CopyReplicaChunkData(message, out); !copied) return copied.error().message;
+      crc = Crc32c(out, crc);
+      offset += f.data_bytes;
+      return std::nullopt;
     };
-    if (!take(chunk.data())) return failed(grpc::StatusCode::INVALID_ARGUMENT, "too many bytes");
+    if (auto bad = take(*fields)) return failed(grpc::StatusCode::INVALID_ARGUMENT, *bad);
+    bool last = fields->last;
+    uint32_t sent = fields->crc32c;
     while (!last) {
       if (owner_->stopping_) return failed(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
-      if (!reader->Read(&chunk)) {
+      if (!reader->Read(&message)) {
         return failed(grpc::StatusCode::CANCELLED, "the sender went away after " +
                                                        std::to_string(offset) + " of " +
                                                        std::to_string(write.bytes) + " bytes");
       }
-      if (!take(chunk.data())) return failed(grpc::StatusCode::INVALID_ARGUMENT, "too many bytes");
-      last = chunk.last();
+      fields = ParseReplicaChunk(message);
+      if (!fields) return failed(grpc::StatusCode::INVALID_ARGUMENT, fields.error().message);
+      if (auto bad = take(*fields)) return failed(grpc::StatusCode::INVALID_ARGUMENT, *bad);
+      last = fields->last;
+      sent = fields->crc32c;
     }
     if (offset != write.bytes) {
       return failed(grpc::StatusCode::INVALID_ARGUMENT,
                     std::to_string(offset) + " of " + std::to_string(write.bytes) + " bytes");
     }
-    const uint32_t sent = chunk.checksum();
     const double seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     auto finished =
@@ -192,7 +213,7 @@ Result<int> ReplicaServer::Start(const std::string& listen_host) {
   const std::string addr = (v6 ? "[" + listen_host + "]" : listen_host) + ":0";
   grpc::ServerBuilder builder;
   builder.AddListeningPort(addr, *creds, &port_);
-  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxMessageBytes));
+  builder.SetMaxReceiveMessageSize(static_cast<int>(kMaxReplicaMessageBytes));
   grpc::ResourceQuota quota("ftrun-replica");
   quota.SetMaxThreads(kMaxThreads);
   builder.SetResourceQuota(quota);

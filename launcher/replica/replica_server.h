@@ -5,7 +5,7 @@
 // rendezvous, never every interface), with the rendezvous' TLS settings. A copy is accepted
 // only if its key equals the job's replica key (SetKey; compared in constant time) and the
 // store takes it (one copy per group in flight, the memory budget); the bytes are written
-// straight into the store's memfd and their crc32 computed as they arrive, and the copy
+// straight into the store's memfd and their CRC-32C computed as they arrive, and the copy
 // becomes the group's newest replica only when that checksum equals the sender's. A refused
 // or broken copy leaves the group's previous replica intact and is logged in one bounded line.
 //

@@ -13,23 +13,35 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ftrun.flash_checkpoint import snapshot  # noqa: E402
 
 
-def round_trip(state, step=7, world_size=3):
+def round_trip(state, step=7, world_size=3, through_fd=False):
+    """Written into a memfd and read back: through the mapping, or (through_fd, as the agent's
+    memory is restored) with the tensors' bytes read from the descriptor."""
     plan = snapshot.Plan(state, step, world_size)
-    with mmap.mmap(-1, plan.bytes) as m:
-        plan.write(m)
-        header = snapshot.read_header(m)
-        return header, snapshot.read(m, header)
+    fd = os.memfd_create("ftrun-test")
+    try:
+        os.ftruncate(fd, plan.bytes)
+        with mmap.mmap(fd, plan.bytes) as m:
+            plan.write(m)
+            header = snapshot.read_header(m)
+            return header, snapshot.read(m, header, fd=fd if through_fd else None)
+    finally:
+        os.close(fd)
 
 
 class SnapshotFormatTest(unittest.TestCase):
     def test_every_tensor_and_value_comes_back(self):
+        for through_fd in (False, True):
+            with self.subTest(through_fd=through_fd):
+                self.check_every_tensor_and_value(through_fd)
+
+    def check_every_tensor_and_value(self, through_fd):
         big = [torch.randn(3 << 20) for _ in range(3)]  # 12 MiB each: the pool's copies
         state = {"model": {"w": torch.randn(4, 5), "b": torch.arange(7, dtype=torch.int64),
                            "half": torch.randn(9).to(torch.bfloat16),
                            "mask": torch.tensor([True, False, True])},
                  "big": big, "empty": torch.empty(0, 3), "scalar": torch.tensor(2.5),
                  "strided": torch.randn(6, 4).t(), "step": 12, "note": ("a", 1.5, None)}
-        header, got = round_trip(state)
+        header, got = round_trip(state, through_fd=through_fd)
         self.assertEqual((header["step"], header["world_size"]), (7, 3))
         for name in ("w", "b", "half", "mask"):
             self.assertTrue(torch.equal(got["model"][name], state["model"][name]), name)
@@ -53,6 +65,20 @@ class SnapshotFormatTest(unittest.TestCase):
             snapshot.read_header(cut)
         with self.assertRaisesRegex(snapshot.SnapshotError, "bytes in"):
             snapshot.read_header(buf[:plan.bytes - 64])
+
+    def test_a_descriptor_shorter_than_its_header_says_is_a_clear_error(self):
+        plan = snapshot.Plan({"w": torch.ones(1 << 16)}, 1, 1)
+        fd = os.memfd_create("ftrun-test")
+        try:
+            os.ftruncate(fd, plan.bytes)
+            with mmap.mmap(fd, plan.bytes) as m:
+                plan.write(m)
+                header = snapshot.read_header(m)
+                os.ftruncate(fd, plan.bytes - 4096)  # the tensor's last bytes are gone
+                with self.assertRaisesRegex(snapshot.SnapshotError, "ends 4096 bytes early"):
+                    snapshot.read(m, header, fd=fd)
+        finally:
+            os.close(fd)
 
 
 if __name__ == "__main__":

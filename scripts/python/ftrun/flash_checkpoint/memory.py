@@ -194,11 +194,12 @@ class AgentMemory:
             raise CheckpointError(answer.get("error") or f"unexpected answer {answer}")
         try:
             size = int(answer.get("bytes", 0))
-            # MAP_POPULATE: the page tables in one call, not one fault per page.
-            m = mmap.mmap(fd, size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
-                          mmap.PROT_READ)
-        finally:
+            # Only the header and the pickle are read through the mapping; the tensors are
+            # read from the descriptor straight into their memory (snapshot.read).
+            m = mmap.mmap(fd, size, mmap.MAP_SHARED, mmap.PROT_READ)
+        except BaseException:
             os.close(fd)
+            raise
         try:
             header = snapshot.read_header(m)
             if header.get("step") != step:
@@ -210,11 +211,12 @@ class AgentMemory:
                                       f"{saved_by} ranks and this job has {world_size}: a "
                                       "sharded snapshot restores only at the world size that "
                                       "saved it")
-            return snapshot.read(m, header)
+            return snapshot.read(m, header, fd=fd)
         except snapshot.SnapshotError as e:
             raise CheckpointError(f"the memory snapshot of step {step}: {e}") from None
         finally:
             m.close()
+            os.close(fd)
 
     def say(self, key: str, message: str):
         """Prints a message about the memory path once per key."""

@@ -188,12 +188,29 @@ def read_header(buffer) -> dict:
     return header
 
 
-def read(buffer, header=None):
-    """The state stored in `buffer`, its tensors copied out (the buffer may go afterwards)."""
+def _pread_into(fd: int, dst: torch.Tensor, offset: int, n: int):
+    """Reads n bytes of `fd` at `offset` into dst's memory (the kernel's one copy)."""
+    view = memoryview(dst.view(-1).view(torch.uint8).numpy())
+    done = 0
+    while done < n:  # a read returns at most 2 GiB - 4 KiB
+        got = os.preadv(fd, [view[done:]], offset + done)
+        if got <= 0:
+            raise SnapshotError(f"the snapshot ends {n - done} bytes early")
+        done += got
+    view.release()
+
+
+def read(buffer, header=None, fd=None):
+    """The state stored in `buffer`, its tensors copied out (the buffer may go afterwards).
+    With `fd` (the descriptor `buffer` maps), the tensors' bytes are read from it instead:
+    the mapping's pages need not be mapped in first, and one copy is made either way."""
     header = header or read_header(buffer)
     tensors, jobs = [], []
 
     def copy(dst, offset, n):
+        if fd is not None:
+            _pread_into(fd, dst, offset, n)
+            return
         src = torch.frombuffer(buffer, dtype=torch.uint8, count=n, offset=offset)
         dst.view(-1).view(torch.uint8).copy_(src)
         del src

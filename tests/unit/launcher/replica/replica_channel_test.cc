@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "ftrun/v1/replica.grpc.pb.h"
+#include "launcher/replica/crc32c.h"
 #include "launcher/replica/replica_service.h"
 #include "tests/support/test_support.h"
 #include "tests/unit/launcher/checkpoint/snapshot_test_util.h"
@@ -124,7 +125,7 @@ class ReplicaChannelTest : public ::testing::Test {
 
 // A raw client: what a stranger (or a broken sender) can send.
 grpc::Status RawPush(int port, const std::string& key, const std::string& data, bool finish,
-                     uint64_t bytes = 0) {
+                     uint64_t bytes = 0, std::optional<uint32_t> crc = std::nullopt) {
   auto stub = v1::Replica::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -138,7 +139,7 @@ grpc::Status RawPush(int port, const std::string& key, const std::string& data, 
   chunk.mutable_header()->set_bytes(bytes ? bytes : data.size());
   chunk.set_data(data);
   chunk.set_last(finish);
-  chunk.set_checksum(SnapshotChecksum(testing::AsBytes(data)));
+  chunk.set_crc32c(crc.value_or(Crc32c(testing::AsBytes(data))));
   writer->Write(chunk);
   if (!finish) {
     ctx.TryCancel();  // the sender is gone mid-copy
@@ -266,6 +267,22 @@ TEST_F(ReplicaChannelTest, ABrokenCopyLeavesThePreviousReplica) {
             "complete");
   // The group is not left blocked by the broken copies.
   ASSERT_TRUE(WaitFor([&] { return RawPush(port, kKey, "again", true).ok(); }, 10s));
+}
+
+TEST_F(ReplicaChannelTest, ACopyWhoseChecksumDiffersIsRefusedAndThePreviousReplicaKept) {
+  b_ = Service("node-b");
+  a_ = Service("node-a");
+  Round(*a_, *b_);
+  const int port = b_->server().port();
+  ASSERT_TRUE(RawPush(port, kKey, "complete", true).ok());
+  const std::string other = "altered!";
+  auto refused = RawPush(port, kKey, other, true, 0, Crc32c(testing::AsBytes(other)) ^ 1);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(refused.error_message().find("checksum"), std::string::npos) << refused.error_message();
+  auto kept = Newest(*b_, "rank-0");
+  ASSERT_TRUE(kept);
+  EXPECT_EQ(std::string(reinterpret_cast<const char*>(kept->data().data()), kept->bytes),
+            "complete");
 }
 
 TEST_F(ReplicaChannelTest, ACopyOverTheReceiversBudgetIsRefusedWholeAndTheSenderGoesOn) {
