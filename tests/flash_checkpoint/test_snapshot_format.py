@@ -1,6 +1,7 @@
 """The byte layout of a memory snapshot (ftrun.flash_checkpoint.snapshot): every tensor's bytes,
 small and large (the large ones copied on the pool, into huge pages), dtypes, shapes, nesting
 and non-tensor values come back as they were; damaged bytes are a clear error."""
+import contextlib
 import mmap
 import os
 import sys
@@ -13,19 +14,24 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from ftrun.flash_checkpoint import snapshot  # noqa: E402
 
 
-def round_trip(state, step=7, world_size=3, through_fd=False):
-    """Written into a memfd and read back: through the mapping, or (through_fd, as the agent's
-    memory is restored) with the tensors' bytes read from the descriptor."""
-    plan = snapshot.Plan(state, step, world_size)
+@contextlib.contextmanager
+def written(plan):
+    """The plan written into a fresh memfd: (descriptor, its mapping, the header read back)."""
     fd = os.memfd_create("ftrun-test")
     try:
         os.ftruncate(fd, plan.bytes)
         with mmap.mmap(fd, plan.bytes) as m:
             plan.write(m)
-            header = snapshot.read_header(m)
-            return header, snapshot.read(m, header, fd=fd if through_fd else None)
+            yield fd, m, snapshot.read_header(m)
     finally:
         os.close(fd)
+
+
+def round_trip(state, step=7, world_size=3, through_fd=False):
+    """Written into a memfd and read back: through the mapping, or (through_fd, as the agent's
+    memory is restored) with the tensors' bytes read from the descriptor."""
+    with written(snapshot.Plan(state, step, world_size)) as (fd, m, header):
+        return header, snapshot.read(m, header, fd=fd if through_fd else None)
 
 
 class SnapshotFormatTest(unittest.TestCase):
@@ -68,17 +74,10 @@ class SnapshotFormatTest(unittest.TestCase):
 
     def test_a_descriptor_shorter_than_its_header_says_is_a_clear_error(self):
         plan = snapshot.Plan({"w": torch.ones(1 << 16)}, 1, 1)
-        fd = os.memfd_create("ftrun-test")
-        try:
-            os.ftruncate(fd, plan.bytes)
-            with mmap.mmap(fd, plan.bytes) as m:
-                plan.write(m)
-                header = snapshot.read_header(m)
-                os.ftruncate(fd, plan.bytes - 4096)  # the tensor's last bytes are gone
-                with self.assertRaisesRegex(snapshot.SnapshotError, "ends 4096 bytes early"):
-                    snapshot.read(m, header, fd=fd)
-        finally:
-            os.close(fd)
+        with written(plan) as (fd, m, header):
+            os.ftruncate(fd, plan.bytes - 4096)  # the tensor's last bytes are gone
+            with self.assertRaisesRegex(snapshot.SnapshotError, "ends 4096 bytes early"):
+                snapshot.read(m, header, fd=fd)
 
 
 if __name__ == "__main__":
