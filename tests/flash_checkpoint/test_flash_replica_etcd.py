@@ -17,17 +17,15 @@ import unittest
 
 import test_flash_replica as replica
 from test_flash_replica import FTRUN, HOLD_AT, STEPS, finals, read, wait_for
-from test_flash_memory import assert_same_weights, free_port
+from test_flash_memory import Processes, assert_same_weights, free_port
 
 ETCD = shutil.which("etcd") or "/usr/bin/etcd"
 
 
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
 @unittest.skipUnless(os.access(ETCD, os.X_OK), "etcd-server is not installed")
-class EtcdReplicaTest(unittest.TestCase):
+class EtcdReplicaTest(Processes, unittest.TestCase):
     setUp = replica.ReplicaNodeLossTest.setUp
-    tearDown = replica.ReplicaNodeLossTest.tearDown
-    start = replica.ReplicaNodeLossTest.start
     fault_free = replica.ReplicaNodeLossTest.fault_free
 
     def etcd(self):

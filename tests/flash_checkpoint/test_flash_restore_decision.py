@@ -17,7 +17,7 @@ import unittest
 
 import test_flash_memory as memory
 import test_flash_replica as replica
-from test_flash_memory import FTRUN, assert_same_weights, free_port, progress, wait_for
+from test_flash_memory import FTRUN, Processes, assert_same_weights, free_port, progress, wait_for
 
 STEPS = 80
 
@@ -41,11 +41,9 @@ def saved(root, rank, attempt=0):
 
 
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
-class RestoreDecisionTest(unittest.TestCase):
-    # A temporary root, the processes started (SIGKILLed at the end if still running).
+class RestoreDecisionTest(Processes, unittest.TestCase):
+    # A temporary root; the processes started are SIGKILLed at the end if still running.
     setUp = replica.ReplicaNodeLossTest.setUp
-    tearDown = replica.ReplicaNodeLossTest.tearDown
-    start = replica.ReplicaNodeLossTest.start
 
     def log(self, name):
         return replica.read(os.path.join(self.root, name))
