@@ -51,6 +51,10 @@ void EtcdCoordinator::Start(Listener* listener) {
       opts_.role);
   started_ = Clock::now();
   last_contact_ = started_;
+  if (opts_.store_port > 0) {
+    store_checks_.emplace(io_, opts_.store_probe,
+                          [this](rendezvous::RoundReport r) { Report(std::move(r)); });
+  }
   Grant();
 }
 
@@ -118,6 +122,7 @@ void EtcdCoordinator::KeepAlive() {
 
 void EtcdCoordinator::PutNode() {
   if (shutting_down_) return;
+  opts_.node.store_listens = opts_.store_port > 0;
   if (opts_.store_port > 0) {
     opts_.node.free_port = opts_.store_port;
   } else if (auto port = PickFreePort()) {
@@ -207,7 +212,12 @@ void EtcdCoordinator::OnView(const std::string& value) {
   // The listener answers only the current check's members (pair_probe.h).
   if (opts_.probe_server && view.check) opts_.probe_server->SetKey(view.check->probe_key);
   follower_->Apply(view);
+  CheckStores();
   RefreshClaims();
+}
+
+void EtcdCoordinator::CheckStores() {
+  if (store_checks_) store_checks_->Follow(*follower_, shutting_down_ || failed_);
 }
 
 void EtcdCoordinator::OnLeaderEvent(bool deleted) {
@@ -288,7 +298,10 @@ void EtcdCoordinator::SendReport() {
 void EtcdCoordinator::WorkersStopped() {
   std::weak_ptr<bool> alive = alive_;
   boost::asio::post(io_, [this, alive] {
-    if (auto a = alive.lock(); a && *a && !shutting_down_) follower_->WorkersStopped();
+    if (auto a = alive.lock(); a && *a && !shutting_down_) {
+      follower_->WorkersStopped();
+      CheckStores();
+    }
   });
 }
 
@@ -303,6 +316,7 @@ void EtcdCoordinator::Fail(const std::string& reason) {
   v.reason = reason;
   v.failures.clear();
   follower_->Apply(v);
+  CheckStores();
 }
 
 void EtcdCoordinator::Shutdown() {
@@ -312,6 +326,7 @@ void EtcdCoordinator::Shutdown() {
   report_timer_.cancel();
   for (auto& w : watches_) w.reset();
   if (opts_.probe_server) opts_.probe_server->Stop();
+  if (store_checks_) store_checks_->Stop();
   if (leader_ && !failed_ && leader_->state().finished()) {
     // The others must read the job's end from their views before this lease takes them.
     leader_->FinishAndStop("", opts_.linger, [this] { Revoke(); });

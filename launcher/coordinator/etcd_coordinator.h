@@ -3,6 +3,8 @@
 //   * this agent's liveness is its own lease (lease_ttl), kept alive every third of it;
 //   * it joins by writing its node key, reports by writing report keys (in order, one in
 //     flight) and learns the job by watching its view key;
+//   * with the agent store, it checks the other members' stores while its workers run and
+//     reports one it cannot reach (MemberStoreChecks: a partition the leader names);
 //   * one agent at a time holds the leader key (created only if absent, bound to its lease)
 //     and runs the state machine (EtcdLeader); when the leader is lost its key goes with its
 //     lease and the others campaign again; the winner carries the job on from the nodes'
@@ -26,6 +28,7 @@
 #include "common/result.h"
 #include "launcher/config/launch_config.h"
 #include "launcher/coordinator/coordinator.h"
+#include "launcher/coordinator/member_store_checks.h"
 #include "launcher/coordinator/view_follower.h"
 #include "launcher/netcheck/pair_probe.h"
 #include "rendezvous/etcd/etcd_client.h"
@@ -49,6 +52,7 @@ struct EtcdCoordinatorOptions {
   std::string role = "default";
   std::shared_ptr<EventLog> event_log;  // leading: the state machine's records (may be null)
   int store_port = 0;                   // > 0: every join's and stop's free_port (agent store)
+  StoreProbeOptions store_probe;        // partition checks, when store_port > 0
 };
 
 class EtcdCoordinator : public Coordinator {
@@ -75,6 +79,7 @@ class EtcdCoordinator : public Coordinator {
   void Campaign();
   void SendReport();
   void RefreshClaims();
+  void CheckStores();  // partition checks follow the round this node runs
   bool Contact(const rendezvous::etcd::EtcdStatus& st);  // false: not ok
   void Fail(const std::string& reason);
   void Revoke();
@@ -87,6 +92,7 @@ class EtcdCoordinator : public Coordinator {
   EtcdCoordinatorOptions opts_;
   std::optional<ViewFollower> follower_;
   std::unique_ptr<rendezvous::etcd::EtcdLeader> leader_;
+  std::optional<MemberStoreChecks> store_checks_;
 
   // State below is touched only on the loop.
   boost::asio::steady_timer start_timer_;

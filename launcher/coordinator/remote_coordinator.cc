@@ -43,36 +43,7 @@ RemoteCoordinator::RemoteCoordinator(boost::asio::io_context& io, RemoteCoordina
 RemoteCoordinator::~RemoteCoordinator() { *alive_ = false; }
 
 void RemoteCoordinator::ProbeStore() {
-  if (!store_probe_) return;
-  if (shutting_down_) {
-    // A view answered after Shutdown must not re-arm the probe: its timer would keep the
-    // agent's loop, and so the agent, alive after the job is over.
-    store_probe_->Stop();
-    return;
-  }
-  const NodeView& v = follower_->last_view();
-  if (!follower_->finished() && v.phase == Phase::kRunning && v.member &&
-      follower_->started_round() == v.round && v.assignment.group_world_size > 1) {
-    std::vector<StoreTarget> stores;
-    for (const auto& p : v.store_peers) stores.push_back({p.group_rank, p.addr, p.port});
-    store_probe_->Watch(v.round, v.assignment.group_rank, v.assignment.group_world_size,
-                        std::move(stores));
-    // A job-wide stack dump means a suspected hang: every member checks every store at once.
-    if (v.stacks_id != 0) store_probe_->Sweep(v.stacks_id);
-  } else {
-    store_probe_->Stop();
-  }
-}
-
-void RemoteCoordinator::OnStoreUnreachable(uint64_t round, const StoreTarget& target,
-                                           const std::string& error) {
-  LauncherLog()->warn(
-      "this node cannot reach group rank {}'s store {} (round={}); telling the rendezvous",
-      target.group_rank, error, round);
-  rendezvous::RoundReport r = rendezvous::RoundReport::Of(ReportKind::kUnreachable, round);
-  r.details.error = error;
-  r.details.unreachable_rank = target.group_rank;
-  reports_.Push(std::move(r));
+  if (store_checks_) store_checks_->Follow(*follower_, shutting_down_);
 }
 
 void RemoteCoordinator::Start(Listener* listener) {
@@ -87,11 +58,8 @@ void RemoteCoordinator::Start(Listener* listener) {
   join_started_ = Clock::now();
   last_wait_log_ = join_started_;
   if (opts_.store_port > 0) {
-    store_probe_.emplace(
-        io_, opts_.store_probe,
-        [this](uint64_t round, const StoreTarget& target, const std::string& error) {
-          OnStoreUnreachable(round, target, error);
-        });
+    store_checks_.emplace(io_, opts_.store_probe,
+                          [this](rendezvous::RoundReport r) { reports_.Push(std::move(r)); });
   }
   Join();
 }
@@ -334,7 +302,7 @@ void RemoteCoordinator::Shutdown() {
   join_timer_.cancel();
   watch_timer_.cancel();
   reports_.Stop();
-  if (store_probe_) store_probe_->Stop();
+  if (store_checks_) store_checks_->Stop();
   client_.CancelAll();
   if (joined_ && !(follower_ && follower_->finished())) {
     // Leaving tells the others at once; they re-form without us (or wait for a replacement).

@@ -29,8 +29,8 @@
 #include <string>
 
 #include "launcher/coordinator/coordinator.h"
+#include "launcher/coordinator/member_store_checks.h"
 #include "launcher/coordinator/report_queue.h"
-#include "launcher/coordinator/store_probe.h"
 #include "launcher/coordinator/view_follower.h"
 #include "launcher/diagnostics/stacks_gatherer.h"
 #include "launcher/netcheck/pair_probe.h"
@@ -91,7 +91,6 @@ class RemoteCoordinator : public Coordinator {
   uint64_t CurrentRound() const;
   // Starts or stops the store probe after the view or the workers changed.
   void ProbeStore();
-  void OnStoreUnreachable(uint64_t round, const StoreTarget& target, const std::string& error);
 
   boost::asio::io_context& io_;
   RemoteCoordinatorOptions opts_;
@@ -114,7 +113,7 @@ class RemoteCoordinator : public Coordinator {
   uint64_t known_version_ = 0;
   ReportQueue reports_;    // after client_: borrows it
   StacksGatherer stacks_;  // likewise
-  std::optional<StoreProbe> store_probe_;
+  std::optional<MemberStoreChecks> store_checks_;
   bool shutting_down_ = false;
   std::shared_ptr<bool> alive_ = std::make_shared<bool>(true);
 };

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "tests/support/etcd_cluster.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::testing {
@@ -80,21 +81,23 @@ class Partition : public ::testing::Test {
     args.insert(args.begin(), {"netns", "exec", ns, FtrunBinary()});
     return std::make_unique<ChildRun>("/usr/sbin/ip", args);
   }
+  // An agent whose rendezvous is `ftrun master` in m, or with `etcd` the etcd member there.
   std::unique_ptr<ChildRun> Agent(const std::string& ns, const std::string& net,
-                                  const std::string& nnodes = "2") {
-    return In(ns, {"--nnodes",         nnodes,
-                   "--nproc-per-node", "1",
-                   "--rdzv-backend",   "c10d",
-                   "--rdzv-endpoint",  net + "1:29400",
-                   "--rdzv-id",        "part",
-                   "--rdzv-conf",      "is_host=0,last_call_timeout=0.5",
-                   "--local-addr",     net + "2",
-                   "--log-dir",        dir_ / ("logs-" + ns),
-                   "--no-python",      FakeWorkerBinary(),
-                   "record",           dir_ / "records",
-                   "connect-master",   "pidfile",
-                   dir_ / "connected", "wait-file",
-                   dir_ / "go"});
+                                  const std::string& nnodes = "2", bool etcd = false) {
+    return In(
+        ns, {"--nnodes",         nnodes,
+             "--nproc-per-node", "1",
+             "--rdzv-backend",   etcd ? "etcd-v3" : "c10d",
+             "--rdzv-endpoint",  net + (etcd ? "1:2379" : "1:29400"),
+             "--rdzv-id",        "part",
+             "--rdzv-conf",      etcd ? "last_call_timeout=0.5" : "is_host=0,last_call_timeout=0.5",
+             "--local-addr",     net + "2",
+             "--log-dir",        dir_ / ("logs-" + ns),
+             "--no-python",      FakeWorkerBinary(),
+             "record",           dir_ / "records",
+             "connect-master",   "pidfile",
+             dir_ / "connected", "wait-file",
+             dir_ / "go"});
   }
 
   // `ftrun master` in m for `nnodes` nodes, once it listens (null otherwise: the test fails).
@@ -105,6 +108,26 @@ class Partition : public ::testing::Test {
         WaitFor([&] { return master->Err().find("listening") != std::string::npos; }, 10s);
     EXPECT_TRUE(up) << master->Err();
     return up ? std::move(master) : nullptr;
+  }
+  // One etcd member in m, serving the agents of a, b and c on m's end of their links (its
+  // peer URL on m's loopback), once it answers (null otherwise: the test fails).
+  std::unique_ptr<ChildRun> Etcd() {
+    std::string clients;
+    for (const auto& net : {net_a_, net_b_, net_c_}) {
+      clients += (clients.empty() ? "" : ",") + std::string("http://") + net + "1:2379";
+    }
+    auto etcd = std::make_unique<ChildRun>(
+        "/usr/sbin/ip",
+        std::vector<std::string>{
+            "netns", "exec", m_, "/usr/bin/etcd", "--name", "m", "--data-dir", dir_ / "etcd",
+            "--listen-client-urls", clients, "--advertise-client-urls", clients,
+            "--listen-peer-urls", "http://127.0.0.1:2380", "--initial-advertise-peer-urls",
+            "http://127.0.0.1:2380", "--initial-cluster", "m=http://127.0.0.1:2380"});
+    const bool up = WaitFor(
+        [&] { return etcd->Err().find("serving insecure client requests") != std::string::npos; },
+        20s);
+    EXPECT_TRUE(up) << etcd->Err();
+    return up ? std::move(etcd) : nullptr;
   }
   // The master's "partition detected" lines that name the agents of networks x and y.
   static int PairPartitions(const ChildRun& master, const std::string& net_x,
@@ -249,6 +272,44 @@ TEST_F(Partition, BetweenTwoNodesThatAreNotRingNeighboursIsNamed) {
   }
   auto rm = master->Wait(60s);
   EXPECT_EQ(rm.exit_code, 0) << rm.err;
+}
+
+// The same partition (b and c, neither group rank 0) with the rendezvous in etcd: the agents
+// check each other's stores as with `ftrun master`, the agent leading the rendezvous names the
+// pair, no restart is spent (--max-restarts 0) and the job completes once the network heals.
+TEST_F(Partition, WithTheRendezvousInEtcdIsNamedToo) {
+  if (!EtcdCluster::Available()) GTEST_SKIP() << "etcd (Debian's etcd-server) is not installed";
+  std::filesystem::create_directories(dir_ / "connected");
+  Route(a_, net_a_, b_, net_b_);
+  Route(a_, net_a_, c_, net_c_);
+  auto etcd = Etcd();
+  ASSERT_TRUE(etcd);
+  std::vector<std::unique_ptr<ChildRun>> agents;
+  for (const auto& [ns, net] : {std::pair{a_, net_a_}, {b_, net_b_}, {c_, net_c_}}) {
+    agents.push_back(Agent(ns, net, "3", /*etcd=*/true));
+  }
+  auto logs = [&] {
+    std::string all;
+    for (const auto& a : agents) all += a->Err();
+    return all;
+  };
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const auto& a : agents) {
+          if (PairPartitions(*a, net_b_, net_c_) >= 1) return true;
+        }
+        return false;
+      },
+      90s))
+      << logs();
+  EXPECT_NE(logs().find("this node cannot reach group rank "), std::string::npos) << logs();
+  Route(b_, net_b_, c_, net_c_);
+  std::ofstream(dir_ / "go") << "";
+  for (size_t i = 0; i < agents.size(); ++i) {
+    auto r = agents[i]->Wait(90s);
+    EXPECT_EQ(r.exit_code, 0) << "agent " << i << ": " << r.err;
+    EXPECT_EQ(r.err.find("restart 1/"), std::string::npos) << "no restart was spent: " << r.err;
+  }
 }
 
 }  // namespace
