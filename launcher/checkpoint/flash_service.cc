@@ -32,6 +32,12 @@ std::string ShardFileName(const std::string& own_name, const std::string& own,
   return name;
 }
 
+// Whether the request already has a part for copy `group`.
+bool Holds(const CheckpointRequest& request, const std::string& group) {
+  return std::any_of(request.parts.begin(), request.parts.end(),
+                     [&](const CheckpointPart& p) { return p.group == group; });
+}
+
 }  // namespace
 
 FlashService::FlashService(boost::asio::io_context& io, int local_ranks, uint64_t budget_bytes,
@@ -215,14 +221,19 @@ void FlashService::MaybePersist(const SnapshotView& view, const std::string& rea
       request.parts.push_back({group, {{shard->meta.target.name, "", *shard, {}}}});
     }
   }
-  stored_[key] = view.step;
-  if (in_flight_++ == 0) busy_.emplace(io_.get_executor());
   LauncherLog()->info("flash checkpoint: persisting step={} to {} ({})", view.step, target.root,
                       reason);
-  persister_.Persist(std::move(request),
-                     [this, key, step = view.step](Result<std::string> outcome) {
-                       Persisted(key, step, std::move(outcome));
-                     });
+  Enqueue(key, std::move(request));
+}
+
+void FlashService::Enqueue(const std::string& key, CheckpointRequest request) {
+  const uint64_t step = request.step;
+  const bool shared = request.shared;
+  stored_[key] = step;
+  if (in_flight_++ == 0) busy_.emplace(io_.get_executor());
+  persister_.Persist(std::move(request), [this, key, step, shared](Result<std::string> outcome) {
+    Persisted(key, step, shared, std::move(outcome));
+  });
 }
 
 void FlashService::PersistSharedForExit() {
@@ -255,18 +266,14 @@ void FlashService::PersistSharedForExit() {
                                   .shared = true};
       own[at] = &view;
     }
-    bool held = std::any_of(request.parts.begin(), request.parts.end(),
-                            [&](const CheckpointPart& p) { return p.group == view.meta.group; });
-    if (!held) request.parts.push_back({view.meta.group, {{target.name, "", view, {}}}});
+    if (!Holds(request, view.meta.group))
+      request.parts.push_back({view.meta.group, {{target.name, "", view, {}}}});
   }
   for (auto& [at, request] : steps) {
     // Copies of other nodes' shards of the same step help when their agents cannot write.
     for (const std::string& group :
          replicas_ != nullptr ? replicas_->Groups() : std::vector<std::string>{}) {
-      if (std::any_of(request.parts.begin(), request.parts.end(),
-                      [&](const CheckpointPart& p) { return p.group == group; })) {
-        continue;
-      }
+      if (Holds(request, group)) continue;
       for (const auto& replica : replicas_->Complete(group)) {
         if (replica.step != request.step) continue;
         const SnapshotView& mine = *own[at];
@@ -278,22 +285,18 @@ void FlashService::PersistSharedForExit() {
     }
     const std::string key = request.root + "\nshared\n" + std::to_string(request.step);
     if (stored_.contains(key)) continue;
-    stored_[key] = request.step;
-    if (in_flight_++ == 0) busy_.emplace(io_.get_executor());
     std::string groups;
     for (const auto& part : request.parts) groups += (groups.empty() ? "" : ",") + part.group;
     LauncherLog()->info(
         "flash checkpoint: persisting shards {} of step={} (world size {}) to {} (failure)", groups,
         request.step, request.world_size, request.root);
-    uint64_t step = request.step;
-    persister_.Persist(std::move(request), [this, key, step](Result<std::string> outcome) {
-      Persisted(key, step, std::move(outcome));
-    });
+    Enqueue(key, std::move(request));
   }
 }
 
-void FlashService::Persisted(const std::string& key, uint64_t step, Result<std::string> outcome) {
-  if (outcome && key.find("\nshared\n") != std::string::npos) {
+void FlashService::Persisted(const std::string& key, uint64_t step, bool shared,
+                             Result<std::string> outcome) {
+  if (outcome && shared) {
     // Some shards of a multi-node step: the step may be complete now, completed by another
     // agent, superseded by a newer complete step, or still waiting for other agents' shards.
     LauncherLog()->info("flash checkpoint: shards of step={} held here are on storage: {}", step,

@@ -94,7 +94,10 @@ class FlashService {
   // Stages the shards held here (own and replicas) of every step of a job whose shards span
   // nodes, so that the agents together store each step whose shards they hold between them.
   void PersistSharedForExit();
-  void Persisted(const std::string& key, uint64_t step, Result<std::string> outcome);
+  // Queues `request` with the persister; `key` records its step as stored (until it fails).
+  void Enqueue(const std::string& key, CheckpointRequest request);
+  // `shared`: shards of a multi-node step, which other agents may complete.
+  void Persisted(const std::string& key, uint64_t step, bool shared, Result<std::string> outcome);
   std::optional<SnapshotView> Find(const std::string& group, uint64_t step) const;
 
   boost::asio::io_context& io_;
