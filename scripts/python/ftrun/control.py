@@ -130,6 +130,7 @@ class Controller:
         self._state_lock = threading.RLock()
         self._updating = 0  # begin_update calls not yet ended (training thread only)
         self._handler = None
+        self._memory_saver = None  # see register_memory_save
         self._root = None
         self._on_complete = None
         self._group = ""
@@ -163,6 +164,25 @@ class Controller:
         if group is not None:
             self._group = group
         self._send({"type": "handler", "enabled": True, "group": self._group})
+
+    def register_memory_save(self, saver, group: str = None):
+        """The fault-time save goes to the agent's memory instead of files (the flash
+        checkpointers register it for the script: ftrun-flash-checkpoint(7)). saver(step)
+        stores the state after `step` as a complete memory snapshot, or raises. It runs with
+        the state lock held (never in the middle of an update) on a thread of its own: a memory
+        save waits for the agent's answers, which the reader thread delivers. A copy is
+        complete once committed, so the order to finalize has nothing left to do. Takes
+        precedence over a handler registered with register_save_handler. group: see
+        set_replica_group."""
+        self._memory_saver = saver
+        if group is not None:
+            self._group = group
+        self._send({"type": "handler", "enabled": True, "group": self._group})
+
+    @property
+    def group(self) -> str:
+        """This rank's replica group ("" : all ranks)."""
+        return self._group
 
     def set_replica_group(self, group: str):
         """Ranks holding identical state share a group name ("" : all ranks, plain DDP)."""
@@ -327,25 +347,38 @@ class Controller:
             _log(f"the agent closed the control channel: {msg.get('message')}")
 
     def _save(self, save_id: int, step: int, group: str, finalize: bool, tag: str):
-        ok, error = True, ""
-        started = time.monotonic()
-        try:
+        if self._memory_saver is not None:
+            threading.Thread(target=self._answer_save, name="ftrun-fault-save", daemon=True,
+                             args=(save_id, step, "the agent's memory",
+                                   lambda: self._memory_saver(step))).start()
+            return
+
+        def to_disk():
             if self._handler is None or self._root is None:
                 raise RuntimeError("no save handler registered")
+            os.makedirs(self._root, exist_ok=True)
+            tmp = checkpoint.temp_dir(self._root, step, tag)
+            os.makedirs(tmp, exist_ok=True)
+            checkpoint.write_part(tmp, group, step, self._handler)
+            if finalize:
+                checkpoint.finalize(self._root, tmp, step, [group], self.world_size, "fault")
+                self._completed(step)
+        self._answer_save(save_id, step, "", to_disk)
+
+    def _answer_save(self, save_id: int, step: int, where: str, save):
+        """Runs save() at `step` under the state lock and answers the agent's order."""
+        ok, error = True, ""
+        started = time.monotonic()
+        to = f" to {where}" if where else ""
+        try:
             with self._state_lock:  # never in the middle of an optimizer update
                 if self._step != step:
                     raise RuntimeError(f"the state is at step {self._step}, not {step}")
-                os.makedirs(self._root, exist_ok=True)
-                tmp = checkpoint.temp_dir(self._root, step, tag)
-                os.makedirs(tmp, exist_ok=True)
-                checkpoint.write_part(tmp, group, step, self._handler)
-                if finalize:
-                    checkpoint.finalize(self._root, tmp, step, [group], self.world_size, "fault")
-                    self._completed(step)
-            _log(f"fault-time save of step {step} done in {time.monotonic() - started:.2f}s")
+                save()
+            _log(f"fault-time save of step {step}{to} done in {time.monotonic() - started:.2f}s")
         except Exception as e:
             ok, error = False, f"{type(e).__name__}: {e}"
-            _log(f"fault-time save of step {step} failed: {error}")
+            _log(f"fault-time save of step {step}{to} failed: {error}")
         self._send({"type": "saved", "id": save_id, "ok": ok, "error": error})
 
     def _completed(self, step: int):
@@ -355,9 +388,10 @@ class Controller:
     def _finalize(self, save_id: int, step: int, groups, tag: str):
         ok, error = True, ""
         try:
-            tmp = checkpoint.temp_dir(self._root, step, tag)
-            checkpoint.finalize(self._root, tmp, step, groups, self.world_size, "fault")
-            self._completed(step)
+            if self._memory_saver is None:  # memory copies are complete once committed
+                tmp = checkpoint.temp_dir(self._root, step, tag)
+                checkpoint.finalize(self._root, tmp, step, groups, self.world_size, "fault")
+                self._completed(step)
         except Exception as e:
             ok, error = False, f"{type(e).__name__}: {e}"
         self._send({"type": "saved", "id": save_id, "finalize": True, "ok": ok, "error": error})
@@ -371,8 +405,12 @@ class NullController:
     world_size = _world_size()
 
     step = -1
+    group = ""
 
     def register_save_handler(self, handler, root, group=None, on_complete=None):
+        pass
+
+    def register_memory_save(self, saver, group=None):
         pass
 
     def set_replica_group(self, group):

@@ -184,6 +184,41 @@ class ControlTest(unittest.TestCase):
         self.assertIn("at step 5, not 6", ack["error"])
         self.assertIsNone(ftrun.latest_checkpoint(self.root))
 
+    def test_a_memory_fault_save_may_wait_for_the_agent_and_needs_no_finalize(self):
+        ft = ftrun.connect()
+        saved = []
+
+        def to_memory(step):  # as a flash checkpointer's: asks the agent, waits for its answer
+            answer, _ = ft.request({"type": "snapshot_begin", "step": step}, timeout=5)
+            saved.append((step, answer["type"]))
+        ft.register_save_handler(write_state("w"), self.root)
+        ft.register_memory_save(to_memory, group="")
+        self.agent.wait_for(lambda m: m["type"] == "handler" and m["group"] == "")
+        ft.report(9)
+        self.agent.wait_for(lambda m: m.get("step") == 9)
+        self.agent.send({"type": "save", "id": 4, "step": 9, "group": "", "finalize": False})
+        begin = self.agent.wait_for(lambda m: m["type"] == "snapshot_begin")
+        self.agent.send({"type": "snapshot_lease", "id": begin["id"], "step": 9})
+        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
+        self.assertEqual((ack["id"], ack["ok"]), (4, True), ack)
+        self.assertEqual(saved, [(9, "snapshot_lease")])
+        self.agent.send({"type": "finalize", "id": 4, "step": 9, "groups": [""]})
+        done = self.agent.wait_for(lambda m: m["type"] == "saved" and m.get("finalize"))
+        self.assertTrue(done["ok"], done)
+        self.assertIsNone(ftrun.latest_checkpoint(self.root), "the memory save wrote no files")
+
+    def test_a_memory_fault_save_of_another_step_is_refused_without_asking_the_state(self):
+        ft = ftrun.connect()
+        asked = []
+        ft.register_memory_save(asked.append)
+        ft.report(5)
+        self.agent.wait_for(lambda m: m.get("step") == 5)
+        self.agent.send({"type": "save", "id": 7, "step": 6, "group": "", "finalize": True})
+        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
+        self.assertFalse(ack["ok"])
+        self.assertIn("at step 5, not 6", ack["error"])
+        self.assertEqual(asked, [])
+
     def test_guard_reports_a_peer_failure_and_waits(self):
         ft = ftrun.connect()
         ft.save_timeout = 0.2  # how long it waits past the save (plus a minute in real use)

@@ -17,10 +17,11 @@ class DdpCheckpointer:
     is a job of one). storage, local_shard_num and global_shard_num exist for DLRover's
     signature: only their defaults are supported (state that differs per rank belongs in
     ftrun.flash_checkpoint.sharded.ShardedCheckpointer). comm_backend: the backend of the
-    small group the checkpointer synchronises on (default gloo)."""
+    small group the checkpointer synchronises on (default gloo). fault_state (an ftrun
+    extension): as register_fault_save(fault_state)."""
 
     def __init__(self, checkpoint_dir: str, storage=None, local_shard_num=1,
-                 global_shard_num=1, comm_backend=""):
+                 global_shard_num=1, comm_backend="", fault_state=None):
         if storage is not None:
             raise ValueError("ftrun's DdpCheckpointer writes to checkpoint_dir's file system; "
                              "a custom storage is not supported")
@@ -30,6 +31,33 @@ class DdpCheckpointer:
         self.checkpoint_dir = checkpoint_dir
         self._comm = engine.Comm(comm_backend)
         self._rank = self._comm.rank
+        self._persist = False  # the newest save_checkpoint asked for DISK
+        if fault_state is not None:
+            self.register_fault_save(fault_state)
+
+    def register_fault_save(self, state_fn, path=None):
+        """An ftrun extension: the fault-time save (ftrun-control(7): when a rank dies, the
+        agent asks a surviving rank to save the step whose update() ended last; the script
+        wraps its loop in guard()) stores state_fn(step) into the agent's memory first, like a
+        MEMORY save_checkpoint of that step, and the restart restores it with
+        load_checkpoint(). state_fn(step) returns the state dict after `step`, built when
+        asked (pass the step in it rather than a value kept from an earlier save). path(step)
+        names the save's path as in save_checkpoint (default: the default path). The snapshot
+        is written to storage as the newest save_checkpoint was: at once after a DISK one,
+        else when the job fails for good. Without an agent that keeps memory snapshots it is
+        written to disk under checkpoint_dir instead."""
+        engine.register_fault_save(state_fn, "", self._comm.world_size,
+                                   lambda step: self._target(step, path(step) if path else ""),
+                                   lambda: self._persist)
+
+    def _path(self, step, path: str) -> str:
+        return path or os.path.join(self.checkpoint_dir, str(step), "rank_0.pt")
+
+    def _target(self, step, path: str) -> dict:
+        """Where the agent persists the snapshot of `step`."""
+        path = self._path(step, path)
+        return {"root": os.path.abspath(self.checkpoint_dir), "path": os.path.abspath(path),
+                "name": os.path.basename(path), "tracker": engine.TRACKER_FILE_NAME}
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
         """Saves state_dict as the checkpoint of `step`. Every rank calls it. `path` (default
@@ -43,9 +71,9 @@ class DdpCheckpointer:
         False when the memory save was not taken (the message says why)."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
-        if not path:
-            path = os.path.join(self.checkpoint_dir, str(step), "rank_0.pt")
+        path = self._path(step, path)
         step = int(step)
+        self._persist = storage_type == StorageType.DISK
         mem, why = engine.memory_store()
         if mem is None:
             if storage_type == StorageType.MEMORY:
@@ -55,11 +83,9 @@ class DdpCheckpointer:
             return True
         if engine.local_rank() != 0:
             return True  # one copy per node: local rank 0's
-        target = {"root": os.path.abspath(self.checkpoint_dir), "path": os.path.abspath(path),
-                  "name": os.path.basename(path), "tracker": engine.TRACKER_FILE_NAME}
         persist = storage_type == StorageType.DISK and self._rank == 0
-        return engine.save_to_memory(mem, step, state_dict, "", self._comm.world_size, target,
-                                     persist)
+        return engine.save_to_memory(mem, step, state_dict, "", self._comm.world_size,
+                                     self._target(step, path), persist)
 
     def load_checkpoint(self, resume_path=""):
         """The newest complete state dict under checkpoint_dir (the same step on every rank),

@@ -12,6 +12,7 @@ import os
 import re
 import shutil
 import sys
+import threading
 from enum import Enum, auto
 
 import torch
@@ -79,12 +80,23 @@ def node_holds_every_rank(comm) -> bool:
     return local == comm.world_size
 
 
+# A fault-time save runs on the control channel's thread of its own, maybe while the training
+# thread is in a save of its own: one save into the agent's memory at a time.
+_save_lock = threading.Lock()
+
+
+def _memory_save(mem, step: int, state_dict, group: str, world_size: int, target: dict,
+                 persist: bool):
+    wait = float(os.environ.get("FTRUN_SAVE_TIMEOUT", "180")) if persist else 0.0
+    with _save_lock:
+        mem.save(step, state_dict, group, world_size, target, persist, wait)
+
+
 def save_to_memory(mem, step: int, state_dict, group: str, world_size: int, target: dict,
                    persist: bool) -> bool:
     """One save into the agent's memory; False (and a message) when it was not taken."""
-    wait = float(os.environ.get("FTRUN_SAVE_TIMEOUT", "180")) if persist else 0.0
     try:
-        mem.save(step, state_dict, group, world_size, target, persist, wait)
+        _memory_save(mem, step, state_dict, group, world_size, target, persist)
         return True
     except MemoryRefused as e:
         if e.busy:
@@ -95,6 +107,30 @@ def save_to_memory(mem, step: int, state_dict, group: str, world_size: int, targ
     except (CheckpointError, OSError) as e:
         print(f"ftrun: step {step} NOT saved to memory: {e}", file=sys.stderr, flush=True)
     return False
+
+
+def register_fault_save(state_fn, group: str, world_size: int, target, persist,
+                        replica_group: str = None):
+    """Makes the fault-time save ("last words", ftrun-control(7)) of this rank store
+    state_fn(step), the state after the step the agent names, as the memory snapshot of copy
+    `group`, persisted like the script's own saves: target(step) says where, persist() whether
+    at once (else when the job fails for good). state_fn is asked at the fault, with the
+    update of that step ended and the next not begun: a state dict passed to an earlier save
+    would hold that step's tensors but an older step's other values. Where this worker's agent
+    keeps no memory snapshots, the save goes to disk by the files path instead: a checkpoint
+    of copy `group` under target's root, which load_checkpoint reads like its own.
+    replica_group: the ranks that hold the same state (the agent asks one of each to save)."""
+    controller = control.connect()
+    mem, _ = memory_store()
+    if mem is None:
+        def write(step, directory):
+            _torch_save(state_fn(step), directory, target(step)["name"])
+        controller.register_save_handler(write, target(0)["root"], replica_group)
+        return
+
+    def save(step):
+        _memory_save(mem, step, state_fn(step), group, world_size, target(step), persist())
+    controller.register_memory_save(save, replica_group)
 
 
 def restore_from_memory(comm, root: str, group: str, shared: bool = False):

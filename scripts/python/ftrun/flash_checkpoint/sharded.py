@@ -3,6 +3,7 @@ DLRover's method shapes. Each rank saves and restores its own shard inside one c
 step; a restore never mixes steps. See the package docstring for what is not implemented."""
 import os
 
+from .. import control
 from . import engine
 from .engine import StorageType, WorldSizeError
 
@@ -15,13 +16,38 @@ class ShardedCheckpointer:
     Create it on every rank, after torch.distributed is initialised. Rank r restores the shard
     rank r saved; a checkpoint saved by a different number of ranks raises WorldSizeError
     naming both sizes (resharding is not supported). comm_backend: the backend of the small
-    group the checkpointer synchronises on (default gloo)."""
+    group the checkpointer synchronises on (default gloo). fault_state (an ftrun extension):
+    as register_fault_save(fault_state)."""
 
-    def __init__(self, checkpoint_dir: str, comm_backend=""):
+    def __init__(self, checkpoint_dir: str, comm_backend="", fault_state=None):
         self.checkpoint_dir = checkpoint_dir
         self._comm = engine.Comm(comm_backend)
         self._rank = self._comm.rank
         self._group = engine.shard_group(self._rank)
+        self._persist = False  # the newest save_checkpoint asked for DISK
+        if fault_state is not None:
+            self.register_fault_save(fault_state)
+
+    def register_fault_save(self, state_fn, path=None):
+        """An ftrun extension, as DdpCheckpointer.register_fault_save: the fault-time save
+        stores state_fn(step), this rank's shard after `step`, into the agent's memory. Every
+        shard is needed, so it happens only when every rank can still save (a hung rank, not a
+        dead one: the agent's planner finds no saver for a dead rank's shard) and each rank
+        saves its own; otherwise the restart restores the newest step all ranks saved. A
+        rank's replica group becomes its shard unless the script set one. Persisted as the
+        newest save_checkpoint was (at once after DISK when every rank runs on this node)."""
+        controller = control.connect()
+        group = self._group if not getattr(controller, "group", "") else None
+        one_node = engine.node_holds_every_rank(self._comm)
+        engine.register_fault_save(state_fn, self._group, self._comm.world_size,
+                                   lambda step: self._target(step, path(step) if path else ""),
+                                   lambda: self._persist and one_node, group)
+
+    def _target(self, step, path: str) -> dict:
+        """Where the agent persists this rank's shard of `step`."""
+        path = path or os.path.join(self.checkpoint_dir, str(step))
+        return {"root": os.path.abspath(self.checkpoint_dir), "path": os.path.abspath(path),
+                "name": f"rank_{self._rank}.pt", "tracker": engine.TRACKER_FILE_NAME}
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
         """Saves this rank's shard as part of the checkpoint of `step`. Every rank calls it.
@@ -41,16 +67,15 @@ class ShardedCheckpointer:
         step, name = int(step), f"rank_{self._rank}.pt"
         mem, why = engine.memory_store()
         disk = storage_type == StorageType.DISK
+        self._persist = disk
         if mem is None and not disk:
             engine.disk_instead_of_memory(why)
         one_node = engine.node_holds_every_rank(self._comm)
         taken = True
         if mem is not None:
-            target = {"root": os.path.abspath(self.checkpoint_dir),
-                      "path": os.path.abspath(path), "name": name,
-                      "tracker": engine.TRACKER_FILE_NAME}
             taken = engine.save_to_memory(mem, step, state_dict, self._group,
-                                          self._comm.world_size, target, disk and one_node)
+                                          self._comm.world_size, self._target(step, path),
+                                          disk and one_node)
             if not disk or one_node:
                 return taken
         engine.save_shards(self._comm, self.checkpoint_dir, step, name, state_dict, path)

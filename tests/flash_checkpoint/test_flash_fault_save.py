@@ -1,0 +1,198 @@
+"""The fault-time save ("last words") of a script that uses a flash checkpointer goes to the
+agent's memory first, end to end: a real ftrun, two real torch ranks (DDP, gloo on loopback)
+that save to memory only every SAVE_EVERY steps, wrap their loop in guard() and register the
+state for the fault with one line (register_fault_save).
+
+* Rank 1 SIGKILLed mid-run: rank 0 serves the fault-time save into its agent's memory at the
+  step it had finished, and after the restart every rank resumes right after that step,
+  restored from memory (nothing on disk at all), with the weights of a fault-free run.
+* The job then failing for good (no restart left): the agent's exit persist writes the
+  fault-time snapshot, and a new job resumes from disk at that step.
+* A script whose saves are DISK: the fault-time snapshot is also written to storage at once.
+* Shards (ShardedCheckpointer) with rank 1 hung instead: the agent's hang detector asks both
+  ranks (their helper threads) for their shard of the step they finished; both resume from
+  memory right after it.
+* A worker whose agent keeps no memory snapshots: the same save goes to disk by the files
+  path, and load_checkpoint reads it.
+
+Run as `python3 test_flash_fault_save.py train <root> <config json>` it is one rank of the
+training job (see train()).
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from test_flash_memory import FTRUN, assert_same_weights, final, progress  # noqa: E402
+
+STEPS = 20
+SAVE_EVERY = 5  # memory saves after steps 4, 9, 14, 19
+KILL_AT = 12  # rank 1 dies before step 12: the fault-time save is of step 11, never saved else
+
+
+def train(root, config):
+    """One rank. progress-<rank>.txt records where each attempt started; final-<rank>.json
+    the final weights."""
+    import torch
+    import torch.distributed as dist
+
+    import ftrun
+    from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+    from ftrun.flash_checkpoint.sharded import ShardedCheckpointer
+
+    if config.get("no_memory"):  # as under an agent that keeps no memory snapshots
+        os.environ.pop("FTRUN_FLASH_MEMORY_BUDGET", None)
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    sharded = config.get("kind") == "sharded"
+    torch.manual_seed(rank if sharded else 0)
+    model = torch.nn.Linear(16, 4)
+    net = model if sharded else torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    cp = (ShardedCheckpointer if sharded else DdpCheckpointer)(os.path.join(root, "ckpt"))
+    storage = StorageType.DISK if config.get("storage") == "disk" else StorageType.MEMORY
+    # The one line: the state is built when the fault comes, at the step the agent names.
+    cp.register_fault_save(lambda step: {"model": model.state_dict(), "opt": opt.state_dict(),
+                                         "step": step, "rank": rank})
+    ft = ftrun.connect()
+    progress_file = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
+    state = cp.load_checkpoint()
+    start = 0
+    if state:
+        if sharded and state["rank"] != rank:
+            raise RuntimeError(f"rank {rank} got the shard of rank {state['rank']}")
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["opt"])
+        start = state["step"] + 1
+    progress_file.write(f"start {start} attempt {attempt}\n")
+    with ft.guard():
+        for step in range(start, config["steps"]):
+            if attempt == 0 and step == config.get("kill_at") and rank == 1:
+                os.kill(os.getpid(), signal.SIGKILL)
+            if attempt == 0 and step == config.get("hang_at") and rank == 1:
+                time.sleep(3600)
+            g = torch.Generator().manual_seed(step * 100 + rank)
+            x, y = torch.randn(8, 16, generator=g), torch.randn(8, 4, generator=g)
+            loss = torch.nn.functional.mse_loss(net(x), y)
+            opt.zero_grad()
+            loss.backward()  # rank 0 learns here that rank 1 is gone
+            if sharded:  # the collectives of a sharded job tie its ranks together
+                dist.all_reduce(loss.detach())
+            with ft.update(step):
+                opt.step()
+            if (step + 1) % SAVE_EVERY == 0:
+                # A dict whose "step" goes stale: the fault-time save must not reuse it.
+                cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
+                                          "step": step, "rank": rank}, storage_type=storage)
+                progress_file.write(f"saved {step}\n")
+    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
+        json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+
+
+def run_job(root, config, restarts=1, extra=()):
+    """ftrun with two ranks of train(); the CompletedProcess."""
+    os.makedirs(root, exist_ok=True)
+    cmd = [FTRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts),
+           "--restart-backoff", "0", "--monitor-interval", "0.05",
+           "--log-dir", os.path.join(root, "logs"), *extra, "--no-python", "/usr/bin/python3",
+           __file__, "train", root, json.dumps(dict({"steps": STEPS}, **config))]
+    env = dict(os.environ)
+    env.pop("FTRUN_CONTROL_SOCKET", None)
+    return subprocess.run(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=120)
+
+
+def starts(root, rank):
+    return [line for line in progress(root, rank) if line.startswith("start")]
+
+
+@unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
+class FaultTimeSaveToMemoryTest(unittest.TestCase):
+    clean = {}
+
+    @classmethod
+    def fault_free(cls, kind="ddp"):
+        """The final weights of a run without faults (once per kind)."""
+        if kind not in cls.clean:
+            root = tempfile.mkdtemp(prefix="ftrun-fault-clean-")
+            done = run_job(root, {"kind": kind})
+            assert done.returncode == 0, done.stdout
+            cls.clean[kind] = final(root)
+        return cls.clean[kind]
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="ftrun-fault-mem-")
+
+    def assert_resumed_after_the_fault_step(self, root, log, attempt=1, kind="ddp"):
+        for rank in (0, 1):
+            self.assertEqual(starts(root, rank)[-1], f"start {KILL_AT} attempt {attempt}", log)
+        assert_same_weights(self, final(root), self.fault_free(kind))
+
+    def test_the_survivor_saves_the_fault_step_to_memory_and_the_restart_restores_it(self):
+        done = run_job(self.root, {"kill_at": KILL_AT})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        self.assertIn(f"fault-time save of step {KILL_AT - 1} to the agent's memory done",
+                      done.stdout)
+        self.assertIn(f"ftrun: restored step {KILL_AT - 1} from memory", done.stdout)
+        self.assert_resumed_after_the_fault_step(self.root, done.stdout)
+        self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")),
+                         "nothing was written to (or read from) disk")
+
+    def test_a_job_failing_for_good_persists_the_fault_step_and_a_new_job_resumes(self):
+        failed = run_job(self.root, {"kill_at": KILL_AT}, restarts=0)
+        self.assertEqual(failed.returncode, 1, failed.stdout)
+        self.assertIn(f"fault-time save of step {KILL_AT - 1} to the agent's memory done",
+                      failed.stdout)
+        self.assertIn(f"flash checkpoint: step={KILL_AT - 1} stored at ", failed.stdout)
+        ckpt = os.path.join(self.root, "ckpt")
+        with open(os.path.join(ckpt, "dlrover_latest.txt")) as f:
+            self.assertEqual(int(f.read()), KILL_AT - 1)
+        link = os.path.join(ckpt, str(KILL_AT - 1), "rank_0.pt")
+        self.assertTrue(os.path.islink(link) and os.path.isfile(link), link)
+        again = run_job(self.root, {})
+        self.assertEqual(again.returncode, 0, again.stdout)
+        self.assertNotIn("from memory", again.stdout)
+        self.assert_resumed_after_the_fault_step(self.root, again.stdout, attempt=0)
+
+    def test_after_disk_saves_the_fault_step_is_also_written_to_storage_at_once(self):
+        done = run_job(self.root, {"kill_at": KILL_AT, "storage": "disk"})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        self.assertIn(f"ftrun: restored step {KILL_AT - 1} from memory", done.stdout)
+        self.assertIn(f"flash checkpoint: step={KILL_AT - 1} stored at ", done.stdout)
+        self.assertTrue(os.path.isfile(os.path.join(self.root, "ckpt", str(KILL_AT - 1),
+                                                    "rank_0.pt")), done.stdout)
+        self.assert_resumed_after_the_fault_step(self.root, done.stdout)
+
+    def test_shards_of_a_hung_job_are_saved_by_every_rank_into_memory(self):
+        done = run_job(self.root, {"kind": "sharded", "hang_at": KILL_AT},
+                       extra=("--hang-timeout", "2"))
+        self.assertEqual(done.returncode, 0, done.stdout)
+        for rank in (0, 1):
+            self.assertIn(f"ftrun[{rank}]: fault-time save of step {KILL_AT - 1} to the agent's "
+                          "memory done", done.stdout)
+        self.assertIn(f"ftrun: restored step {KILL_AT - 1} from memory", done.stdout)
+        self.assert_resumed_after_the_fault_step(self.root, done.stdout, kind="sharded")
+        self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")), done.stdout)
+
+    def test_without_memory_snapshots_the_fault_step_goes_to_disk(self):
+        done = run_job(self.root, {"kill_at": KILL_AT, "no_memory": True})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        self.assertIn(f"fault-time save of step {KILL_AT - 1} done", done.stdout)
+        self.assertTrue(os.path.isdir(os.path.join(self.root, "ckpt",
+                                                   f"ftrun-step-{KILL_AT - 1}")), done.stdout)
+        self.assertNotIn("from memory", done.stdout)
+        self.assert_resumed_after_the_fault_step(self.root, done.stdout)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "train":
+        train(sys.argv[2], json.loads(sys.argv[3]))
+    else:
+        unittest.main()
