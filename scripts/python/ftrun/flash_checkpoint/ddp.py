@@ -17,11 +17,10 @@ class DdpCheckpointer:
     is a job of one). storage, local_shard_num and global_shard_num exist for DLRover's
     signature: only their defaults are supported (state that differs per rank belongs in
     ftrun.flash_checkpoint.sharded.ShardedCheckpointer). comm_backend: the backend of the
-    small group the checkpointer synchronises on (default gloo). fault_state (an ftrun
-    extension): as register_fault_save(fault_state)."""
+    small group the checkpointer synchronises on (default gloo)."""
 
     def __init__(self, checkpoint_dir: str, storage=None, local_shard_num=1,
-                 global_shard_num=1, comm_backend="", fault_state=None):
+                 global_shard_num=1, comm_backend=""):
         if storage is not None:
             raise ValueError("ftrun's DdpCheckpointer writes to checkpoint_dir's file system; "
                              "a custom storage is not supported")
@@ -32,8 +31,6 @@ class DdpCheckpointer:
         self._comm = engine.Comm(comm_backend)
         self._rank = self._comm.rank
         self._persist = False  # the newest save_checkpoint asked for DISK
-        if fault_state is not None:
-            self.register_fault_save(fault_state)
 
     def register_fault_save(self, state_fn, path=None):
         """An ftrun extension: the fault-time save (ftrun-control(7): when a rank dies, the

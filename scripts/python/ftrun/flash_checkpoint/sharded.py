@@ -16,17 +16,14 @@ class ShardedCheckpointer:
     Create it on every rank, after torch.distributed is initialised. Rank r restores the shard
     rank r saved; a checkpoint saved by a different number of ranks raises WorldSizeError
     naming both sizes (resharding is not supported). comm_backend: the backend of the small
-    group the checkpointer synchronises on (default gloo). fault_state (an ftrun extension):
-    as register_fault_save(fault_state)."""
+    group the checkpointer synchronises on (default gloo)."""
 
-    def __init__(self, checkpoint_dir: str, comm_backend="", fault_state=None):
+    def __init__(self, checkpoint_dir: str, comm_backend=""):
         self.checkpoint_dir = checkpoint_dir
         self._comm = engine.Comm(comm_backend)
         self._rank = self._comm.rank
         self._group = engine.shard_group(self._rank)
         self._persist = False  # the newest save_checkpoint asked for DISK
-        if fault_state is not None:
-            self.register_fault_save(fault_state)
 
     def register_fault_save(self, state_fn, path=None):
         """An ftrun extension, as DdpCheckpointer.register_fault_save: the fault-time save
