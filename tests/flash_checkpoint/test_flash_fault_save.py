@@ -29,7 +29,8 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_flash_memory import FTRUN, assert_same_weights, final, progress  # noqa: E402
+from test_flash_memory import (FTRUN, assert_same_weights, final, progress,  # noqa: E402
+                               start_rank)
 
 STEPS = 20
 SAVE_EVERY = 5  # memory saves after steps 4, 9, 14, 19
@@ -43,20 +44,11 @@ def train(root, config):
     import torch.distributed as dist
 
     import ftrun
-    from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType
-    from ftrun.flash_checkpoint.sharded import ShardedCheckpointer
+    from ftrun.flash_checkpoint.ddp import StorageType
 
     if config.get("no_memory"):  # as under an agent that keeps no memory snapshots
         os.environ.pop("FTRUN_FLASH_MEMORY_BUDGET", None)
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    sharded = config.get("kind") == "sharded"
-    torch.manual_seed(rank if sharded else 0)
-    model = torch.nn.Linear(16, 4)
-    net = model if sharded else torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    cp = (ShardedCheckpointer if sharded else DdpCheckpointer)(os.path.join(root, "ckpt"))
+    rank, attempt, sharded, model, net, opt, cp = start_rank(root, config)
     storage = StorageType.DISK if config.get("storage") == "disk" else StorageType.MEMORY
     # The one line: the state is built when the fault comes, at the step the agent names.
     cp.register_fault_save(lambda step: {"model": model.state_dict(), "opt": opt.state_dict(),

@@ -38,22 +38,11 @@ def train(root, config):
     after every step; progress-<rank>.txt records where each attempt started and what was
     saved; final-<rank>.json the final weights."""
     import torch
-    import torch.distributed as dist
     from ftrun.flash_checkpoint import snapshot
-    from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+    from ftrun.flash_checkpoint.ddp import StorageType
     from ftrun.flash_checkpoint.layout import Layout
-    from ftrun.flash_checkpoint.sharded import ShardedCheckpointer
 
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    sharded = config.get("kind") == "sharded"
-    torch.manual_seed(rank if sharded else 0)
-    model = torch.nn.Linear(16, 4)
-    net = model if sharded else torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    ckpt_dir = os.path.join(root, "ckpt")
-    cp = (ShardedCheckpointer if sharded else DdpCheckpointer)(ckpt_dir)
+    rank, attempt, sharded, model, net, opt, cp = start_rank(root, config)
     storage = StorageType.DISK if config.get("storage") == "disk" else StorageType.MEMORY
     ballast = torch.zeros(config.get("ballast_mb", 0) * (1 << 18))  # float32: 4 bytes each
     progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
@@ -89,6 +78,26 @@ def train(root, config):
         time.sleep(config.get("pause", 0))
     with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
         json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+
+
+def start_rank(root, config):
+    """One rank's process group, model (the same on every rank, or one per rank for shards),
+    optimizer and checkpointer under <root>/ckpt: (rank, attempt, sharded, model, the module
+    to train, optimizer, checkpointer)."""
+    import torch
+    import torch.distributed as dist
+    from ftrun.flash_checkpoint.ddp import DdpCheckpointer
+    from ftrun.flash_checkpoint.sharded import ShardedCheckpointer
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    sharded = config.get("kind") == "sharded"
+    torch.manual_seed(rank if sharded else 0)
+    model = torch.nn.Linear(16, 4)
+    net = model if sharded else torch.nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    cp = (ShardedCheckpointer if sharded else DdpCheckpointer)(os.path.join(root, "ckpt"))
+    return rank, attempt, sharded, model, net, opt, cp
 
 
 def resume(cp, model, opt, rank, sharded):

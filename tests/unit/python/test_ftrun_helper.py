@@ -173,15 +173,18 @@ class ControlTest(unittest.TestCase):
         answer, fd = pending.wait(5)
         self.assertEqual((answer["type"], fd), ("snapshot_lease", -1))
 
-    def test_save_of_another_step_is_refused(self):
-        ft = ftrun.connect()
-        ft.register_save_handler(write_state("w"), self.root)
+    def assert_save_of_step_6_refused_at_step_5(self, ft):
         ft.report(5)
         self.agent.wait_for(lambda m: m.get("step") == 5)
         self.agent.send({"type": "save", "id": 7, "step": 6, "group": "", "finalize": True})
         ack = self.agent.wait_for(lambda m: m["type"] == "saved")
         self.assertFalse(ack["ok"])
         self.assertIn("at step 5, not 6", ack["error"])
+
+    def test_save_of_another_step_is_refused(self):
+        ft = ftrun.connect()
+        ft.register_save_handler(write_state("w"), self.root)
+        self.assert_save_of_step_6_refused_at_step_5(ft)
         self.assertIsNone(ftrun.latest_checkpoint(self.root))
 
     def test_a_memory_fault_save_may_wait_for_the_agent_and_needs_no_finalize(self):
@@ -211,12 +214,7 @@ class ControlTest(unittest.TestCase):
         ft = ftrun.connect()
         asked = []
         ft.register_memory_save(asked.append)
-        ft.report(5)
-        self.agent.wait_for(lambda m: m.get("step") == 5)
-        self.agent.send({"type": "save", "id": 7, "step": 6, "group": "", "finalize": True})
-        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
-        self.assertFalse(ack["ok"])
-        self.assertIn("at step 5, not 6", ack["error"])
+        self.assert_save_of_step_6_refused_at_step_5(ft)
         self.assertEqual(asked, [])
 
     def test_guard_reports_a_peer_failure_and_waits(self):
