@@ -5,7 +5,8 @@ state for the fault with one line (register_fault_save).
 
 * Rank 1 SIGKILLed mid-run: rank 0 serves the fault-time save into its agent's memory at the
   step it had finished, and after the restart every rank resumes right after that step,
-  restored from memory (nothing on disk at all), with the weights of a fault-free run.
+  restored from memory (nothing on disk at all), with the weights of a fault-free run. Also
+  with rank 0 killed instead: rank 1, whose agent slot held no snapshot of the one copy, saves.
 * The job then failing for good (no restart left): the agent's exit persist writes the
   fault-time snapshot, and a new job resumes from disk at that step.
 * A script whose saves are DISK: the fault-time snapshot is also written to storage at once.
@@ -66,7 +67,7 @@ def train(root, config):
     progress_file.write(f"start {start} attempt {attempt}\n")
     with ft.guard():
         for step in range(start, config["steps"]):
-            if attempt == 0 and step == config.get("kill_at") and rank == 1:
+            if attempt == 0 and step == config.get("kill_at") and rank == config.get("kill", 1):
                 os.kill(os.getpid(), signal.SIGKILL)
             if attempt == 0 and step == config.get("hang_at") and rank == 1:
                 time.sleep(3600)
@@ -136,6 +137,15 @@ class FaultTimeSaveToMemoryTest(unittest.TestCase):
         self.assert_resumed_after_the_fault_step(self.root, done.stdout)
         self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")),
                          "nothing was written to (or read from) disk")
+
+    def test_rank_1_saves_the_one_copy_when_rank_0_is_killed(self):
+        # Local rank 1 holds no snapshot of the DDP copy before: its agent's slot gets one.
+        done = run_job(self.root, {"kill_at": KILL_AT, "kill": 0})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        self.assertIn(f"ftrun[1]: fault-time save of step {KILL_AT - 1} to the agent's memory "
+                      "done", done.stdout)
+        self.assertIn(f"ftrun: restored step {KILL_AT - 1} from memory", done.stdout)
+        self.assert_resumed_after_the_fault_step(self.root, done.stdout)
 
     def test_a_job_failing_for_good_persists_the_fault_step_and_a_new_job_resumes(self):
         failed = run_job(self.root, {"kill_at": KILL_AT}, restarts=0)
