@@ -13,11 +13,10 @@ import re
 import signal
 import unittest
 
-import test_flash_memory as memory
 import test_flash_replica as replica
 import test_flash_replica_etcd as etcd_replica
 import test_flash_restore_decision as decision
-from test_flash_memory import FTRUN, Processes, assert_same_weights, progress, wait_for
+from test_flash_memory import FTRUN, Processes, wait_for
 
 STEPS = decision.STEPS
 
@@ -65,13 +64,7 @@ class EtcdRestoreDecisionTest(Processes, unittest.TestCase):
         self.assertEqual(formed, ["copy=none shards=none", f"copy=none shards={want}"],
                          logs[-3000:])
         # ... and what every rank restored from memory, not from disk.
-        self.assertRegex(logs, rf"ftrun: restored step {want} from memory.*, the step the "
-                         "rendezvous chose")
-        for r in range(2):
-            starts = [l for l in progress(root, r) if l.startswith("start")]
-            self.assertEqual(starts[-1].split()[1], str(want + 1), (r, starts))
-        assert_same_weights(self, memory.final(root),
-                            memory.FlashMemoryTest.fault_free("sharded", STEPS))
+        decision.assert_restored_the_chosen_step(self, root, logs, want)
 
 
 if __name__ == "__main__":
