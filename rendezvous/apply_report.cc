@@ -16,7 +16,7 @@ Status ApplyReport(RendezvousState& state, const std::string& node, const RoundR
       state.ReportSucceeded(node, r.round, now);
       return {};
     case ReportKind::kStopped:
-      state.ReportStopped(node, r.round, r.free_port, now);
+      state.ReportStopped(node, r.round, r.free_port, now, r.flash);
       return {};
     case ReportKind::kProgress:
       state.ReportProgress(node, r.round, d.save_id, d.progress, now);

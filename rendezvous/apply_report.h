@@ -1,6 +1,7 @@
 // ApplyReport: what a node's report does to the state machine, once the server has checked
-// its header and knows the node. Shared by the gRPC server, the single-node coordinator and
-// the state fuzzer, so all of them drive exactly the same path.
+// its header and knows the node. Shared by the gRPC server, the etcd leader, the single-node
+// coordinator and the state fuzzer, so all of them drive exactly the same path (a stopped
+// report's flash-checkpoint inventory included).
 //
 // Errors: a request over the size limits, a failure report without failures or an unknown
 // report kind is refused with a message (the server answers INVALID_ARGUMENT) and changes

@@ -183,6 +183,15 @@ struct ReportDetails {
   int unreachable_rank = 0;  // kUnreachable: the group rank whose store this node cannot reach
 };
 
+// The complete snapshots of one flash-checkpoint copy a node's agent holds in memory
+// ("" : the one copy of a DDP job, "rank-<r>": a shard), newest first; world_size 0: unknown.
+struct FlashCopy {
+  std::string group;
+  int world_size = 0;
+  std::vector<int64_t> steps;
+  bool operator==(const FlashCopy&) const = default;
+};
+
 // One report of a node about `round`: its workers failed (with the failures), succeeded or
 // stopped, or its part of a fault-time save or a network check. The same value goes over
 // the wire (RendezvousClient::Report) or straight into an in-process state machine.
@@ -191,6 +200,9 @@ struct RoundReport {
   uint64_t round = 0;
   std::vector<WorkerFailure> failures;  // kFailed
   int free_port = 0;                    // kStopped: a port for the next round's master
+  // kStopped: the agent's flash-checkpoint inventory now (its workers' last saves counted);
+  // nullopt: not reported, the node's inventory stays as its join left it.
+  std::optional<std::vector<FlashCopy>> flash;
   ReportDetails details;
 
   static RoundReport Of(ReportKind kind, uint64_t round = 0) {
@@ -199,15 +211,6 @@ struct RoundReport {
     r.round = round;
     return r;
   }
-};
-
-// The complete snapshots of one flash-checkpoint copy a node's agent holds in memory
-// ("" : the one copy of a DDP job, "rank-<r>": a shard), newest first; world_size 0: unknown.
-struct FlashCopy {
-  std::string group;
-  int world_size = 0;
-  std::vector<int64_t> steps;
-  bool operator==(const FlashCopy&) const = default;
 };
 
 struct NodeInfo {

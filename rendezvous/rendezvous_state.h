@@ -20,7 +20,8 @@
 // * The job succeeds when every member of the running round reported success.
 // * Flash checkpoint: a round's assignment carries the step its workers restore from memory,
 //   decided once as it forms from the members' inventories (NodeInfo::flash, refreshed by
-//   every join; flash_plan.h), and the order of the members its replicas go to.
+//   every join and every stopped report that carries one; flash_plan.h), and the order of
+//   the members its replicas go to.
 // * Rebuilding (a restarted server): nodes rejoining with the round their workers still run
 //   (NodeInfo::running) make that round this server's, unchanged, once every group rank has
 //   claimed it consistently: the workers never stop. Until then the claimants see their own
@@ -161,8 +162,11 @@ class RendezvousState {
   void ReportFailed(const std::string& node_id, uint64_t round,
                     const std::vector<WorkerFailure>& failures, TimePoint now);
   void ReportSucceeded(const std::string& node_id, uint64_t round, TimePoint now);
-  // The node's workers of `round` have stopped; free_port is fresh for the next round.
-  void ReportStopped(const std::string& node_id, uint64_t round, int free_port, TimePoint now);
+  // The node's workers of `round` have stopped; free_port is fresh for the next round, and
+  // `flash` (when reported) the node's inventory for the next round's restore step. Both are
+  // taken from a known node whatever the round: they describe it now.
+  void ReportStopped(const std::string& node_id, uint64_t round, int free_port, TimePoint now,
+                     const std::optional<std::vector<FlashCopy>>& flash = std::nullopt);
 
   // Ends the job as failed (e.g. the hosting agent is going away), so that every node learns
   // it at once.

@@ -120,10 +120,15 @@ void RendezvousState::ReportSucceeded(const std::string& node_id, uint64_t round
 }
 
 void RendezvousState::ReportStopped(const std::string& node_id, uint64_t round, int free_port,
-                                    TimePoint now) {
+                                    TimePoint now,
+                                    const std::optional<std::vector<FlashCopy>>& flash) {
   Seen(node_id, now);
   auto it = nodes_.find(node_id);
   if (it != nodes_.end() && free_port > 0) it->second.info.free_port = free_port;
+  if (it != nodes_.end() && flash) {  // before the stop completes: the next round counts it
+    it->second.info.flash = *flash;
+    it->second.info.flash_reported = true;
+  }
   const bool stopping = phase_ == Phase::kStopping || phase_ == Phase::kSaving;
   if (!stopping || round != round_ || !InRound(node_id)) return;
   // A node with nothing to save may stop during the save; its report counts for the stop.

@@ -273,6 +273,7 @@ Status CheckLimits(const v1::ReportRequest& req) {
   }
   if (req.error().size() > kMaxText) return Error{"report carries an error over 64 KiB"};
   if (auto s = CheckStacksLimits(req); !s) return s;
+  if (auto s = CheckFlashLimits(req); !s) return s;
   return CheckResultLimits(req);
 }
 
@@ -388,6 +389,7 @@ void ToWire(const RoundReport& in, v1::ReportRequest* out) {
   out->set_stacks_id(d.stacks_id);
   for (const auto& st : d.stacks) ToWire(st, out->add_stacks());
   out->set_unreachable_rank(d.unreachable_rank);
+  FlashToWire(in, out);
 }
 
 Result<RoundReport> FromWire(const v1::ReportRequest& in) {
@@ -411,6 +413,7 @@ Result<RoundReport> FromWire(const v1::ReportRequest& in) {
   d.stacks_id = in.stacks_id();
   d.stacks = AllFromWire(in.stacks());
   d.unreachable_rank = in.unreachable_rank();
+  FlashFromWire(in, r);
   return r;
 }
 

@@ -65,10 +65,14 @@ void ToWire(const StacksCollection& in, v1::StacksCollection* out);
 StacksCollection FromWire(const v1::StacksCollection& in);
 Status CheckStacksLimits(const v1::ReportRequest& req);
 
-// wire_flash.cc: flash checkpoint (NodeInfo.flash; Assignment.restore_*, replica_order).
+// wire_flash.cc: flash checkpoint (NodeInfo.flash, ReportRequest.flash; Assignment.restore_*,
+// replica_order). One inventory check for a join and a stopped report (flash_plan.h's bounds).
 void FlashToWire(const NodeInfo& in, v1::NodeInfo* out);
 void FlashFromWire(const v1::NodeInfo& in, NodeInfo& out);
 Status CheckFlashLimits(const v1::NodeInfo& node);
+void FlashToWire(const RoundReport& in, v1::ReportRequest* out);
+void FlashFromWire(const v1::ReportRequest& in, RoundReport& out);
+Status CheckFlashLimits(const v1::ReportRequest& report);
 void RestoreToWire(const NodeAssignment& in, v1::Assignment* out);
 void RestoreFromWire(const v1::Assignment& in, NodeAssignment& out);
 

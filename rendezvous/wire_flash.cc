@@ -1,5 +1,6 @@
-// Wire conversions of the flash-checkpoint parts of a join and an assignment
-// (rendezvous.proto: NodeInfo.flash, Assignment.restore_*, Assignment.replica_order).
+// Wire conversions of the flash-checkpoint parts of a join, a stopped report and an
+// assignment (rendezvous.proto: NodeInfo.flash, ReportRequest.flash, Assignment.restore_*,
+// Assignment.replica_order).
 #include <algorithm>
 
 #include "rendezvous/flash_plan.h"
@@ -7,30 +8,35 @@
 
 namespace ftrun::rendezvous {
 
-void FlashToWire(const NodeInfo& in, v1::NodeInfo* out) {
-  out->set_flash_reported(in.flash_reported);
-  for (const FlashCopy& c : in.flash) {
-    auto* w = out->add_flash();
+namespace {
+
+using WireCopies = google::protobuf::RepeatedPtrField<v1::FlashCopy>;
+
+void CopiesToWire(const std::vector<FlashCopy>& in, WireCopies* out) {
+  for (const FlashCopy& c : in) {
+    auto* w = out->Add();
     w->set_group(c.group);
     w->set_world_size(c.world_size);
     for (int64_t s : c.steps) w->add_steps(s);
   }
 }
 
-void FlashFromWire(const v1::NodeInfo& in, NodeInfo& out) {
-  out.flash_reported = in.flash_reported();
-  for (const auto& w : in.flash()) {
-    out.flash.push_back(FlashCopy{w.group(), w.world_size(),
-                                  std::vector<int64_t>(w.steps().begin(), w.steps().end())});
+std::vector<FlashCopy> CopiesFromWire(const WireCopies& in) {
+  std::vector<FlashCopy> out;
+  for (const auto& w : in) {
+    out.push_back(FlashCopy{w.group(), w.world_size(),
+                            std::vector<int64_t>(w.steps().begin(), w.steps().end())});
   }
+  return out;
 }
 
-Status CheckFlashLimits(const v1::NodeInfo& node) {
-  if (static_cast<size_t>(node.flash_size()) > kMaxFlashCopies) {
-    return Error{"flash checkpoint inventory of " + std::to_string(node.flash_size()) +
+// The one check of an inventory, in a join or in a stopped report.
+Status CheckCopies(const WireCopies& copies) {
+  if (static_cast<size_t>(copies.size()) > kMaxFlashCopies) {
+    return Error{"flash checkpoint inventory of " + std::to_string(copies.size()) +
                  " copies (at most " + std::to_string(kMaxFlashCopies) + ")"};
   }
-  for (const auto& c : node.flash()) {
+  for (const auto& c : copies) {
     if (c.group().size() > kMaxFlashGroupBytes || !IsPrintable(c.group())) {
       return Error{"a flash checkpoint copy's group name is over " +
                    std::to_string(kMaxFlashGroupBytes) + " bytes or not printable"};
@@ -46,6 +52,32 @@ Status CheckFlashLimits(const v1::NodeInfo& node) {
   }
   return {};
 }
+
+}  // namespace
+
+void FlashToWire(const NodeInfo& in, v1::NodeInfo* out) {
+  out->set_flash_reported(in.flash_reported);
+  CopiesToWire(in.flash, out->mutable_flash());
+}
+
+void FlashFromWire(const v1::NodeInfo& in, NodeInfo& out) {
+  out.flash_reported = in.flash_reported();
+  out.flash = CopiesFromWire(in.flash());
+}
+
+Status CheckFlashLimits(const v1::NodeInfo& node) { return CheckCopies(node.flash()); }
+
+void FlashToWire(const RoundReport& in, v1::ReportRequest* out) {
+  if (!in.flash) return;
+  out->set_flash_reported(true);
+  CopiesToWire(*in.flash, out->mutable_flash());
+}
+
+void FlashFromWire(const v1::ReportRequest& in, RoundReport& out) {
+  if (in.flash_reported()) out.flash = CopiesFromWire(in.flash());
+}
+
+Status CheckFlashLimits(const v1::ReportRequest& report) { return CheckCopies(report.flash()); }
 
 void RestoreToWire(const NodeAssignment& in, v1::Assignment* out) {
   if (in.restore_copy) out->set_restore_copy(*in.restore_copy);

@@ -1,5 +1,8 @@
 #include "launcher/coordinator/coordinator.h"
 
+#include "common/log.h"
+#include "rendezvous/flash_plan.h"
+
 namespace ftrun::launcher {
 
 using rendezvous::ReportDetails;
@@ -42,6 +45,29 @@ void Coordinator::ReportCheck(uint64_t order_id,
 
 void Coordinator::ReportStacks(uint64_t stacks_id, std::vector<rendezvous::RankStack> stacks) {
   Report(With(ReportKind::kStacks, {.stacks_id = stacks_id, .stacks = std::move(stacks)}));
+}
+
+std::optional<std::vector<rendezvous::FlashCopy>> Coordinator::TrimmedFlashInventory() const {
+  if (!flash_inventory_) return std::nullopt;
+  auto inventory = flash_inventory_();
+  if (const std::string cut = rendezvous::TrimFlashInventory(inventory); !cut.empty()) {
+    LauncherLog()->warn("flash checkpoint: the inventory sent to the rendezvous is trimmed: {}",
+                        cut);
+  }
+  return inventory;
+}
+
+void Coordinator::TakeFlashInventory(rendezvous::NodeInfo& node) const {
+  auto inventory = TrimmedFlashInventory();
+  if (!inventory) return;
+  node.flash = std::move(*inventory);
+  node.flash_reported = true;
+}
+
+RoundReport Coordinator::StoppedReport(uint64_t round) const {
+  auto r = RoundReport::Of(ReportKind::kStopped, round);
+  r.flash = TrimmedFlashInventory();
+  return r;
 }
 
 void Coordinator::GatherJobStacks(rendezvous::Duration /*wait*/, GatherDone done) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -100,15 +101,24 @@ class Coordinator {
   virtual bool HostsRendezvous() const = 0;
 
   // Flash checkpoint: what this node's agent holds in memory, asked for at every join to the
-  // rendezvous server (and before each stopped report), so the round's restore step is
-  // decided from it (rendezvous/flash_plan.h). Unset: nothing is reported. Coordinators
-  // without a server (single node, etcd) ignore it.
+  // rendezvous (the built-in server's or etcd's) and for every stopped report, so the round's
+  // restore step is decided from it (rendezvous/flash_plan.h). Unset: nothing is reported.
+  // The single-node coordinator ignores it (its ranks agree among themselves).
   using FlashInventory = std::function<std::vector<rendezvous::FlashCopy>()>;
   void SetFlashInventory(FlashInventory inventory) { flash_inventory_ = std::move(inventory); }
 
  protected:
   // Delivers one report; `report.round` is 0 and the implementation sets it.
   virtual void Report(rendezvous::RoundReport report) = 0;
+
+  // The inventory into a join's record (NodeInfo::flash), trimmed to the wire's bounds with
+  // a warning saying what was cut; left as it is when no inventory is set.
+  void TakeFlashInventory(rendezvous::NodeInfo& node) const;
+  // The stopped report of `round`, carrying the inventory as the workers left it.
+  rendezvous::RoundReport StoppedReport(uint64_t round) const;
+
+ private:
+  std::optional<std::vector<rendezvous::FlashCopy>> TrimmedFlashInventory() const;
 
   FlashInventory flash_inventory_;
 };

@@ -46,9 +46,7 @@ void EtcdCoordinator::After(boost::asio::steady_timer& timer, Duration delay,
 
 void EtcdCoordinator::Start(Listener* listener) {
   follower_.emplace(
-      listener,
-      [this](uint64_t round) { Report(rendezvous::RoundReport::Of(ReportKind::kStopped, round)); },
-      opts_.role);
+      listener, [this](uint64_t round) { Report(StoppedReport(round)); }, opts_.role);
   started_ = Clock::now();
   last_contact_ = started_;
   if (opts_.store_port > 0) {
@@ -134,6 +132,9 @@ void EtcdCoordinator::PutNode() {
   }
   claimed_round_ = opts_.node.next_round;
   claimed_restarts_ = opts_.node.restart_count;
+  // Read by a leader when this node joins, or when it takes over; after that, the stopped
+  // reports carry the inventory (a known node's record is not read again).
+  TakeFlashInventory(opts_.node);
   ::ftrun::v1::NodeInfo wire;
   rendezvous::ToWire(opts_.node, &wire);
   wire.set_min_nodes(opts_.job.min_nodes);

@@ -2,7 +2,8 @@
 // etcd-v2, etcd-v3; rendezvous/etcd/etcd_keys.h has the layout). No daemon but etcd:
 //   * this agent's liveness is its own lease (lease_ttl), kept alive every third of it;
 //   * it joins by writing its node key, reports by writing report keys (in order, one in
-//     flight) and learns the job by watching its view key;
+//     flight) and learns the job by watching its view key; its flash-checkpoint inventory
+//     goes in the node key and in every stopped report (the leader's restore step counts it);
 //   * with the agent store, it checks the other members' stores while its workers run and
 //     reports one it cannot reach (MemberStoreChecks: a partition the leader names);
 //   * one agent at a time holds the leader key (created only if absent, bound to its lease)

@@ -4,7 +4,6 @@
 
 #include "common/log.h"
 #include "launcher/config/host.h"
-#include "rendezvous/flash_plan.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -48,13 +47,7 @@ void RemoteCoordinator::ProbeStore() {
 
 void RemoteCoordinator::Start(Listener* listener) {
   follower_.emplace(
-      listener,
-      [this](uint64_t round) {
-        auto stopped = rendezvous::RoundReport::Of(ReportKind::kStopped, round);
-        if (flash_inventory_ && joined_) return RefreshThenReport(std::move(stopped));
-        reports_.Push(std::move(stopped));
-      },
-      opts_.role);
+      listener, [this](uint64_t round) { reports_.Push(StoppedReport(round)); }, opts_.role);
   join_started_ = Clock::now();
   last_wait_log_ = join_started_;
   if (opts_.store_port > 0) {
@@ -78,7 +71,7 @@ void RemoteCoordinator::Join() {
     opts_.node.free_port = *port;
   }
   opts_.node.running.reset();
-  TakeInventory();
+  TakeFlashInventory(opts_.node);
   if (auto round = follower_->started_round()) {  // a server that forgot us goes on from here
     const NodeView& v = follower_->last_view();
     opts_.node.next_round = *round + 1;
@@ -89,33 +82,6 @@ void RemoteCoordinator::Join() {
     }
   }
   client_.Join(opts_.node, [this](const RpcOutcome& out) { OnJoined(out); });
-}
-
-void RemoteCoordinator::TakeInventory() {
-  if (!flash_inventory_) return;
-  opts_.node.flash = flash_inventory_();
-  opts_.node.flash_reported = true;
-  if (const std::string cut = rendezvous::TrimFlashInventory(opts_.node.flash); !cut.empty()) {
-    LauncherLog()->warn("flash checkpoint: the inventory sent to the rendezvous is trimmed: {}",
-                        cut);
-  }
-}
-
-void RemoteCoordinator::RefreshThenReport(rendezvous::RoundReport report) {
-  // The round re-forms once every member has reported stopped: the join that refreshes this
-  // node's inventory must be answered first, so that the restore step counts the snapshots
-  // its workers saved until they stopped. A failed refresh only leaves the older inventory.
-  TakeInventory();
-  opts_.node.running.reset();  // the workers have stopped: no round to claim
-  std::weak_ptr<bool> alive = alive_;
-  client_.Join(opts_.node, [this, alive, report = std::move(report)](const RpcOutcome& out) {
-    auto a = alive.lock();
-    if (!a || !*a || shutting_down_) return;
-    if (!out.ok()) {
-      LauncherLog()->debug("flash checkpoint: inventory refresh not answered: {}", out.message);
-    }
-    reports_.Push(report);
-  });
 }
 
 void RemoteCoordinator::OnJoined(const RpcOutcome& out) {

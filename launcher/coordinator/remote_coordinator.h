@@ -7,9 +7,9 @@
 // this node's workers run (NodeInfo::running), so that it can take that round over and the
 // workers go on; reports wait meanwhile and are never dropped.
 //
-// Every join carries the agent's flash-checkpoint inventory, and a stopped report is preceded
-// by a join that refreshes it: the server decides the next round's restore step from it, and
-// a restarted server learns it as the nodes join again.
+// Every join and every stopped report carries the agent's flash-checkpoint inventory: the
+// server decides the next round's restore step from it, and a restarted server learns it as
+// the nodes join again.
 //
 // A member checks that it reaches the other members' stores while its workers run
 // (StoreProbe, with the agent store only: NodeInfo::store_listens, NodeView::store_peers) and
@@ -72,10 +72,6 @@ class RemoteCoordinator : public Coordinator {
   void Report(rendezvous::RoundReport report) override;
 
   void Join();
-  // Asks the agent what it holds in memory (Coordinator::SetFlashInventory) for the joins.
-  void TakeInventory();
-  // A stopped report, after a join that refreshes this node's inventory (see the .cc).
-  void RefreshThenReport(rendezvous::RoundReport report);
   // The server no longer knows this node: join again (once at a time).
   void Rejoin(const std::string& why);
   void OnJoined(const rendezvous::RpcOutcome& out);

@@ -40,6 +40,18 @@ def saved(root, rank, attempt=0):
     return out
 
 
+def assert_restored_the_chosen_step(test, root, logs, want):
+    """The two ranks restored step `want` from memory as the rendezvous chose, resumed at
+    want + 1, and ended with the weights of a fault-free run."""
+    test.assertRegex(logs, rf"ftrun: restored step {want} from memory.*, the step the "
+                     "rendezvous chose")
+    for r in range(2):
+        starts = [l for l in progress(root, r) if l.startswith("start")]
+        test.assertEqual(starts[-1].split()[1], str(want + 1), (r, starts))
+    assert_same_weights(test, memory.final(root),
+                        memory.FlashMemoryTest.fault_free("sharded", STEPS))
+
+
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
 class RestoreDecisionTest(Processes, unittest.TestCase):
     # A temporary root; the processes started are SIGKILLed at the end if still running.
@@ -96,14 +108,7 @@ class RestoreDecisionTest(Processes, unittest.TestCase):
                             self.log("master2.log"))
         self.assertEqual(formed, [str(want)], self.log("master2.log")[-3000:])
         # ... and what every rank restored from memory, not from disk.
-        self.assertRegex(self.log("a.log") + self.log("b.log"),
-                         rf"ftrun: restored step {want} from memory.*, the step the rendezvous "
-                         "chose")
-        for r in range(2):
-            starts = [l for l in progress(root, r) if l.startswith("start")]
-            self.assertEqual(starts[-1].split()[1], str(want + 1), (r, starts))
-        assert_same_weights(self, memory.final(root),
-                            memory.FlashMemoryTest.fault_free("sharded", STEPS))
+        assert_restored_the_chosen_step(self, root, self.log("a.log") + self.log("b.log"), want)
 
 
 if __name__ == "__main__":

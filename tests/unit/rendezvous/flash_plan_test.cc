@@ -1,5 +1,6 @@
 // flash_plan.h: the restore step a round decides from its members' inventories, the order
-// of a node's replica targets by switch, the agent's trimming, and the inventory's wire limits.
+// of a node's replica targets by switch, the agent's trimming, and the inventory's wire limits
+// (in a join and in a stopped report).
 #include "rendezvous/flash_plan.h"
 
 #include <gtest/gtest.h>
@@ -107,6 +108,31 @@ TEST(FlashWire, RoundTripsAndRefusesAnInventoryBeyondTheLimits) {
   v1::NodeInfo name = w;
   name.mutable_flash(0)->set_group(std::string(65, 'a'));
   EXPECT_FALSE(CheckLimits(name));
+}
+
+TEST(FlashWire, AStoppedReportCarriesTheInventoryOrSaysItHasNone) {
+  RoundReport r = RoundReport::Of(ReportKind::kStopped, 4);
+  r.flash = std::vector<FlashCopy>{{"", 0, {5, 4}}, {"rank-3", 8, {2}}};
+  v1::ReportRequest w;
+  ToWire(r, &w);
+  EXPECT_TRUE(CheckLimits(w));
+  auto back = FromWire(w);
+  ASSERT_TRUE(back);
+  EXPECT_EQ(back->flash, r.flash);
+  // An empty inventory is one; an older agent's report has none.
+  r.flash = std::vector<FlashCopy>{};
+  w.Clear();
+  ToWire(r, &w);
+  EXPECT_EQ(FromWire(w)->flash, std::vector<FlashCopy>{});
+  v1::ReportRequest old;
+  old.set_kind(v1::ReportRequest::KIND_STOPPED);
+  ASSERT_TRUE(FromWire(old));
+  EXPECT_FALSE(FromWire(old)->flash);
+  // The join's limits, checked by the same code.
+  for (size_t i = 0; i <= kMaxFlashCopies; ++i) w.add_flash()->set_group("x");
+  auto s = CheckLimits(w);
+  ASSERT_FALSE(s);
+  EXPECT_NE(s.error().message.find("1025 copies"), std::string::npos) << s.error().message;
 }
 
 TEST(FlashWire, AnAssignmentCarriesTheDecisionOrSaysItHasNone) {

@@ -1,9 +1,12 @@
 // RendezvousState: the flash-checkpoint restore step a round decides once from its members'
-// inventories, kept current by every join (the refresh before a stopped report), learnt
-// afresh by a restarted server from the rejoining nodes, and the replica order it hands out.
+// inventories, kept current by every join and by the stopped reports that carry one (through
+// ApplyReport, as both the gRPC server and the etcd leader apply them), learnt afresh by a
+// restarted server from the rejoining nodes, and the replica order it hands out.
 #include <gtest/gtest.h>
 
+#include "rendezvous/apply_report.h"
 #include "rendezvous/rendezvous_state.h"
+#include "rendezvous/wire.h"
 #include "tests/unit/rendezvous/rendezvous_state_fixture.h"
 
 namespace ftrun::rendezvous {
@@ -20,6 +23,25 @@ class RestoreTest : public RendezvousStateTest {
     n.replica_port = replica_port;
     auto refusal = state_->Join(n, now_);
     ASSERT_FALSE(refusal) << refusal->message;
+  }
+  // A stopped report as it comes off the wire (an etcd report key or a gRPC Report).
+  static v1::ReportRequest Stopped(uint64_t round,
+                                   std::optional<std::vector<FlashCopy>> flash = std::nullopt) {
+    RoundReport r = RoundReport::Of(ReportKind::kStopped, round);
+    r.flash = std::move(flash);
+    v1::ReportRequest wire;
+    ToWire(r, &wire);
+    return wire;
+  }
+  Status Apply(const std::string& id, const v1::ReportRequest& wire) {
+    return ApplyReport(*state_, id, wire, now_);
+  }
+  // A round of a and b running, a's worker failed: the round stops.
+  uint64_t FailTheRound() {
+    const uint64_t round = state_->round();
+    state_->ReportFailed("a", round, {Failure(0)}, now_);
+    EXPECT_EQ(phase(), Phase::kStopping);
+    return round;
   }
 };
 
@@ -45,7 +67,7 @@ TEST_F(RestoreTest, AJoinBeforeTheStoppedReportKeepsTheDecisionCurrent) {
   const uint64_t round = state_->round();
   state_->ReportFailed("a", round, {Failure(0)}, now_);
   ASSERT_EQ(phase(), Phase::kStopping);
-  // Each agent refreshes its inventory (a join of a known node), then reports stopped.
+  // An older agent refreshes its inventory by a join of a known node, then reports stopped.
   JoinHolding("a", {{"", 0, {41, 40}}});
   JoinHolding("b", {{"", 0, {42, 41}}});
   StopAll(round, {"a", "b"});
@@ -53,6 +75,60 @@ TEST_F(RestoreTest, AJoinBeforeTheStoppedReportKeepsTheDecisionCurrent) {
   EXPECT_GT(state_->round(), round);
   EXPECT_EQ(View("a").assignment.restore_copy, 42);
   EXPECT_EQ(View("b").assignment.restore_copy, 42);
+}
+
+TEST_F(RestoreTest, TheStoppedReportsInventoryDecidesTheNextRoundsStep) {
+  Make(Spec(2, 2, 3));  // two nodes of two ranks: world size 4
+  JoinHolding("a", {{"rank-0", 4, {3, 2}}, {"rank-1", 4, {3, 2}}});
+  JoinHolding("b", {{"rank-2", 4, {3, 2}}, {"rank-3", 4, {3, 2}}});
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("a").assignment.restore_shards, 3);
+  const uint64_t round = FailTheRound();
+  // The workers saved on until they stopped; rank 3 holds 40 whole, not 41.
+  ASSERT_TRUE(Apply("a", Stopped(round, std::vector<FlashCopy>{{"rank-0", 4, {41, 40, 39}},
+                                                               {"rank-1", 4, {41, 40, 39}}})));
+  ASSERT_TRUE(Apply("b", Stopped(round, std::vector<FlashCopy>{{"rank-2", 4, {41, 40}},
+                                                               {"rank-3", 4, {40, 39}}})));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_GT(state_->round(), round);
+  for (const auto& id : {"a", "b"}) {
+    EXPECT_EQ(View(id).assignment.restore_shards, 40) << id;
+    EXPECT_EQ(View(id).assignment.restore_copy, -1) << id;
+  }
+}
+
+TEST_F(RestoreTest, AStoppedReportWithoutAnInventoryKeepsTheNodesOne) {
+  // An older agent's report: the inventory its join brought stands.
+  Make(Spec(2, 2, 3));
+  JoinHolding("a", {{"", 0, {7, 6}}});
+  JoinHolding("b", {{"", 0, {5}}});
+  const uint64_t round = FailTheRound();
+  ASSERT_TRUE(Apply("a", Stopped(round)));
+  // b now holds nothing: an empty inventory is still one.
+  ASSERT_TRUE(Apply("b", Stopped(round, std::vector<FlashCopy>{})));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("a").assignment.restore_copy, 7);
+}
+
+TEST_F(RestoreTest, AStoppedReportWithAnInventoryBeyondTheLimitsIsRefusedAndChangesNothing) {
+  Make(Spec(2, 2, 3));
+  JoinHolding("a", {{"", 0, {7}}});
+  JoinHolding("b", {{"", 0, {5}}});
+  const uint64_t round = FailTheRound();
+  std::vector<FlashCopy> many(kMaxFlashCopies + 1, FlashCopy{"rank-0", 1, {99}});
+  std::vector<FlashCopy> steps = {{"", 0, {99, 8, 7, 6, 5, 4, 3, 2, 1}}};
+  std::vector<FlashCopy> name = {{std::string(kMaxFlashGroupBytes + 1, 'g'), 0, {99}}};
+  std::vector<FlashCopy> negative = {{"", 0, {99, -1}}};
+  for (const auto& inventory : {many, steps, name, negative}) {
+    auto s = Apply("a", Stopped(round, inventory));
+    ASSERT_FALSE(s);
+    EXPECT_NE(s.error().message.find("flash checkpoint"), std::string::npos) << s.error().message;
+  }
+  EXPECT_EQ(phase(), Phase::kStopping);  // a refused report counts for nothing
+  ASSERT_TRUE(Apply("a", Stopped(round)));
+  ASSERT_TRUE(Apply("b", Stopped(round)));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("a").assignment.restore_copy, 7);  // not 99
 }
 
 TEST_F(RestoreTest, ARestartedServerLearnsTheStepsFromTheNodesJoiningAgain) {
