@@ -17,6 +17,13 @@ class ShardedCheckpointer:
     naming both sizes (resharding is not supported). comm_backend: the backend of the small
     group the checkpointer synchronises on (default gloo)."""
 
+    # The shard's file name in a step's checkpoint and the tracker's name under checkpoint_dir:
+    # a subclass with another layout (megatron.py) chooses its own.
+    tracker_name = engine.TRACKER_FILE_NAME
+
+    def shard_file_name(self) -> str:
+        return f"rank_{self._rank}.pt"
+
     def __init__(self, checkpoint_dir: str, comm_backend=""):
         self.checkpoint_dir = checkpoint_dir
         self._comm = engine.Comm(comm_backend)
@@ -38,7 +45,7 @@ class ShardedCheckpointer:
             raise ValueError(f"No support storage type {storage_type}")
         if not path:
             path = os.path.join(self.checkpoint_dir, str(step))
-        step, name = int(step), f"rank_{self._rank}.pt"
+        step, name = int(step), self.shard_file_name()
         mem, why = engine.memory_store()
         disk = storage_type == StorageType.DISK
         if mem is None and not disk:
@@ -48,12 +55,13 @@ class ShardedCheckpointer:
         if mem is not None:
             target = {"root": os.path.abspath(self.checkpoint_dir),
                       "path": os.path.abspath(path), "name": name,
-                      "tracker": engine.TRACKER_FILE_NAME}
+                      "tracker": self.tracker_name}
             taken = engine.save_to_memory(mem, step, state_dict, self._group,
                                           self._comm.world_size, target, disk and one_node)
             if not disk or one_node:
                 return taken
-        engine.save_shards(self._comm, self.checkpoint_dir, step, name, state_dict, path)
+        engine.save_shards(self._comm, self.checkpoint_dir, step, name, state_dict, path,
+                           self.tracker_name)
         return taken
 
     def load_checkpoint(self, resume_path=""):
