@@ -210,15 +210,26 @@ class MultiNodeExitPersistTest(Processes, unittest.TestCase):
 
     def test_a_lost_nodes_shards_are_stored_from_replicas_under_their_ranks_names(self):
         """Shard files named by their ranks without the "_<rank>." pattern (mp_rank_00.pt,
-        ...): node b is SIGKILLed whole, node a's agent then stores the step alone, from its
-        own shards and its replicas of b's, each under the name its own rank gave it."""
+        ...): one node is SIGKILLed whole, the other agent then stores the step alone, from its
+        own shards and its replicas of the lost node's, each under the name its rank gave it."""
         master, a, b, logs = self.job({"hold_at": 8, "shard_name": "mp_rank_{rank:02d}.pt"})
         wait_for(lambda: all("saved 8 True" in read(os.path.join(self.root, f"progress-{r}.txt"))
                              for r in range(4)), "every rank's save of step 8", 120)
-        wait_for(lambda: all(f"replica of rank-{r} step=" in read(logs[0]) for r in (2, 3)),
-                 "node a's replicas of node b's shards", 60)
-        os.killpg(b.pid, signal.SIGKILL)  # node b: its agent and its workers
-        os.kill(a.pid, signal.SIGTERM)
+
+        def holder():
+            """The node (0: a, 1: b) that holds replicas of both of the other node's shards."""
+            for node, log in enumerate(logs):
+                text = read(log)
+                first = re.search(r"group_rank=(\d)", text)
+                others = (2, 3) if first and first.group(1) == "0" else (0, 1)
+                if first and all(f"replica of rank-{r} step=" in text for r in others):
+                    return node
+            return None
+        wait_for(lambda: holder() is not None, "a node's replicas of the other's shards", 60)
+        survivor = holder()
+        agents = (a, b)
+        os.killpg(agents[1 - survivor].pid, signal.SIGKILL)  # that node: agent and workers
+        os.kill(agents[survivor].pid, signal.SIGTERM)
         self.ended([a, b], logs)
         master.kill()
         master.wait()
@@ -226,8 +237,8 @@ class MultiNodeExitPersistTest(Processes, unittest.TestCase):
         stored = tracker(self.root)
         self.assertIn(stored, (7, 8), out[-4000:])
         self.assertEqual(complete_steps(self.root).get(stored, "absent"), None, out[-4000:])
-        self.assertRegex(read(logs[0]), r"persisting shards rank-0,rank-1,rank-2,rank-3 of "
-                                        rf"step={stored} ")
+        self.assertRegex(read(logs[survivor]),  # its own two shards and two replicas
+                         rf"persisting shards (rank-\d,){{3}}rank-\d of step={stored} ")
         from ftrun import checkpoint
         step_dir = os.path.join(self.root, "ckpt", f"ftrun-step-{stored}")
         for r in range(4):
