@@ -178,6 +178,11 @@ Status WriteManifest(const std::string& dir, uint64_t step, int world_size,
   return FsyncPath(dir);
 }
 
+bool PlainFileName(const std::string& name) {
+  return PrintableAscii(name) && !name.empty() && name != "." && name != ".." &&
+         name != "PART.json" && name.find('/') == std::string::npos;
+}
+
 Status CheckNames(const CheckpointRequest& request) {
   std::set<std::string> groups;
   if (request.parts.empty()) return Error{"a checkpoint needs at least one group"};
@@ -186,9 +191,7 @@ Status CheckNames(const CheckpointRequest& request) {
       return Error{"group name '" + part.group + "' is repeated or not printable ASCII"};
     }
     for (const auto& file : part.files) {
-      if (!PrintableAscii(file.name) || file.name.empty() || file.name == "." ||
-          file.name == ".." || file.name == "PART.json" ||
-          file.name.find('/') != std::string::npos) {
+      if (!PlainFileName(file.name)) {
         return Error{"file name '" + file.name + "' of group '" + part.group +
                      "' is not a plain printable-ASCII name"};
       }

@@ -30,6 +30,9 @@ std::string Json(const std::string& s);
 std::string PartEntry(const std::string& group, const Files& files);
 // Every group and file name printable ASCII, plain, and unique.
 Status CheckNames(const CheckpointRequest& request);
+// A file name as CheckNames accepts it: plain (no '/', not '.' or '..', not PART.json),
+// printable ASCII, not empty.
+bool PlainFileName(const std::string& name);
 
 // checkpoint.py's write_part for files in memory: tmp/<PartDirName(group)>/ with the files
 // and PART.json, all fsynced.

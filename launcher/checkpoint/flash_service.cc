@@ -15,21 +15,18 @@ namespace {
 
 constexpr const char* kShardPrefix = "rank-";
 
+constexpr const char* kDefaultFileName = "state.bin";  // of a save that names no file
+
 bool IsShard(const std::string& group) { return group.starts_with(kShardPrefix); }
 
 // The checkpoint a copy belongs to: the one copy "" alone, every shard together.
 std::string CheckpointKey(const std::string& group) { return IsShard(group) ? "sharded" : group; }
 
-// The file name of shard `group` in a step whose shard `own` this node saved as `own_name`
-// (the script names a shard's file after its rank: rank_3.pt): the rank's number swapped.
-std::string ShardFileName(const std::string& own_name, const std::string& own,
-                          const std::string& group) {
-  std::string from = "_" + own.substr(std::string(kShardPrefix).size()) + ".";
-  std::string name = own_name;
-  if (auto at = name.find(from); at != std::string::npos) {
-    name.replace(at, from.size(), "_" + group.substr(std::string(kShardPrefix).size()) + ".");
-  }
-  return name;
+// The file name of a replica's shard: the name its own rank gave it with its save (sent with
+// the copy), whatever it looks like; the default name of a save without one when an older
+// sender did not send it.
+std::string ShardFileName(const ReplicaView& replica) {
+  return replica.name.empty() ? kDefaultFileName : replica.name;
 }
 
 // Whether the request already has a part for copy `group`.
@@ -95,7 +92,7 @@ void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
   meta.target = SnapshotTarget{
       .root = r.root(),
       .path = r.path(),
-      .name = r.name().empty() ? "state.bin" : r.name(),
+      .name = r.name().empty() ? kDefaultFileName : r.name(),
       .tracker = r.tracker(),
       .world_size = static_cast<int>(std::clamp<int64_t>(r.world_size(), 1, 1 << 24))};
   Status committed =
@@ -241,7 +238,6 @@ void FlashService::PersistSharedForExit() {
   // other nodes may not hold the newest one whole (a rank died before its commit), so the
   // step before it is staged too, and whichever step gets all its shards is stored.
   std::map<std::pair<uint64_t, std::string>, CheckpointRequest, std::greater<>> steps;
-  std::map<std::pair<uint64_t, std::string>, const SnapshotView*> own;  // one shard held here
   std::vector<SnapshotView> views;
   for (int lr = 0; lr < store_.local_ranks(); ++lr) {
     for (auto& view : store_.Complete(lr)) views.push_back(std::move(view));
@@ -264,7 +260,6 @@ void FlashService::PersistSharedForExit() {
                                   .tracker = target.tracker,
                                   .link = target.path,
                                   .shared = true};
-      own[at] = &view;
     }
     if (!Holds(request, view.meta.group))
       request.parts.push_back({view.meta.group, {{target.name, "", view, {}}}});
@@ -276,10 +271,7 @@ void FlashService::PersistSharedForExit() {
       if (Holds(request, group)) continue;
       for (const auto& replica : replicas_->Complete(group)) {
         if (replica.step != request.step) continue;
-        const SnapshotView& mine = *own[at];
-        request.parts.push_back(
-            {group,
-             {{ShardFileName(mine.meta.target.name, mine.meta.group, group), "", {}, replica}}});
+        request.parts.push_back({group, {{ShardFileName(replica), "", {}, replica}}});
         break;
       }
     }

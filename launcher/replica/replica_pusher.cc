@@ -80,6 +80,7 @@ void ReplicaPusher::Offer(SnapshotView view) {
     return;
   }
   Pending p{.group = view.meta.group,
+            .name = view.meta.target.name,
             .step = view.step,
             .bytes = view.bytes,
             .fd = std::shared_ptr<int>(new int(fd),
@@ -172,6 +173,7 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   header->set_step(p.step);
   header->set_bytes(p.bytes);
   header->set_from(opts_.from);
+  header->set_name(p.name);
   uint32_t crc = 0;
   size_t offset = 0;
   bool open = true;

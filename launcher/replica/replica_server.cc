@@ -12,6 +12,7 @@
 
 #include "common/log.h"
 #include "ftrun/v1/replica.grpc.pb.h"
+#include "launcher/checkpoint/checkpoint_io.h"
 #include "launcher/replica/crc32c.h"
 #include "launcher/replica/replica_wire.h"
 
@@ -27,6 +28,11 @@ bool ValidGroup(const std::string& g) {
     if (g[i] < '0' || g[i] > '9') return false;
   }
   return true;
+}
+
+// A shard's file name as its rank gave it (empty from a sender before the field).
+bool ValidFileName(const std::string& n) {
+  return n.empty() || (n.size() <= kMaxName && checkpoint_io::PlainFileName(n));
 }
 
 // What the loop decided about a copy's header.
@@ -68,9 +74,10 @@ class ReplicaServer::Service final : public grpc::Service {
     }
     const v1::ReplicaHeader header = *fields->header;
     if (!ValidGroup(header.group()) || header.bytes() == 0 || header.from().size() > kMaxName ||
-        header.key().size() > rendezvous::kMaxSecretBytes) {
+        header.key().size() > rendezvous::kMaxSecretBytes || !ValidFileName(header.name())) {
       return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT,
-                     "bad header (group " + rendezvous::Printable(header.group(), 40) + ")");
+                     "bad header (group " + rendezvous::Printable(header.group(), 40) +
+                         ", file name " + rendezvous::Printable(header.name(), 40) + ")");
     }
     auto admitted = Admit(ctx, header);
     if (!admitted) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
@@ -148,8 +155,8 @@ class ReplicaServer::Service final : public grpc::Service {
       if (o->key_.empty() || !rendezvous::SecretsEqual(o->key_, header.key())) {
         state->code = grpc::StatusCode::PERMISSION_DENIED;
         state->error = "wrong replica key";
-      } else if (auto w =
-                     o->store_.Begin(header.group(), header.step(), header.bytes(), header.from());
+      } else if (auto w = o->store_.Begin(header.group(), header.step(), header.bytes(),
+                                          header.from(), header.name());
                  !w) {
         state->code = grpc::StatusCode::RESOURCE_EXHAUSTED;
         state->error = w.error().message;

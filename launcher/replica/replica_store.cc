@@ -22,7 +22,7 @@ ReplicaStore::ReplicaStore(uint64_t budget_bytes) : budget_(budget_bytes) {}
 ReplicaStore::~ReplicaStore() = default;
 
 Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step, size_t bytes,
-                                         const std::string& from) {
+                                         const std::string& from, const std::string& name) {
   const std::string what =
       "replica of " + group + " at step " + std::to_string(step) + " from " + from;
   if (bytes == 0) return Error{what + ": a replica needs at least one byte"};
@@ -57,6 +57,7 @@ Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step
   slot.step = step;
   slot.bytes = bytes;
   slot.from = from;
+  slot.name = name;
   g.writing = next_id_++;
   return ReplicaWrite{
       .id = *g.writing, .group = group, .step = step, .bytes = bytes, .buffer = slot.buffer};
@@ -103,8 +104,12 @@ std::vector<ReplicaView> ReplicaStore::Complete(const std::string& group) const 
   if (it == groups_.end() || it->second.newest < 0) return views;
   const Group& g = it->second;
   auto view = [&](const Slot& s) {
-    return ReplicaView{
-        .group = group, .step = s.step, .bytes = s.bytes, .from = s.from, .buffer = s.buffer};
+    return ReplicaView{.group = group,
+                       .step = s.step,
+                       .bytes = s.bytes,
+                       .from = s.from,
+                       .name = s.name,
+                       .buffer = s.buffer};
   };
   views.push_back(view(g.slots[g.newest]));
   const Slot& older = g.slots[1 - g.newest];

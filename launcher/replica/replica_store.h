@@ -51,6 +51,7 @@ struct ReplicaView {
   uint64_t step = 0;
   size_t bytes = 0;
   std::string from;  // the sender's host
+  std::string name;  // the file name the shard's rank gave it ("" from an older sender)
   std::shared_ptr<const ReplicaBuffer> buffer;
   std::span<const std::byte> data() const;
   int fd() const;
@@ -65,8 +66,9 @@ class ReplicaStore {
 
   // Starts receiving the copy of `step` of `group` (`bytes` > 0). Errors (nothing changed): a
   // copy of the group in flight, the budget, the write buffer being read, the kernel.
+  // `name`: the file name the shard's rank gave it (ReplicaView::name).
   Result<ReplicaWrite> Begin(const std::string& group, uint64_t step, size_t bytes,
-                             const std::string& from);
+                             const std::string& from, const std::string& name = {});
   // The copy `id` has arrived whole: `sent` is the sender's checksum, `received` the one of
   // the bytes written. Equal: it becomes the group's newest replica. Otherwise it is dropped
   // (the previous replica kept) and the error names both checksums.
@@ -87,6 +89,7 @@ class ReplicaStore {
     uint64_t step = 0;
     size_t bytes = 0;
     std::string from;
+    std::string name;
     bool complete = false;
   };
   struct Group {

@@ -48,7 +48,13 @@ def train(root, config):
     torch.manual_seed(rank)
     model = torch.nn.Linear(16, 4)
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    cp = ShardedCheckpointer(os.path.join(root, "ckpt"))
+    if config.get("shard_name"):  # a script naming each rank's shard file itself
+        class Named(ShardedCheckpointer):
+            def shard_file_name(self):
+                return config["shard_name"].format(rank=rank)
+        cp = Named(os.path.join(root, "ckpt"))
+    else:
+        cp = ShardedCheckpointer(os.path.join(root, "ckpt"))
     ballast = torch.zeros(config.get("ballast_mb", 0) * (1 << 18))
     progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
     start = resume(cp, model, opt, rank, sharded=True)
@@ -201,6 +207,44 @@ class MultiNodeExitPersistTest(Processes, unittest.TestCase):
         self.assertEqual(tracker(self.root), 10, out[-4000:])
         self.assertEqual(complete_steps(self.root), {10: None})
         self.resume(10)
+
+    def test_a_lost_nodes_shards_are_stored_from_replicas_under_their_ranks_names(self):
+        """Shard files named by their ranks without the "_<rank>." pattern (mp_rank_00.pt,
+        ...): one node is SIGKILLed whole, the other agent then stores the step alone, from its
+        own shards and its replicas of the lost node's, each under the name its rank gave it."""
+        master, a, b, logs = self.job({"hold_at": 8, "shard_name": "mp_rank_{rank:02d}.pt"})
+        wait_for(lambda: all("saved 8 True" in read(os.path.join(self.root, f"progress-{r}.txt"))
+                             for r in range(4)), "every rank's save of step 8", 120)
+
+        def holder():
+            """The node (0: a, 1: b) that holds replicas of both of the other node's shards."""
+            for node, log in enumerate(logs):
+                text = read(log)
+                first = re.search(r"group_rank=(\d)", text)
+                others = (2, 3) if first and first.group(1) == "0" else (0, 1)
+                if first and all(f"replica of rank-{r} step=" in text for r in others):
+                    return node
+            return None
+        wait_for(lambda: holder() is not None, "a node's replicas of the other's shards", 60)
+        survivor = holder()
+        agents = (a, b)
+        os.killpg(agents[1 - survivor].pid, signal.SIGKILL)  # that node: agent and workers
+        os.kill(agents[survivor].pid, signal.SIGTERM)
+        self.ended([a, b], logs)
+        master.kill()
+        master.wait()
+        out = "".join(read(l) for l in logs)
+        stored = tracker(self.root)
+        self.assertIn(stored, (7, 8), out[-4000:])
+        self.assertEqual(complete_steps(self.root).get(stored, "absent"), None, out[-4000:])
+        self.assertRegex(read(logs[survivor]),  # its own two shards and two replicas
+                         rf"persisting shards (rank-\d,){{3}}rank-\d of step={stored} ")
+        from ftrun import checkpoint
+        step_dir = os.path.join(self.root, "ckpt", f"ftrun-step-{stored}")
+        for r in range(4):
+            files = os.listdir(os.path.join(step_dir, checkpoint.part_dir_name(f"rank-{r}")))
+            self.assertEqual(sorted(files), sorted(["PART.json", f"mp_rank_{r:02d}.pt"]), r)
+        self.resume(stored)
 
     def test_an_agent_sigkilled_during_the_exit_persist_leaves_no_partial_step_named(self):
         master, a, b, logs = self.job({"hold_at": 6, "disk_at": [3], "ballast_mb": 24},

@@ -22,8 +22,11 @@ What does not exist yet:
 * copies on other nodes' agents (replica_count): a sharded state on a lost node is restored
   from disk (a DDP copy is shared from a surviving node's memory);
 * FsdpShardCheckpointer: needs torch.distributed.checkpoint, which the installed torch (1.13,
-  Debian) does not have;
-* Megatron's save_checkpoint/load_checkpoint shape.
+  Debian) does not have.
+
+    from ftrun.flash_checkpoint.megatron import save_checkpoint, load_checkpoint  # Megatron-LM
+
+has DLRover's Megatron-LM shape (megatron.py), tested against a stand-in of Megatron-LM only.
 """
 from .engine import StorageType
 

@@ -271,11 +271,11 @@ class Comm:
         return box[0]
 
 
-def _write_tracker(root: str, step: int):
+def _write_tracker(root: str, step: int, name: str = TRACKER_FILE_NAME):
     """Records step in the tracker unless it names a newer one. Under an flock on root, as
     the agents take it (launcher/checkpoint/checkpoint_io.h): writers on several nodes sharing
     root cannot lower it either."""
-    tracker = os.path.join(root, TRACKER_FILE_NAME)
+    tracker = os.path.join(root, name)
     lock = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
@@ -328,9 +328,10 @@ def _link(path: str, target: str):
     os.replace(tmp, path)
 
 
-def _committed(root: str, step: int, link_path: str, link_target: str):
+def _committed(root: str, step: int, link_path: str, link_target: str,
+               tracker: str = TRACKER_FILE_NAME):
     """After the rename: the tracker and the script's path (rank 0 only)."""
-    _write_tracker(root, step)
+    _write_tracker(root, step, tracker)
     _link(link_path, link_target)
 
 
@@ -351,7 +352,8 @@ def save_one_copy(comm: Comm, root: str, step: int, name: str, state_dict, path:
         raise error or CheckpointError(f"rank 0 failed to save step {step}; see its log")
 
 
-def save_shards(comm: Comm, root: str, step: int, name: str, state_dict, path: str):
+def save_shards(comm: Comm, root: str, step: int, name: str, state_dict, path: str,
+                tracker: str = TRACKER_FILE_NAME):
     """Sharded: every rank writes its shard into the step's temporary directory; rank 0
     writes the manifest and renames it into place once every shard is complete."""
     tmp = checkpoint.temp_dir(root, step, "sharded")
@@ -372,7 +374,7 @@ def save_shards(comm: Comm, root: str, step: int, name: str, state_dict, path: s
                 final = checkpoint.finalize(root, tmp, step,
                                             [shard_group(r) for r in range(comm.world_size)],
                                             comm.world_size, "periodic")
-                _committed(root, step, path, final)
+                _committed(root, step, path, final, tracker)
             except Exception as e:  # noqa: BLE001
                 error = e
         else:

@@ -18,6 +18,13 @@ class ShardedCheckpointer:
     naming both sizes (resharding is not supported). comm_backend: the backend of the small
     group the checkpointer synchronises on (default gloo)."""
 
+    # The shard's file name in a step's checkpoint and the tracker's name under checkpoint_dir:
+    # a subclass with another layout (megatron.py) chooses its own.
+    tracker_name = engine.TRACKER_FILE_NAME
+
+    def shard_file_name(self) -> str:
+        return f"rank_{self._rank}.pt"
+
     def __init__(self, checkpoint_dir: str, comm_backend=""):
         self.checkpoint_dir = checkpoint_dir
         self._comm = engine.Comm(comm_backend)
@@ -44,7 +51,7 @@ class ShardedCheckpointer:
         """Where the agent persists this rank's shard of `step`."""
         path = path or os.path.join(self.checkpoint_dir, str(step))
         return {"root": os.path.abspath(self.checkpoint_dir), "path": os.path.abspath(path),
-                "name": f"rank_{self._rank}.pt", "tracker": engine.TRACKER_FILE_NAME}
+                "name": self.shard_file_name(), "tracker": self.tracker_name}
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
         """Saves this rank's shard as part of the checkpoint of `step`. Every rank calls it.
@@ -61,7 +68,7 @@ class ShardedCheckpointer:
             raise ValueError(f"No support storage type {storage_type}")
         if not path:
             path = os.path.join(self.checkpoint_dir, str(step))
-        step, name = int(step), f"rank_{self._rank}.pt"
+        step, name = int(step), self.shard_file_name()
         mem, why = engine.memory_store()
         disk = storage_type == StorageType.DISK
         self._persist = disk
@@ -75,7 +82,8 @@ class ShardedCheckpointer:
                                           disk and one_node)
             if not disk or one_node:
                 return taken
-        engine.save_shards(self._comm, self.checkpoint_dir, step, name, state_dict, path)
+        engine.save_shards(self._comm, self.checkpoint_dir, step, name, state_dict, path,
+                           self.tracker_name)
         return taken
 
     def load_checkpoint(self, resume_path=""):

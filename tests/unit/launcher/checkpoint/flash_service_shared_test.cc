@@ -79,7 +79,9 @@ TEST_F(FlashSharedTest, ReplicasOfTheOtherNodesShardsLetOneAgentStoreTheStepAlon
   ReplicaStore replicas(64 << 20);
   for (int rank : {2, 3}) {
     std::string bytes = "replica " + std::to_string(rank);
-    auto write = replicas.Begin("rank-" + std::to_string(rank), 8, bytes.size(), "node-b");
+    // Rank 2 named its shard file (sent with the copy); rank 3's came from an older sender.
+    auto write = replicas.Begin("rank-" + std::to_string(rank), 8, bytes.size(), "node-b",
+                                rank == 2 ? "model_optim_rng.pt" : "");
     ASSERT_TRUE(write) << write.error().message;
     std::copy_n(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(),
                 write->data().begin());
@@ -91,7 +93,11 @@ TEST_F(FlashSharedTest, ReplicasOfTheOtherNodesShardsLetOneAgentStoreTheStepAlon
   service().PersistForExit([&] { done = true; });
   ASSERT_TRUE(RunUntil([&] { return done; }));
   EXPECT_EQ(Shard(to, 8, 0), "own 0");
-  EXPECT_EQ(Shard(to, 8, 3), "replica 3") << "named as its own rank would have named it";
+  const std::string step = to.root + "/ftrun-step-8/";
+  EXPECT_EQ(ReadFile(step + PartDirName("rank-2") + "/model_optim_rng.pt"), "replica 2")
+      << "named as its own rank named it, not after this node's shards";
+  EXPECT_EQ(ReadFile(step + PartDirName("rank-3") + "/state.bin"), "replica 3")
+      << "a copy without its name: the default name";
   EXPECT_EQ(ReadFile(to.root + "/latest.txt"), "8\n");
   EXPECT_EQ(testing::PythonLatest(to.root),
             "(8, ['rank-0', 'rank-1', 'rank-2', 'rank-3'])\nexit=0");

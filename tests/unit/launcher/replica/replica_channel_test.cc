@@ -125,7 +125,8 @@ class ReplicaChannelTest : public ::testing::Test {
 
 // A raw client: what a stranger (or a broken sender) can send.
 grpc::Status RawPush(int port, const std::string& key, const std::string& data, bool finish,
-                     uint64_t bytes = 0, std::optional<uint32_t> crc = std::nullopt) {
+                     uint64_t bytes = 0, std::optional<uint32_t> crc = std::nullopt,
+                     const std::string& name = "") {
   auto stub = v1::Replica::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -137,6 +138,7 @@ grpc::Status RawPush(int port, const std::string& key, const std::string& data, 
   chunk.mutable_header()->set_group("rank-0");
   chunk.mutable_header()->set_step(99);
   chunk.mutable_header()->set_bytes(bytes ? bytes : data.size());
+  chunk.mutable_header()->set_name(name);
   chunk.set_data(data);
   chunk.set_last(finish);
   chunk.set_crc32c(crc.value_or(Crc32c(testing::AsBytes(data))));
@@ -155,6 +157,7 @@ TEST_F(ReplicaChannelTest, AShardSnapshotIsCopiedToTheNextNode) {
   Round(*a_, *b_);
   const std::string content = Pattern(9 * kMiB + 123, 'x');  // three chunks
   auto view = Snapshot(4, content);
+  view.meta.target.name = "model_optim_rng.pt";  // the file name the rank gave its shard
   OnLoop([&] {
     a_->Committed(view);
     return true;
@@ -162,6 +165,7 @@ TEST_F(ReplicaChannelTest, AShardSnapshotIsCopiedToTheNextNode) {
   ASSERT_TRUE(WaitForStep(*b_, "rank-0", 4));
   auto replica = *Newest(*b_, "rank-0");
   EXPECT_EQ(replica.from, "node-a");
+  EXPECT_EQ(replica.name, "model_optim_rng.pt");
   ASSERT_EQ(replica.bytes, content.size());
   EXPECT_EQ(std::memcmp(replica.data().data(), content.data(), content.size()), 0);
   ASSERT_TRUE(WaitFor([&] { return !Copies().empty(); }, 10s));
@@ -242,6 +246,22 @@ TEST_F(ReplicaChannelTest, ACopyWithoutTheJobsKeyIsRefusedAndStoresNothing) {
   // The right key (a member of the round) is accepted.
   EXPECT_TRUE(RawPush(port, kKey, "good", true).ok());
   EXPECT_EQ(Newest(*b_, "rank-0")->step, 99u);
+}
+
+TEST_F(ReplicaChannelTest, ACopyNamingItsShardFileOutsideItsDirectoryIsRefused) {
+  b_ = Service("node-b");
+  a_ = Service("node-a");
+  Round(*a_, *b_);
+  const int port = b_->server().port();
+  for (const std::string name : {"../evil.pt", "PART.json", "a/b.pt", ".."}) {
+    auto refused = RawPush(port, kKey, "evil", true, 0, std::nullopt, name);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
+    EXPECT_NE(refused.error_message().find("file name"), std::string::npos)
+        << refused.error_message();
+  }
+  EXPECT_FALSE(Newest(*b_, "rank-0"));
+  EXPECT_TRUE(RawPush(port, kKey, "good", true, 0, std::nullopt, "shard.pt").ok());
+  EXPECT_EQ(Newest(*b_, "rank-0")->name, "shard.pt");
 }
 
 TEST_F(ReplicaChannelTest, ABrokenCopyLeavesThePreviousReplica) {

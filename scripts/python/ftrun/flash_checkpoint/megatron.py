@@ -1,0 +1,256 @@
+"""Megatron-LM's save_checkpoint/load_checkpoint with flash checkpoint, in the shape of DLRover's
+dlrover.trainer.torch.flash_checkpoint.megatron. A Megatron-LM training script replaces
+
+    from megatron.checkpointing import load_checkpoint, save_checkpoint
+with
+    from ftrun.flash_checkpoint.megatron import load_checkpoint, save_checkpoint, StorageType
+
+Megatron-LM's own functions run unchanged. While its save_checkpoint runs, torch.save hands
+each rank's files (model_optim_rng.pt, distrib_optim.pt) to ftrun instead of writing them, and
+its tracker goes to a scratch file; the files become this rank's shard of the iteration
+(ShardedCheckpointer: the agent's memory, then storage). While its load_checkpoint runs, the
+tracker names the iteration ftrun restores (from memory or disk, the same on every rank) and
+torch.load answers each file out of the restored shards.
+
+On storage a checkpoint is ftrun's (ftrun-step-<N>/, each rank's shard one file named
+model_optim_rng.pt), with Megatron-LM's names around it: <save>/latest_checkpointed_iteration.txt
+names the newest complete iteration, <save>/iter_<7 digits>/ftrun-checkpoint links to the stored
+checkpoint, and after a DISK save iter_<N>/mp_rank_XX links to the shard of the rank that saved
+that directory, so iter_<N>/mp_rank_XX/model_optim_rng.pt is there. That file holds the rank's
+files by their path under iter_<N> ({"mp_rank_00/model_optim_rng.pt": state dict, ...}) in
+torch.save's or ftrun's snapshot format: read it with load_checkpoint (or engine.load_file),
+not with a plain torch.load. See ftrun-flash-checkpoint(7) for what is tested.
+"""
+import contextlib
+import inspect
+import os
+import shutil
+import sys
+import tempfile
+
+import torch
+
+from .. import checkpoint
+from ..checkpoint import CheckpointError
+from . import engine
+from .engine import StorageType
+from .sharded import ShardedCheckpointer
+
+__all__ = ["save_checkpoint", "load_checkpoint", "StorageType", "MegatronCheckpointer"]
+
+MODEL_FILE = "model_optim_rng.pt"  # Megatron-LM's names of a rank's files
+OPTIMIZER_FILE = "distrib_optim.pt"
+TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's tracker
+STEP_LINK = "ftrun-checkpoint"  # in iter_<N>/: the link to the stored checkpoint
+SAVE_TIMEOUT = 600  # DLRover's default (CheckpointConstant.SAVE_TIMEOUT)
+
+_torch_save, _torch_load = torch.save, torch.load
+
+
+def _megatron():
+    """(get_args, the checkpointing module) of the installed Megatron-LM: the layout before
+    megatron/training/ (the one DLRover patches), else the newer one."""
+    try:
+        from megatron import checkpointing, get_args
+        return get_args, checkpointing
+    except ImportError:
+        pass
+    try:
+        from megatron.training import checkpointing, get_args
+        return get_args, checkpointing
+    except ImportError as e:
+        raise ImportError("ftrun.flash_checkpoint.megatron needs Megatron-LM "
+                          "(megatron.checkpointing or megatron.training.checkpointing)") from e
+
+
+class MegatronCheckpointer(ShardedCheckpointer):
+    """A rank's Megatron-LM files of an iteration as its shard, with Megatron-LM's names."""
+    tracker_name = TRACKER
+
+    def shard_file_name(self) -> str:
+        return MODEL_FILE
+
+
+_checkpointers = {}
+
+
+def _checkpointer(checkpoint_dir: str, comm_backend: str) -> MegatronCheckpointer:
+    # One per directory: creating one is collective (every rank saves and loads in step).
+    key = (checkpoint_dir, comm_backend)
+    if key not in _checkpointers:
+        _checkpointers[key] = MegatronCheckpointer(checkpoint_dir, comm_backend)
+    return _checkpointers[key]
+
+
+def _accepted(storage, replica_count):
+    if storage is not None:
+        raise ValueError("ftrun's flash checkpoint writes to the file system of args.save; a "
+                         "custom storage is not supported")
+    if replica_count:
+        engine.warn_once("replica_count", "replica_count is ignored: copies on other nodes "
+                         "are set with ftrun's --flash-replicas")
+
+
+def _iter_dir(root: str, iteration: int) -> str:
+    return os.path.join(root, "iter_{:07d}".format(int(iteration)))
+
+
+def _under(path, directory: str):
+    """path relative to directory, or None when it is not a path under it."""
+    if not isinstance(path, (str, os.PathLike)):
+        return None
+    rel = os.path.relpath(os.path.abspath(path), directory)
+    return None if rel.startswith("..") else rel
+
+
+@contextlib.contextmanager
+def _redirected(module, tracker: str, save=None, load=None):
+    """While Megatron-LM's function runs: its tracker is `tracker`, torch.save/torch.load are
+    `save`/`load` (when given)."""
+    kept = torch.save, torch.load, module.get_checkpoint_tracker_filename
+    torch.save, torch.load = save or kept[0], load or kept[1]
+    module.get_checkpoint_tracker_filename = lambda _checkpoints_path: tracker
+    try:
+        yield
+    finally:
+        torch.save, torch.load, module.get_checkpoint_tracker_filename = kept
+
+
+def save_checkpoint(iteration, model, optimizer, opt_param_scheduler,
+                    num_floating_point_operations_so_far=0, storage_type=StorageType.DISK,
+                    storage=None, comm_backend="", save_timeout=SAVE_TIMEOUT, replica_count=0):
+    """Megatron-LM's save_checkpoint into flash checkpoint. Every rank calls it.
+
+    MEMORY: each rank's files go to its agent's memory (elsewhere: a synchronous disk save).
+    DISK: also to storage as ShardedCheckpointer.save_checkpoint says, with Megatron-LM's
+    tracker and iter_<N>/mp_rank_XX names (the module docstring). storage must be None;
+    save_timeout is DLRover's (ftrun waits FTRUN_SAVE_TIMEOUT for a busy buffer);
+    replica_count is ignored (--flash-replicas). Returns False when the memory save was not
+    taken (the message says why)."""
+    if storage_type not in (StorageType.MEMORY, StorageType.DISK):
+        raise ValueError(f"No support storage type {storage_type}")
+    _accepted(storage, replica_count)
+    get_args, module = _megatron()
+    root = os.path.abspath(get_args().save)
+    cp = _checkpointer(root, comm_backend)
+    iter_dir = _iter_dir(root, iteration)
+    files = {}
+
+    def keep(obj, f, *args, **kwargs):
+        rel = _under(f, iter_dir)
+        if rel is not None and os.path.basename(rel) in (MODEL_FILE, OPTIMIZER_FILE):
+            files[rel] = obj
+            return None
+        return _torch_save(obj, f, *args, **kwargs)
+
+    scratch = tempfile.mkdtemp(prefix="ftrun-megatron-")
+    try:
+        with _redirected(module, os.path.join(scratch, TRACKER), save=keep):
+            if "num_floating_point_operations_so_far" in inspect.signature(
+                    module.save_checkpoint).parameters:
+                module.save_checkpoint(iteration, model, optimizer, opt_param_scheduler,
+                                       num_floating_point_operations_so_far)
+            else:
+                module.save_checkpoint(iteration, model, optimizer, opt_param_scheduler)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    for rel in files:  # the directories Megatron-LM made for files it did not write
+        with contextlib.suppress(OSError):
+            os.rmdir(os.path.join(iter_dir, os.path.dirname(rel)))
+    shard = {"iteration": int(iteration), "files": files}
+    taken = cp.save_checkpoint(iteration, shard, os.path.join(iter_dir, STEP_LINK),
+                               storage_type)
+    if storage_type == StorageType.DISK and taken:
+        _link_rank_dirs(cp, iter_dir, files)
+    elif storage_type == StorageType.MEMORY:
+        with contextlib.suppress(OSError):
+            os.rmdir(iter_dir)  # empty unless another rank or a DISK save put something there
+    return taken
+
+
+def _link_rank_dirs(cp: MegatronCheckpointer, iter_dir: str, files: dict):
+    """iter_<N>/mp_rank_XX -> ftrun-checkpoint/<this rank's part>: Megatron-LM's path of the
+    rank's files leads to its shard (once the checkpoint is stored: the link in between is made
+    then)."""
+    part = checkpoint.part_dir_name(engine.shard_group(cp._rank))
+    for sub in sorted({rel.split(os.sep)[0] for rel in files if os.sep in rel}):
+        path = os.path.join(iter_dir, sub)
+        if os.path.lexists(path) and not os.path.islink(path):
+            engine.warn_once(f"link:{path}", f"{path} exists and is not a link: Megatron-LM's "
+                             f"path of this rank's files stays as it is")
+            continue
+        os.makedirs(iter_dir, exist_ok=True)
+        tmp = os.path.join(iter_dir, f".{sub}.link-{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        os.symlink(os.path.join(STEP_LINK, part), tmp)
+        os.replace(tmp, path)
+
+
+def load_checkpoint(model, optimizer, opt_param_scheduler, load_arg="load", strict=True,
+                    storage=None, comm_backend="", save_timeout=SAVE_TIMEOUT, replica_count=0):
+    """Megatron-LM's load_checkpoint out of flash checkpoint; returns the iteration loaded (0:
+    none). Every rank calls it.
+
+    The iteration is the newest one every rank can restore, from its agents' memory or from
+    disk (ShardedCheckpointer.load_checkpoint), the same on every rank; a rank whose Megatron
+    file another rank saved (data-parallel ranks above 0) gets it from that rank. When no
+    checkpoint of ftrun's is under the directory, Megatron-LM's loader runs as it is (a
+    checkpoint Megatron-LM wrote itself still loads). storage, save_timeout, replica_count: as
+    for save_checkpoint."""
+    _accepted(storage, replica_count)
+    get_args, module = _megatron()
+    root = os.path.abspath(getattr(get_args(), load_arg))
+    cp = _checkpointer(root, comm_backend)
+    shard = cp.load_checkpoint()
+    if not cp._comm.all_ok(bool(shard)):
+        if shard:  # (cannot happen: the ranks restore the same step or none)
+            raise CheckpointError("some ranks restored a checkpoint and others none")
+        return module.load_checkpoint(model, optimizer, opt_param_scheduler, load_arg, strict)
+    iteration = shard["iteration"]
+    iter_dir = _iter_dir(root, iteration)
+    files = dict(shard["files"])
+    own = _under(module.get_checkpoint_name(root, iteration), iter_dir)
+    files.update(_from_other_ranks(cp, files, own))
+
+    def serve(f, *args, **kwargs):
+        rel = _under(f, iter_dir)
+        if rel is None:
+            return _torch_load(f, *args, **kwargs)
+        if rel not in files:
+            raise CheckpointError(f"{f}: no rank saved it at iteration {iteration} (rank "
+                                  f"{cp._rank} has {sorted(files)}): was the model-parallel "
+                                  "layout different?")
+        return files[rel]
+
+    scratch = tempfile.mkdtemp(prefix="ftrun-megatron-")
+    try:
+        tracker = os.path.join(scratch, TRACKER)
+        with open(tracker, "w") as f:
+            f.write(str(iteration))
+        with _redirected(module, tracker, load=serve):
+            loaded = module.load_checkpoint(model, optimizer, opt_param_scheduler, load_arg,
+                                            strict)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    if cp._rank == 0:
+        print(f"ftrun: Megatron-LM checkpoint of iteration {iteration} loaded", file=sys.stderr,
+              flush=True)
+    return loaded
+
+
+def _from_other_ranks(cp: MegatronCheckpointer, files: dict, wanted):
+    """The file `wanted` from the rank whose shard holds it, when this rank's does not (every
+    data-parallel rank loads the file data-parallel rank 0 saved). Collective."""
+    held = cp._comm.gather(sorted(files))
+    need = cp._comm.gather(wanted if wanted is not None and wanted not in files else None)
+    got = {}
+    for rel in sorted({n for n in need if n is not None}):
+        owners = [r for r, names in enumerate(held) if rel in names]
+        if not owners:
+            continue  # the load names it in its error
+        src, to = owners[0], [r for r, n in enumerate(need) if n == rel]
+        value = cp._comm.share(files.get(rel) if cp._rank == src else None, src, to)
+        if cp._rank in to:
+            got[rel] = value
+    return got

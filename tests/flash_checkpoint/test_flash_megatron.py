@@ -1,0 +1,195 @@
+"""ftrun.flash_checkpoint.megatron (DLRover's Megatron-LM shape) end to end, against the
+Megatron-LM stand-in in megatron_standin/ (Megatron-LM is not installed here; the test puts the
+stand-in on PYTHONPATH): a real ftrun, two torch ranks (gloo) calling Megatron-LM's
+save_checkpoint/load_checkpoint through ftrun's.
+
+* Tensor parallel 2, a MEMORY save every iteration, a rank SIGKILLed: the job resumes from
+  memory with zero iterations lost, final weights equal to a fault-free run.
+* DISK saves: they land where Megatron-LM puts them (its tracker names the newest,
+  iter_<N>/mp_rank_XX/model_optim_rng.pt holds each rank's files), and a new job (memory gone)
+  loads them through Megatron-LM's loader, zero DISK iterations lost. Data parallel 2 too: the
+  rank that saved no file gets data-parallel rank 0's.
+
+Run as `python3 test_flash_megatron.py train <root> <config json>` it is one rank.
+"""
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import unittest
+
+from test_flash_memory import FTRUN, assert_same_weights, one_step  # noqa: E402
+from test_flash_replica import finals, read  # noqa: E402
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+STANDIN = os.path.join(HERE, "megatron_standin")
+ITERATIONS = 16
+
+
+def train(root, config):
+    """One rank: Megatron-style training for ITERATIONS iterations, saving after each
+    (DISK at config["disk_at"], else MEMORY). progress-<rank>.txt: where each attempt started
+    and what it saved; final-<rank>.json: the final weights."""
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+    from megatron import set_args
+    from ftrun.flash_checkpoint.megatron import StorageType, load_checkpoint, save_checkpoint
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    tp = config.get("tp", 2)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    ckpt = os.path.join(root, "ckpt")
+    set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=tp))
+    torch.manual_seed(rank % tp)  # tensor-parallel ranks differ, data-parallel ones are equal
+    model = [torch.nn.Linear(16, 4)]
+    opt = torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9)
+    sched = torch.optim.lr_scheduler.StepLR(opt, step_size=5, gamma=0.5)
+    progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
+    start = load_checkpoint(model, opt, sched)
+    progress.write(f"start {start} attempt {attempt}\n")
+    for it in range(start + 1, ITERATIONS + 1):
+        one_step(model[0], opt, it, rank % tp, lockstep=True)
+        if attempt == 0 and it == config.get("kill_at") and rank == config.get("kill_rank"):
+            os.kill(os.getpid(), signal.SIGKILL)  # mid-iteration, as test_flash_memory's
+        sched.step()
+        disk = it in config.get("disk_at", [])
+        taken = save_checkpoint(it, model, opt, sched,
+                                storage_type=StorageType.DISK if disk else StorageType.MEMORY)
+        progress.write(f"saved {it} {taken}\n")
+    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
+        json.dump({"w": model[0].weight.flatten().tolist(), "b": model[0].bias.tolist()}, f)
+
+
+def starts(root, rank):
+    return [int(l.split()[1]) for l in read(os.path.join(root, f"progress-{rank}.txt")).split("\n")
+            if l.startswith("start")]
+
+
+class WithoutFtrunTest(unittest.TestCase):
+    """One process outside ftrun (no torch.distributed): synchronous disk saves."""
+
+    def setUp(self):
+        sys.path.insert(0, STANDIN)
+        self.addCleanup(sys.path.remove, STANDIN)
+        self.root = tempfile.mkdtemp(prefix="ftrun-megatron-plain-")
+
+    def test_dlrovers_signatures_and_a_round_trip(self):
+        import argparse
+        import inspect
+
+        import torch
+        from megatron import set_args
+        from ftrun.flash_checkpoint import megatron as flash
+        self.assertEqual(list(inspect.signature(flash.save_checkpoint).parameters),
+                         ["iteration", "model", "optimizer", "opt_param_scheduler",
+                          "num_floating_point_operations_so_far", "storage_type", "storage",
+                          "comm_backend", "save_timeout", "replica_count"])
+        self.assertEqual(list(inspect.signature(flash.load_checkpoint).parameters),
+                         ["model", "optimizer", "opt_param_scheduler", "load_arg", "strict",
+                          "storage", "comm_backend", "save_timeout", "replica_count"])
+        ckpt = os.path.join(self.root, "ckpt")
+        set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=1))
+        model = [torch.nn.Linear(4, 2)]
+        self.assertEqual(flash.load_checkpoint(model, None, None), 0, "nothing saved yet")
+        self.assertTrue(flash.save_checkpoint(3, model, None, None,
+                                              storage_type=flash.StorageType.MEMORY))
+        with torch.no_grad():
+            model[0].weight.add_(1.0)
+        self.assertTrue(flash.save_checkpoint(4, model, None, None))  # DISK
+        want = model[0].weight.clone()
+        self.assertEqual(read(os.path.join(ckpt, "latest_checkpointed_iteration.txt")).strip(),
+                         "4")
+        self.assertTrue(os.path.isfile(os.path.join(ckpt, "iter_0000004", "mp_rank_00",
+                                                    "model_optim_rng.pt")))
+        fresh = [torch.nn.Linear(4, 2)]
+        self.assertEqual(flash.load_checkpoint(fresh, None, None), 4)
+        self.assertTrue(torch.equal(fresh[0].weight, want))
+        with self.assertRaises(ValueError):
+            flash.save_checkpoint(5, model, None, None, storage=object())
+        # A checkpoint Megatron-LM wrote itself (no ftrun checkpoint there) still loads.
+        from megatron import checkpointing
+        native = os.path.join(self.root, "native")
+        set_args(argparse.Namespace(save=native, load=native, tensor_model_parallel_size=1))
+        checkpointing.save_checkpoint(7, fresh, None, None)
+        self.assertEqual(flash.load_checkpoint(model, None, None), 7)
+        self.assertTrue(torch.equal(model[0].weight, want))
+
+
+@unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
+class MegatronFlashCheckpointTest(unittest.TestCase):
+    clean = {}
+
+    def run_job(self, root, config, restarts=0):
+        env = dict(os.environ, PYTHONPATH=STANDIN)
+        env.pop("FTRUN_CONTROL_SOCKET", None)
+        done = subprocess.run(
+            [FTRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts),
+             "--restart-backoff", "0", "--monitor-interval", "0.05", "--log-dir",
+             os.path.join(root, "logs"), "--no-python", "/usr/bin/python3", __file__, "train",
+             root, json.dumps(config)],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=150)
+        self.assertEqual(done.returncode, 0, done.stdout[-4000:])
+        return done.stdout
+
+    def fault_free(self, tp):
+        if tp not in MegatronFlashCheckpointTest.clean:
+            root = tempfile.mkdtemp(prefix="ftrun-megatron-clean-")
+            self.run_job(root, {"tp": tp})
+            MegatronFlashCheckpointTest.clean[tp] = finals(root, 2)
+        return MegatronFlashCheckpointTest.clean[tp]
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="ftrun-megatron-")
+        self.ckpt = os.path.join(self.root, "ckpt")
+
+    def test_a_sigkilled_rank_resumes_from_memory_with_zero_iterations_lost(self):
+        out = self.run_job(self.root, {"tp": 2, "kill_at": 9, "kill_rank": 1}, restarts=1)
+        for r in range(2):
+            self.assertEqual(starts(self.root, r), [0, 8], out[-3000:])
+        self.assertIn("ftrun: restored step 8 from memory", out)
+        self.assertIn("Megatron-LM checkpoint of iteration 8 loaded", out)
+        assert_same_weights(self, finals(self.root, 2), self.fault_free(2))
+        left = os.listdir(self.ckpt) if os.path.isdir(self.ckpt) else []
+        self.assertEqual([n for n in left if n.startswith("iter_")], [],
+                         "MEMORY saves leave no directory of Megatron-LM's behind")
+
+    def check_megatron_layout(self, iteration, tp):
+        from ftrun.flash_checkpoint import engine
+        self.assertEqual(read(os.path.join(self.ckpt, "latest_checkpointed_iteration.txt"))
+                         .strip(), str(iteration))
+        for r in range(tp):  # one directory per tensor-parallel rank, from data-parallel rank 0
+            rel = f"mp_rank_{r:02d}/model_optim_rng.pt"
+            path = os.path.join(self.ckpt, f"iter_{iteration:07d}", rel)
+            state = engine.load_file(path)
+            self.assertEqual(sorted(state["files"]), [rel])
+            self.assertEqual(state["files"][rel]["iteration"], iteration)
+            self.assertEqual(state["files"][rel]["checkpoint_version"], 3.0)
+
+    def disk_saves_then_a_new_job(self, tp):
+        self.run_job(self.root, {"tp": tp, "disk_at": [5, 10]})
+        self.check_megatron_layout(10, tp)
+        # A new job: no memory left; Megatron-LM's loader reads iteration 10 from disk.
+        for r in range(2):
+            os.unlink(os.path.join(self.root, f"final-{r}.json"))
+        out = self.run_job(self.root, {"tp": tp})
+        for r in range(2):
+            self.assertEqual(starts(self.root, r), [0, 10], out[-3000:])
+        assert_same_weights(self, finals(self.root, 2), self.fault_free(tp))
+
+    def test_disk_saves_land_where_megatron_puts_them_and_a_new_job_loads_them(self):
+        self.disk_saves_then_a_new_job(tp=2)
+
+    def test_data_parallel_ranks_load_the_file_data_parallel_rank_0_saved(self):
+        self.disk_saves_then_a_new_job(tp=1)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 4 and sys.argv[1] == "train":
+        train(sys.argv[2], json.loads(sys.argv[3]))
+    else:
+        unittest.main()
