@@ -58,8 +58,9 @@ def every_step_cost(ftrun, jobs, block=25, pairs=24):
     without, without, with, ...: a slow drift of the shared machine's load cancels), and each
     neighbouring pair gives one ratio. The first pair of a job is left out (the first save
     builds its layout and maps its buffers). Returns the pairs: (seconds with, seconds without,
-    per ranks' CPU + agent CPU with / without, rank 0's blocking seconds in the block with),
-    and the load averages seen before and after."""
+    the ranks' CPU + the agent's with / without, the agent's CPU with - without, rank 0's
+    blocking seconds in the block with, rank 0's CPU (all its threads) with - without), and
+    the load averages seen before and after."""
     out, loads = [], [load_average()]
     steps = block * 2 * pairs
     for _ in range(jobs):
@@ -79,9 +80,11 @@ def every_step_cost(ftrun, jobs, block=25, pairs=24):
             for b in (i, i + 1):
                 saves, seconds, _, agent_cpu, save_seconds = blocks[b]
                 ranks_cpu = sum(r["blocks"][b][2] for r in results)
-                pair[saves] = (seconds, ranks_cpu + agent_cpu, agent_cpu, save_seconds)
+                pair[saves] = (seconds, ranks_cpu + agent_cpu, agent_cpu, save_seconds,
+                               blocks[b][2])
             out.append((pair[True][0], pair[False][0], pair[True][1], pair[False][1],
-                        pair[True][2] - pair[False][2], pair[True][3]))
+                        pair[True][2] - pair[False][2], pair[True][3],
+                        pair[True][4] - pair[False][4]))
         loads.append(load_average())
     return out, loads
 
@@ -116,9 +119,11 @@ def print_every_step_cost(ftrun, runs, block=25, pairs=24):
     cpu_without = statistics.median(r[3] for r in rows) / block
     agent = statistics.median(r[4] for r in rows) / block
     extra = statistics.median(r[2] - r[3] for r in rows) / block
+    saver = statistics.median(r[6] for r in rows) / block
     print(f"  a step takes {1e3 * step_without:.2f} ms without saves; a save blocks rank 0 "
           f"{1e6 * blocking:.0f} us (state_dict() calls included: {100 * blocking / step_without:.1f} "
-          f"% of a step) and costs the agent {1e6 * agent:.0f} us of CPU")
+          f"% of a step) and costs rank 0 {1e6 * saver:.0f} us of CPU (all its threads), the "
+          f"agent {1e6 * agent:.0f} us")
     print(f"  CPU per step, 4 ranks + agent: {1e6 * cpu_without:.0f} us without saves, "
           f"{1e6 * cpu_with:.0f} us with: +{1e6 * extra:.0f} us, {100 * extra / cpu_without:+.1f} % "
           "(what the saves cost the throughput while the ranks keep the CPUs busy)")
