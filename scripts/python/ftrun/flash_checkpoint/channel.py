@@ -7,6 +7,7 @@ its descriptor closed.
 """
 import json
 import os
+import select
 import socket
 import threading
 import time
@@ -22,11 +23,13 @@ class SnapshotChannel:
         self._lock = threading.Lock()
         self._buf, self._fds = b"", []
         self._next_id = 0
+        self._poll = select.poll()
         self._waiting = set()  # ids whose answers are still wanted
         self._early = {}  # id -> (answer, fd) read while waiting for another id
         try:
             self._sock.settimeout(timeout)
             self._sock.connect(path)
+            self._poll.register(self._sock, select.POLLIN)
             # An older agent, which has no snapshot connections, closes this one with an error.
             self._sock.sendall(json.dumps({"type": "snapshot_hello", "version": PROTOCOL_VERSION,
                                            "rank": rank, "pid": os.getpid()}).encode() + b"\n")
@@ -35,6 +38,9 @@ class SnapshotChannel:
                 os.close(fd)
             if welcome.get("type") != "welcome":
                 raise OSError(f"the agent refused a snapshot connection: {welcome}")
+            # Blocking from now on (a socket with a timeout is non-blocking underneath, and
+            # its sends were seen to take milliseconds here); reads wait with poll().
+            self._sock.settimeout(None)
         except BaseException:
             self.close()
             raise
@@ -100,9 +106,8 @@ class SnapshotChannel:
         """The next line from the agent, with the descriptor it says it carries (or -1)."""
         while b"\n" not in self._buf:
             left = deadline - time.monotonic()
-            if left <= 0:
+            if left <= 0 or not self._poll.poll(left * 1000):
                 raise OSError("no answer from the agent on the snapshot connection in time")
-            self._sock.settimeout(left)
             chunk, fds, _, _ = socket.recv_fds(self._sock, 65536, 4)
             self._fds.extend(fds)  # in order: each belongs to the next line saying "fd"
             if not chunk:
