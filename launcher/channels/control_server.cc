@@ -52,8 +52,7 @@ struct ControlServer::Connection {
   std::deque<Outgoing> out;
   bool writing = false;
   bool closed = false;
-  int local_rank = -1;     // -1 until "hello"
-  bool snapshots = false;  // the rank's second connection, for snapshot requests only
+  int local_rank = -1;  // -1 until "hello"
   pid_t peer_pid = 0;
   boost::asio::steady_timer hello_timer;  // until "hello"
 };
@@ -177,30 +176,22 @@ void ControlServer::Read(std::shared_ptr<Connection> c) {
         std::string line(boost::asio::buffers_begin(c->in.data()),
                          boost::asio::buffers_begin(c->in.data()) + n - 1);
         c->in.consume(n);
-        answering_ = c;
-        std::string err = Handle(*c, line);
-        answering_.reset();
-        if (!err.empty()) return Close(c, err);
+        if (std::string err = Handle(*c, line); !err.empty()) return Close(c, err);
         Read(c);
       });
 }
 
 bool ControlServer::Send(int local_rank, const std::string& json, int fd) {
-  std::shared_ptr<Connection> c = answering_;
-  if (!c || c->local_rank != local_rank) {
-    auto it = by_rank_.find(local_rank);
-    if (it == by_rank_.end()) return false;
-    c = it->second;
-  }
-  if (c->closed) return false;
+  auto it = by_rank_.find(local_rank);
+  if (it == by_rank_.end() || it->second->closed) return false;
   Outgoing o{json + "\n", -1};
   if (fd >= 0 && (o.fd = ::fcntl(fd, F_DUPFD_CLOEXEC, 0)) < 0) {
     WorkerLog()->warn("control channel: cannot pass a descriptor to local_rank {}: {}", local_rank,
                       std::strerror(errno));
     return false;
   }
-  c->out.push_back(std::move(o));
-  Write(c);
+  it->second->out.push_back(std::move(o));
+  Write(it->second);
   return true;
 }
 
@@ -301,17 +292,10 @@ std::string ControlServer::Handle(Connection& c, const std::string& text) {
   const std::string& type = envelope.type();
   if (type.empty()) return "message without a 'type'";
   if (c.local_rank < 0) {
-    if (type != "hello" && type != "snapshot_hello") {
-      return "the first message must be 'hello', not '" + type + "'";
-    }
+    if (type != "hello") return "the first message must be 'hello', not '" + type + "'";
     v1::ControlHello hello;
     if (std::string err = Parse(line, &hello); !err.empty()) return err;
-    c.snapshots = type == "snapshot_hello";
     if (std::string err = Bind(c, hello); !err.empty()) return err;
-    if (c.snapshots) return "";
-  }
-  if (c.snapshots && !type.starts_with("snapshot_")) {
-    return "'" + type + "' on a connection for snapshot requests only";
   }
   RankControl& rc = ranks_[c.local_rank];
   if (type == "hello" || type == "group" || type == "handler") {
@@ -426,19 +410,17 @@ std::string ControlServer::Bind(Connection& c, const v1::ControlHello& hello) {
     return "says rank " + std::to_string(rank) + " but is rank " + std::to_string(base_rank_ + lr);
   }
   for (auto& other : connections_) {
-    if (other.get() != &c && other->local_rank == lr && other->snapshots == c.snapshots) {
+    if (other.get() != &c && other->local_rank == lr) {
       Close(other, "replaced by a new connection of the same rank");
       break;
     }
   }
   c.local_rank = lr;
   c.hello_timer.cancel();
-  if (!c.snapshots) {
-    for (auto& sp : connections_) {
-      if (sp.get() == &c) by_rank_[lr] = sp;
-    }
-    ranks_[lr].connected = true;
+  for (auto& sp : connections_) {
+    if (sp.get() == &c) by_rank_[lr] = sp;
   }
+  ranks_[lr].connected = true;
   Send(lr, JsonMessage("welcome")
                .Set("version", int64_t{kControlProtocolVersion})
                .Set("rank", rank)

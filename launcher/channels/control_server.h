@@ -4,11 +4,6 @@
 // proto/ftrun/v1/control.proto). A connection is bound to a local rank by its first
 // message ("hello"), checked against the kernel's view of the peer (SO_PEERCRED: the peer
 // must be in that worker's process group). Workers that never connect are unaffected.
-// A rank may open a second connection that starts with "snapshot_hello" (the fields of
-// "hello"; an older agent refuses it, leaving the first connection alone): it carries only
-// snapshot requests, and the answers to them come back on it (read by the saving thread
-// itself, so no other thread of the worker wakes up for them); the rank's orders, and
-// answers to requests sent on the first connection, go on the first.
 // Limits, so that no local process can stall or exhaust the agent: a line nested deeper than
 // kMaxJsonDepth is refused unparsed (json_line.h); a connection must say "hello" within
 // kControlHelloTimeout; at most kMaxUnboundControlConnections may wait for their "hello" (a
@@ -96,7 +91,6 @@ class ControlServer {
   const RankControl& rank(int local_rank) const;
   int rank_count() const { return static_cast<int>(ranks_.size()); }
   // Sends one message (a JSON object without the newline); false if the rank is not connected.
-  // Called while a message of that rank is handled, it answers on the connection it came on.
   // With `fd` >= 0 the descriptor goes along (SCM_RIGHTS, on the message's first byte): it is
   // duplicated at once, so the caller keeps its own.
   bool Send(int local_rank, const std::string& json, int fd = -1);
@@ -129,8 +123,7 @@ class ControlServer {
   int base_rank_ = 0;
   int attempt_ = 0;
   std::vector<RankControl> ranks_;
-  std::map<int, std::shared_ptr<Connection>> by_rank_;    // the first connection of each rank
-  std::shared_ptr<Connection> answering_;                 // the one whose message is being handled
+  std::map<int, std::shared_ptr<Connection>> by_rank_;
   std::vector<std::shared_ptr<Connection>> connections_;  // in order of arrival
   std::chrono::milliseconds hello_timeout_ = kControlHelloTimeout;
   size_t unbound_closed_ = 0;  // connections closed before their "hello" (logs are throttled)

@@ -6,8 +6,7 @@ mapping (buffers are reused from save to save, so their pages are already there)
 state in and commits it ("snapshot_commit"). Until the commit the agent's newest snapshot is
 the previous one, so a process killed in the middle of a save loses nothing that was complete.
 A restore asks which steps the agent holds ("snapshot_steps") and maps the chosen one
-("snapshot_get"). The requests go on a connection of their own (channel.py), whose answers the
-saving thread reads itself; on the control channel when the agent offers none.
+("snapshot_get").
 """
 import json
 import mmap
@@ -18,7 +17,6 @@ import time
 from ..checkpoint import CheckpointError
 from ..control import Encoded
 from . import snapshot
-from .channel import SnapshotChannel
 from .layout import Layout
 
 
@@ -41,7 +39,6 @@ class AgentMemory:
         self._ahead = None  # (PendingAnswer, step, group, bytes) of the next save's lease
         self._layouts = {}  # group -> Layout of its last save (reused while it fits)
         self._commit_key, self._commit_prefix = None, ""
-        self._channel = None  # SnapshotChannel, opened at the first request; False: none
 
     # ---- saving ----
 
@@ -82,37 +79,8 @@ class AgentMemory:
         # A refusal (which only a broken protocol causes) is logged by the agent.
         if group == "":
             self._take_lease_ahead(step + 1, group, size, commit)
-        elif self._snapshots() is not None:
-            self._on_channel(lambda ch: ch.send(commit, answered=False))
         else:
             self.controller.post(commit)
-
-    def _snapshots(self):
-        """The snapshot connection (opened at the first request), or None when the agent
-        takes none: the requests then go on the control channel."""
-        if self._channel is None:
-            try:
-                self._channel = SnapshotChannel(os.environ["FTRUN_CONTROL_SOCKET"],
-                                                self.controller.rank)
-            except (OSError, KeyError, ValueError):
-                self._channel = False
-        return self._channel or None
-
-    def _on_channel(self, use):
-        """use(the snapshot connection); an error closes it (later requests go on the
-        control channel) and is raised."""
-        try:
-            return use(self._channel)
-        except OSError:
-            self._channel.close()
-            self._channel = False
-            raise
-
-    def _request(self, msg):
-        """(answer, fd) of a snapshot request, on the snapshot connection when there is one."""
-        if self._snapshots() is None:
-            return self.controller.request(msg)
-        return self._on_channel(lambda ch: ch.request(msg))
 
     def _new_layout(self, group: str, state, step: int, world_size: int):
         self._layouts.pop(group, None)  # its views of the mappings go with it
@@ -142,8 +110,8 @@ class AgentMemory:
         """(fd, step the lease names) of a buffer for a save of `size` bytes, asked for now."""
         deadline = time.monotonic() + wait_seconds
         while True:
-            answer, fd = self._request({"type": "snapshot_begin", "step": step,
-                                        "bytes": size, "group": group})
+            answer, fd = self.controller.request({"type": "snapshot_begin", "step": step,
+                                                  "bytes": size, "group": group})
             if answer.get("type") == "snapshot_lease" and fd >= 0:
                 return fd, step
             if fd >= 0:
@@ -163,13 +131,9 @@ class AgentMemory:
         self._drop_lease_ahead()
         begin = Encoded("snapshot_begin", f'{{"type":"snapshot_begin","step":{step},'
                         f'"bytes":{size},"group":{json.dumps(group)}')
-        if self._snapshots() is not None:
-            pending = self._on_channel(lambda ch: ch.send(begin, before=commit))
-        else:
-            pending = self.controller.request_async(begin, before=commit)
-            if self.controller.closed:  # as post() says it: the commit did not reach the agent
-                raise OSError("the agent's control channel is closed")
-        self._ahead = (pending, step, group, size)
+        self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
+        if self.controller.closed:  # as post() says it: the commit did not reach the agent
+            raise OSError("the agent's control channel is closed")
 
     def _lease_taken_ahead(self, group: str, size: int):
         """(fd, step the lease names) of the lease asked for after the last save, when it was
@@ -215,7 +179,7 @@ class AgentMemory:
 
     def steps(self, group: str):
         """The steps of copy `group` complete in the agent's memory, newest first."""
-        answer, fd = self._request({"type": "snapshot_steps", "group": group})
+        answer, fd = self.controller.request({"type": "snapshot_steps", "group": group})
         if fd >= 0:
             os.close(fd)
         return [int(s) for s in answer.get("steps", [])]
@@ -223,7 +187,7 @@ class AgentMemory:
     def load(self, step: int, group: str, world_size: int):
         """The state of `step` of copy `group`. Raises CheckpointError when the agent does not
         hold it or it does not fit this job (world size)."""
-        answer, fd = self._request({"type": "snapshot_get", "step": step, "group": group})
+        answer, fd = self.controller.request({"type": "snapshot_get", "step": step, "group": group})
         if answer.get("type") != "snapshot" or fd < 0:
             if fd >= 0:
                 os.close(fd)

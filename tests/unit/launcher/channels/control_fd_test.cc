@@ -211,44 +211,6 @@ TEST_F(ControlFdTest, SnapshotRequestsReachTheirHandlers) {
       << c->Received();
 }
 
-// A rank's second connection, for snapshot requests only: their answers (and descriptors)
-// come back on it, the first connection's requests are answered on the first, and losing the
-// second leaves the rank connected.
-TEST_F(ControlFdTest, ASnapshotConnectionGetsTheAnswersToItsOwnRequests) {
-  ControlServer::Events ev;
-  ev.on_snapshot_steps = [&](int lr, const v1::ControlSnapshotSteps& r) {
-    server_->Send(lr, R"({"type":"snapshot_steps","id":)" + std::to_string(r.id()) + "}",
-                  Fd("lease"));
-  };
-  Start(std::move(ev));
-  auto first = Connect();
-  FdClient second(server_->path());
-  second.Send(R"({"type":"snapshot_hello","version":1,"rank":0})"
-              "\n");
-  ASSERT_TRUE(Pump([&] { return second.Received().find("welcome") != std::string::npos; }));
-  second.Send(R"({"type":"snapshot_steps","id":7,"group":""})"
-              "\n");
-  first->Send(R"({"type":"snapshot_steps","id":8,"group":""})"
-              "\n");
-  ASSERT_TRUE(Pump([&] {
-    return second.Received().find(R"("id":7)") != std::string::npos &&
-           first->Received().find(R"("id":8)") != std::string::npos;
-  }));
-  EXPECT_EQ(second.Received().find(R"("id":8)"), std::string::npos) << second.Received();
-  EXPECT_EQ(first->Received().find(R"("id":7)"), std::string::npos) << first->Received();
-  ASSERT_EQ(second.fds().size(), 1u);
-  EXPECT_TRUE(SameFile(second.fds()[0].fd, fds_[0]));
-  // Anything but a snapshot request closes the second connection; the rank stays connected.
-  second.Send(R"({"type":"progress","step":1})"
-              "\n");
-  ASSERT_TRUE(
-      Pump([&] { return second.Received().find("snapshot requests only") != std::string::npos; }));
-  EXPECT_TRUE(server_->rank(0).connected);
-  first->Send(R"({"type":"snapshot_steps","id":9,"group":""})"
-              "\n");
-  EXPECT_TRUE(Pump([&] { return first->Received().find(R"("id":9)") != std::string::npos; }));
-}
-
 TEST_F(ControlFdTest, ADescriptorTravelsWithItsMessage) {
   Start();
   auto c = Connect();
