@@ -47,6 +47,10 @@ def parse_args():
     p.add_argument("--crash-rank", type=int, default=-1)
     p.add_argument("--crash-step", type=int, default=-1)
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
+    p.add_argument("--flash-blocks", type=int, default=0, metavar="N",
+                   help="scripts/bench.py: with --flash, save only in half of the blocks of N "
+                   "steps (ABBA order: with, without, without, with, ...) and record each "
+                   "block's time, so both are measured in the same job")
     # Fault injection for tests: a rank that stops making progress, and broken fault-time saves.
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-step", type=int, default=-1)
@@ -88,13 +92,17 @@ def flat_weights(model):
 
 
 def agent_cpu_seconds():
-    """CPU time of this worker's parent (the ftrun agent), for scripts/bench.py."""
+    """CPU time of this worker's parent (the ftrun agent), all its threads, for
+    scripts/bench.py: from schedstat (nanoseconds; /proc's stat counts in 10 ms ticks)."""
+    total = 0
     try:
-        with open(f"/proc/{os.getppid()}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        tasks = f"/proc/{os.getppid()}/task"
+        for tid in os.listdir(tasks):
+            with open(f"{tasks}/{tid}/schedstat") as f:
+                total += int(f.read().split()[0])
     except (OSError, ValueError, IndexError):
-        return 0.0
+        pass  # a thread that ended meanwhile: its time is left out
+    return total / 1e9
 
 
 def checksum(weights):
@@ -172,6 +180,7 @@ def main():
 
     loss = torch.tensor(0.0)
     save_seconds = 0.0  # blocking time of the --flash saves (state_dict() calls included)
+    blocks = []  # --flash-blocks: [saves?, seconds, CPU seconds, agent CPU seconds, save seconds]
     loop_started, cpu_started, agent_started = (time.monotonic(), time.process_time(),
                                                 agent_cpu_seconds())
     with ft.guard():
@@ -182,6 +191,10 @@ def main():
             if attempt == 0 and rank == args.hang_rank and step == args.hang_step:
                 print(f"rank {rank}: injected hang at step {step}", flush=True)
                 time.sleep(3600)
+            if args.flash_blocks and (step - start) % args.flash_blocks == 0:
+                blocks.append([(step - start) // args.flash_blocks % 4 in (0, 3),
+                               time.perf_counter(), time.process_time(), agent_cpu_seconds(),
+                               save_seconds])
             if args.global_batch:
                 x, y = global_batch(step, rank, world, args.global_batch)
             else:
@@ -198,7 +211,7 @@ def main():
                     f.write(f"{os.getpid()} {step}\n")
             if rank == 0 and ((step + 1) % 10 == 0 or step + 1 == args.steps):
                 print(f"step {step + 1}/{args.steps} loss {loss.item():.4f}", flush=True)
-            if flash is not None:
+            if flash is not None and (not blocks or blocks[-1][0]):
                 saving = time.perf_counter()
                 flash.save_checkpoint(step, {"model": model.module.state_dict(),
                                              "opt": opt.state_dict(), "step": step},
@@ -208,10 +221,15 @@ def main():
                 ftrun.save_checkpoint(root, step, write_state)
 
     loop_seconds = time.monotonic() - loop_started
+    ends = [b[1:] for b in blocks[1:]] + [[time.perf_counter(), time.process_time(),
+                                           agent_cpu_seconds(), save_seconds]]
+    blocks = [[b[0]] + [end - begun for end, begun in zip(e, b[1:])]
+              for b, e in zip(blocks, ends)]
     loop_cpu = {"loop_cpu_seconds": time.process_time() - cpu_started,
                 "agent_cpu_seconds": agent_cpu_seconds() - agent_started}
     weights = flat_weights(model.module)
     result = {"loop_seconds": loop_seconds, "save_seconds": save_seconds, **loop_cpu,
+              "blocks": blocks,
               "rank": rank, "world_size": world, "attempt": attempt, "steps": args.steps,
               "resumed_at": start, "loss": loss.item(), "checksum": checksum(weights),
               "weights": weights.tolist()}

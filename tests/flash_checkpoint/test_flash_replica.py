@@ -111,18 +111,20 @@ class ReplicaNodeLossTest(Processes, unittest.TestCase):
     def test_a_spare_promoted_into_the_lost_nodes_place_restores_its_shards(self):
         self.lose_a_node(spare=True)
 
-    def lose_a_node(self, spare):
+    def lose_a_node(self, spare, security="", host="127.0.0.1", before_the_loss=None):
         """Two agents (2 ranks each) train; the one with group rank 1 is SIGKILLed once the
         replicas of the newest step are on the other; a new agent replaces it (started then,
-        or waiting as a spare all along)."""
+        or waiting as a spare all along). security: more --rdzv-conf options of every process
+        (TLS), host: the endpoint's host; before_the_loss(survivor's log) runs just before the
+        node is killed."""
         root, port = self.root, free_port()
-        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3" + security
         config = json.dumps({"steps": STEPS, "hold_at": HOLD_AT})
 
         def agent(name):
             return self.start(
                 ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                 f"127.0.0.1:{port}", "--rdzv-id", "replica", "--rdzv-conf", conf + ",is_host=0",
+                 f"{host}:{port}", "--rdzv-id", "replica", "--rdzv-conf", conf + ",is_host=0",
                  "--local-addr", "127.0.0.1", "--nproc-per-node", "2", "--max-restarts", "5",
                  "--monitor-interval", "0.1", "--restart-backoff", "0", "--log-level", "debug",
                  "--log-dir", os.path.join(root, "logs"), "--no-python", "/usr/bin/python3",
@@ -152,6 +154,8 @@ class ReplicaNodeLossTest(Processes, unittest.TestCase):
         # The newest step's shards of the doomed node are safe once their copies have arrived.
         wait_for(lambda: all(f"replica of rank-{r} step={HOLD_AT} stored" in read(survivor_log)
                              for r in lost), "the replicas of the newest step")
+        if before_the_loss:
+            before_the_loss(read(survivor_log))
         doomed = a if victim == "a" else b
         os.killpg(doomed.pid, signal.SIGKILL)  # the whole node: its agent and both ranks
         doomed.wait(timeout=30)
