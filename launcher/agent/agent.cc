@@ -76,7 +76,11 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
 
 void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
   const ExitStatus& st = *w.status;
-  if (w.local_rank >= 0) flash_.WorkerExited(w.local_rank);
+  if (w.local_rank >= 0) {
+    // What the rank said just before it died counts: a snapshot commit waits for no answer.
+    if (ControlServer* control = channels_.control()) control->Drain(w.local_rank);
+    flash_.WorkerExited(w.local_rank);
+  }
   const int attempt = group_->assignment().restart_count;
   const bool live = WorkersLive(state_);
   events_.WorkerExited(w, st.Succeeded() ? "succeeded" : live ? "failed" : "stopped");

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "ftrun/v1/control.pb.h"
 #include "launcher/channels/json_line.h"
+#include "launcher/channels/pending_lines.h"
 #include "launcher/channels/stale_control_dirs.h"
 
 namespace ftrun::launcher {
@@ -179,6 +180,19 @@ void ControlServer::Read(std::shared_ptr<Connection> c) {
         if (std::string err = Handle(*c, line); !err.empty()) return Close(c, err);
         Read(c);
       });
+}
+
+void ControlServer::Drain(int local_rank) {
+  auto bound = connections_;  // Close() edits it
+  for (auto& c : bound) {
+    if (c->closed || c->local_rank != local_rank) continue;
+    // What the dead process sent can only be what its socket buffer held.
+    constexpr size_t kMaxDrained = 16 * 1024 * 1024;
+    std::string err =
+        ReadPendingLines(c->socket.native_handle(), c->in, kMaxControlLine, kMaxDrained,
+                         [this, &c](const std::string& line) { return Handle(*c, line); });
+    Close(c, err);
+  }
 }
 
 bool ControlServer::Send(int local_rank, const std::string& json, int fd) {

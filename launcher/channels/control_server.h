@@ -94,6 +94,10 @@ class ControlServer {
   // With `fd` >= 0 the descriptor goes along (SCM_RIGHTS, on the message's first byte): it is
   // duplicated at once, so the caller keeps its own.
   bool Send(int local_rank, const std::string& json, int fd = -1);
+  // The process of `local_rank` has exited: handles every complete line it sent before it
+  // died (still in the socket: a commit sent just before a SIGKILL is not lost), then closes
+  // its connections. Reads without blocking, at most the socket's buffered bytes.
+  void Drain(int local_rank);
   // Tests only: a shorter wait for "hello" than kControlHelloTimeout.
   void TEST_SetHelloTimeout(std::chrono::milliseconds t) { hello_timeout_ = t; }
 

@@ -38,6 +38,7 @@ def train(root, config):
     after every step; progress-<rank>.txt records where each attempt started and what was
     saved; final-<rank>.json the final weights."""
     import torch
+    from ftrun import control
     from ftrun.flash_checkpoint import snapshot
     from ftrun.flash_checkpoint.ddp import StorageType
     from ftrun.flash_checkpoint.layout import Layout
@@ -69,12 +70,25 @@ def train(root, config):
                 tear_and_die(self, buffer)
             snapshot.Plan.write = half_then_die
             Layout.write = layout_half_then_die
+        elif doomed and config.get("kill_how") == "after_save":
+            # The agent is stopped while this rank reports, saves and dies, so it finds the
+            # lines and the exit together when a grandchild wakes it (the save's buffer was
+            # leased ahead: it needs no answer).
+            agent = os.getppid()
+            if os.fork() == 0:
+                time.sleep(0.5)
+                os.kill(agent, signal.SIGCONT)
+                os._exit(0)
+            os.kill(agent, signal.SIGSTOP)
+            control.connect().report(step)  # a line ahead of the commit
         elif doomed:
             os.kill(os.getpid(), signal.SIGKILL)
         saved = cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
                                           "step": step, "rank": rank, "ballast": ballast},
                                    storage_type=storage)
         progress.write(f"saved {step} {saved}\n")
+        if doomed and config.get("kill_how") == "after_save":
+            os.kill(os.getpid(), signal.SIGKILL)  # its commit may still be unread by the agent
         time.sleep(config.get("pause", 0))
     with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
         json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
@@ -251,6 +265,15 @@ class FlashMemoryTest(unittest.TestCase):
         resumed = self.assert_resumed_without_loss(self.root, done.stdout)
         self.assertEqual(resumed, 7, "step 7 was never committed: step 6 is restored")
         self.assertIn("ftrun: restored step 6 from memory", done.stdout)
+
+    def test_a_rank_killed_as_its_save_returns_keeps_that_step(self):
+        # The commit waits for no answer: the agent reads what the dead rank sent before it
+        # handles the exit, so the step the rank was told is saved is the one restored.
+        done = run_job(self.root, {"kill_at": 9, "kill_rank": 0, "kill_how": "after_save"})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        resumed = self.assert_resumed_without_loss(self.root, done.stdout)
+        self.assertEqual(resumed, 10, "step 9's save returned before the kill")
+        self.assertIn("ftrun: restored step 9 from memory", done.stdout)
 
     def test_a_job_that_fails_for_good_is_persisted_and_a_new_job_resumes(self):
         failed = run_job(self.root, {"kill_at": 10}, restarts=0)

@@ -143,6 +143,39 @@ TEST_F(ControlServerTest, HelloProgressSavedAndPeerFailed) {
   EXPECT_FALSE(server_->Send(0, "{}")) << "rank 0 never connected";
 }
 
+TEST_F(ControlServerTest, WhatADeadRankSentIsReadBeforeItsExitIsHandled) {
+  auto c = std::make_unique<Client>(server_->path());
+  c->Send(hello_);
+  ASSERT_TRUE(Pump([&] { return c->Received().find("welcome") != std::string::npos; }));
+  // The rank's last words reach the socket, then it dies before the loop reads them.
+  c->Send(R"({"type":"progress","step":7})"
+          "\n"
+          R"({"type":"saved","id":4,"ok":true})"
+          "\n"
+          R"({"type":"progress","step":8)");  // cut off by the death: never handled
+  c.reset();
+  server_->Drain(1);
+  EXPECT_EQ(server_->rank(1).step, 7);
+  ASSERT_EQ(saved_.size(), 1u);
+  EXPECT_EQ(saved_[0], "1:4:S:ok");
+  EXPECT_FALSE(server_->Send(1, "{}")) << "the drained connection is closed";
+  server_->Drain(1);  // nothing left: nothing happens
+  EXPECT_EQ(saved_.size(), 1u);
+}
+
+TEST_F(ControlServerTest, ADrainStopsAtALineOverTheLimit) {
+  auto c = std::make_unique<Client>(server_->path());
+  c->Send(hello_);
+  ASSERT_TRUE(Pump([&] { return c->Received().find("welcome") != std::string::npos; }));
+  c->Send(R"({"type":"saved","id":5,"ok":true})"
+          "\n" +
+          std::string(kMaxControlLine + 10, 'x') + "\n" + R"({"type":"saved","id":6,"ok":true})" +
+          "\n");
+  c.reset();
+  server_->Drain(1);
+  EXPECT_EQ(saved_, std::vector<std::string>{"1:5:S:ok"});
+}
+
 TEST_F(ControlServerTest, FinishedRanksAreMarked) {
   Client c(server_->path());
   c.Send(hello_);
