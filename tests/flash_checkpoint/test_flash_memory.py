@@ -18,6 +18,7 @@ training job (see train()).
 """
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -203,6 +204,7 @@ class FlashMemoryTest(unittest.TestCase):
             done = run_job(root, {"kind": kind, "steps": steps})
             assert done.returncode == 0, done.stdout
             cls.baseline[kind, steps] = final(root)
+            shutil.rmtree(root, ignore_errors=True)
         return cls.baseline[kind, steps]
 
     def setUp(self):
@@ -210,6 +212,7 @@ class FlashMemoryTest(unittest.TestCase):
         self.shm_before = set(os.listdir("/dev/shm"))
 
     def tearDown(self):
+        shutil.rmtree(self.root, ignore_errors=True)
         left = {n for n in set(os.listdir("/dev/shm")) - self.shm_before
                 if "ftrun" in n or "snapshot" in n or "checkpoint" in n}
         self.assertEqual(left, set(), "files left in /dev/shm")
@@ -238,6 +241,7 @@ class FlashMemoryTest(unittest.TestCase):
 
     def test_two_jobs_on_one_node_keep_their_own_snapshots(self):
         other = tempfile.mkdtemp(prefix="ftrun-flash-other-")
+        self.addCleanup(shutil.rmtree, other, True)
         jobs = [run_job(self.root, {"kill_at": 8}, wait=False),
                 run_job(other, {"kill_at": 13, "kind": "sharded"}, wait=False)]
         outs = []
@@ -356,6 +360,7 @@ class Processes:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
                 p.wait()
+        shutil.rmtree(self.root, ignore_errors=True)
 
     def start(self, args, name):
         with open(os.path.join(self.root, name), "w") as log:
@@ -375,6 +380,7 @@ def free_port():
 class NodeLossTest(unittest.TestCase):
     def test_a_replaced_node_gets_the_newest_step_from_the_surviving_nodes_memory(self):
         root = tempfile.mkdtemp(prefix="ftrun-flash-nodes-")
+        self.addCleanup(shutil.rmtree, root, True)
         port = free_port()
         conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
         env = dict(os.environ)
