@@ -85,6 +85,7 @@ Status ReplicaStore::Finish(uint64_t id, uint32_t sent, uint32_t received) {
                  ", not the sender's " + std::to_string(sent) +
                  "; dropped (the previous replica is kept)"};
   }
+  slot.crc32c = received;
   slot.complete = true;
   g->newest = index;
   LauncherLog()->debug("replica of {} at step {} complete ({} bytes from {})", group, slot.step,
@@ -103,8 +104,12 @@ std::vector<ReplicaView> ReplicaStore::Complete(const std::string& group) const 
   if (it == groups_.end() || it->second.newest < 0) return views;
   const Group& g = it->second;
   auto view = [&](const Slot& s) {
-    return ReplicaView{
-        .group = group, .step = s.step, .bytes = s.bytes, .from = s.from, .buffer = s.buffer};
+    return ReplicaView{.group = group,
+                       .step = s.step,
+                       .bytes = s.bytes,
+                       .from = s.from,
+                       .crc32c = s.crc32c,
+                       .buffer = s.buffer};
   };
   views.push_back(view(g.slots[g.newest]));
   const Slot& older = g.slots[1 - g.newest];

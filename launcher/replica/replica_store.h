@@ -50,7 +50,8 @@ struct ReplicaView {
   std::string group;
   uint64_t step = 0;
   size_t bytes = 0;
-  std::string from;  // the sender's host
+  std::string from;     // the sender's host
+  uint32_t crc32c = 0;  // the CRC-32C its bytes arrived with (the sender's, checked)
   std::shared_ptr<const ReplicaBuffer> buffer;
   std::span<const std::byte> data() const;
   int fd() const;
@@ -87,6 +88,7 @@ class ReplicaStore {
     uint64_t step = 0;
     size_t bytes = 0;
     std::string from;
+    uint32_t crc32c = 0;
     bool complete = false;
   };
   struct Group {
