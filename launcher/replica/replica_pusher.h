@@ -2,7 +2,7 @@
 // sending half of flash checkpoint replicas; replica.proto, ftrun-flash-checkpoint(7)).
 //
 // Offer hands it a committed snapshot; one thread of its own streams it, in chunks
-// (Options::chunk_bytes, 1 MiB: small chunks let the receiver's work overlap the sending)
+// (Options::chunk_bytes, 4 MiB: small enough that the receiver's work overlaps the sending)
 // sent straight from the snapshot's mapping (replica_wire.h: no copy of the bytes, and memory
 // stays bounded whatever the size), to every current target. The last message carries the
 // CRC-32C computed when the snapshot committed (SnapshotMeta::checksum; computed in parallel
@@ -51,7 +51,7 @@ class ReplicaPusher {
     std::string from;  // this host, for the receivers' logs
     rendezvous::TlsConfig tls;
     std::string tls_target_name;  // the name the peers' certificates carry ("" : their address)
-    size_t chunk_bytes = size_t{1} << 20;
+    size_t chunk_bytes = size_t{4} << 20;
   };
   // On the loop, after each copy to each target: seconds from Offer to the peer's answer.
   using Copied = std::function<void(const std::string& target, const std::string& group,

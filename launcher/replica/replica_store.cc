@@ -34,7 +34,8 @@ Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step
                  ", which is being read"};
   }
   const size_t have = slot.buffer ? slot.buffer->size() : 0;
-  if (bytes > have) {
+  const bool fresh = bytes > have;
+  if (fresh) {
     const uint64_t after = reserved_ - have + bytes;
     if (after > budget_ || bytes > budget_) {
       return Error{what + ": " + std::to_string(bytes) +
@@ -58,8 +59,12 @@ Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step
   slot.bytes = bytes;
   slot.from = from;
   g.writing = next_id_++;
-  return ReplicaWrite{
-      .id = *g.writing, .group = group, .step = step, .bytes = bytes, .buffer = slot.buffer};
+  return ReplicaWrite{.id = *g.writing,
+                      .group = group,
+                      .step = step,
+                      .bytes = bytes,
+                      .buffer = slot.buffer,
+                      .fresh = fresh};
 }
 
 ReplicaStore::Group* ReplicaStore::Writing(uint64_t id, std::string* name) {

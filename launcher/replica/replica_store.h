@@ -42,6 +42,9 @@ struct ReplicaWrite {
   uint64_t step = 0;
   size_t bytes = 0;
   std::shared_ptr<ReplicaBuffer> buffer;
+  // Its pages were never written (a new or grown buffer): the receiver allocates them in one
+  // call before the bytes arrive rather than one fault per page while they do.
+  bool fresh = false;
   std::span<std::byte> data() const;
 };
 
