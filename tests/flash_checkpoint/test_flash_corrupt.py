@@ -16,14 +16,15 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import test_flash_memory as memory  # noqa: E402 (its test class stays out of this module)
-from test_flash_memory import FTRUN, final, one_step, progress, resume  # noqa: E402
+from test_flash_memory import FTRUN, final, progress  # noqa: E402
 
 STEPS = 12
 
 
 def corrupt_agent_snapshots(offset):
-    """Flips a byte at `offset` in every snapshot buffer of this worker's agent (its parent),
-    as a fault in the agent's memory would; how many buffers were changed."""
+    """Sets the byte at `offset` (a zero of the ballast tensor) to 0xFF in every snapshot
+    buffer of this worker's agent (its parent), as a fault in the agent's memory would; how
+    many buffers were changed. Idempotent: every rank does it before it restores."""
     agent = os.getppid()
     changed = 0
     for name in os.listdir(f"/proc/{agent}/fd"):
@@ -36,8 +37,7 @@ def corrupt_agent_snapshots(offset):
             continue
         try:
             if os.fstat(fd).st_size > offset:
-                byte = os.pread(fd, 1, offset)
-                os.pwrite(fd, bytes([byte[0] ^ 0xFF]), offset)
+                os.pwrite(fd, b"\xff", offset)
                 changed += 1
         finally:
             os.close(fd)
@@ -45,43 +45,25 @@ def corrupt_agent_snapshots(offset):
 
 
 def train(root, config):
-    """One DDP rank: a MEMORY save every step, a DISK save every 3rd; rank 1 SIGKILLs itself at
-    config["kill_at"] on the first attempt; on the second, rank 0 first flips a byte of the
-    agent's snapshots, then restores."""
-    import signal
-    import time
+    """test_flash_memory's rank (rank 1 SIGKILLs itself at config["kill_at"]), with a DISK save
+    every 3rd step and MEMORY saves between; on the second attempt each rank first changes a
+    byte of the agent's snapshots, then restores."""
+    from ftrun.flash_checkpoint import ddp
+    real_save, real_resume = ddp.DdpCheckpointer.save_checkpoint, memory.resume
 
-    import torch
-    import torch.distributed as dist
-    from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+    def save(self, step, state, path="", storage_type=None):
+        kind = ddp.StorageType.DISK if step % 3 == 0 else ddp.StorageType.MEMORY
+        return real_save(self, step, state, path, storage_type=kind)
 
-    dist.init_process_group("gloo")
-    rank = dist.get_rank()
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    torch.manual_seed(0)
-    model = torch.nn.Linear(16, 4)
-    net = torch.nn.parallel.DistributedDataParallel(model)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    cp = DdpCheckpointer(os.path.join(root, "ckpt"))
-    ballast = torch.zeros(1 << 20)  # 4 MiB after the small model: the offset lands in it
-    log = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
-    if attempt == 1 and rank == 0:
-        log.write(f"corrupted {corrupt_agent_snapshots(2 << 20)}\n")
-    dist.barrier()  # nobody restores before the bytes are changed
-    start = resume(cp, model, opt, rank, False)
-    log.write(f"start {start} attempt {attempt}\n")
-    for step in range(start, config["steps"]):
-        one_step(net, opt, step, rank, lockstep=False)
-        if attempt == 0 and step == config["kill_at"] and rank == 1:
-            os.kill(os.getpid(), signal.SIGKILL)
-        storage = StorageType.DISK if step % 3 == 0 else StorageType.MEMORY
-        saved = cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
-                                          "step": step, "rank": rank, "ballast": ballast},
-                                   storage_type=storage)
-        log.write(f"saved {step} {saved}\n")
-        time.sleep(config.get("pause", 0))
-    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
-        json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+    def resume(cp, model, opt, rank, sharded):
+        if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "1":
+            with open(os.path.join(root, f"corrupted-{rank}.txt"), "w") as f:
+                f.write(str(corrupt_agent_snapshots(2 << 20)))
+        return real_resume(cp, model, opt, rank, sharded)
+
+    ddp.DdpCheckpointer.save_checkpoint = save
+    memory.resume = resume
+    memory.train(root, config)
 
 
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
@@ -94,12 +76,14 @@ class FlashCorruptTest(unittest.TestCase):
             [FTRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
              "--monitor-interval", "0.05", "--restart-backoff", "0", "--no-python",
              "/usr/bin/python3", __file__, "train", root,
-             json.dumps({"steps": STEPS, "kill_at": 8, "pause": 0.1})],
+             json.dumps({"steps": STEPS, "kill_at": 8, "kill_rank": 1, "pause": 0.1,
+                         "ballast_mb": 4})],
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=150)
         out = done.stdout
         self.assertEqual(done.returncode, 0, out)
         lines = progress(root, 0)
-        self.assertIn("corrupted 2", lines, (lines, out))  # both of local rank 0's buffers
+        with open(os.path.join(root, "corrupted-0.txt")) as f:
+            self.assertEqual(f.read(), "2", out)  # both of local rank 0's buffers
         self.assertRegex(out, r"flash checkpoint: the snapshot of local rank 0 at step [78] has "
                               r"checksum \d+, not the \d+ recorded when it was saved; skipped "
                               r"\(corrupt\)")
