@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <ctime>
@@ -64,8 +65,9 @@ std::string JsonFiles(const Files& files) {
   std::string out = "{";
   for (const auto& [name, f] : files) {
     if (out.size() > 1) out += ", ";
-    out += Json(name) + ": {\"sha256\": " + Json(f.sha256) +
-           ", \"size\": " + std::to_string(f.size) + "}";
+    out += Json(name) + ": {";
+    if (f.crc32c) out += "\"crc32c\": " + std::to_string(*f.crc32c) + ", ";
+    out += "\"sha256\": " + Json(f.sha256) + ", \"size\": " + std::to_string(f.size) + "}";
   }
   return out + "}";
 }
@@ -80,12 +82,39 @@ Status WriteAll(int fd, std::span<const std::byte> data, const std::string& path
   return {};
 }
 
-// Writes `header` then the snapshot's bytes (else `bytes`) into a new file at `path` and
-// fsyncs it; the sha256 of what was written goes to `sha256`. The crc32 of the snapshot bytes
-// written must be the one its worker recorded.
-Status WriteNewFile(const std::string& path, const std::string& header,
-                    const SnapshotView* snapshot, std::string* sha256,
-                    std::span<const std::byte> bytes = {}) {
+// What a file holds after its header: bytes saved in memory, the CRC-32C they had when saved
+// (if known) and their name for errors.
+struct Content {
+  std::span<const std::byte> bytes;
+  std::optional<uint32_t> recorded;
+  std::string what;
+};
+
+// How long the persister waits for a snapshot's commit checksum: the checksummer computes it
+// at 0.11 s per GiB, one snapshot after another.
+constexpr auto kChecksumWait = std::chrono::seconds(60);
+
+Content Contents(const CheckpointFile& file) {
+  if (file.snapshot) {
+    const SnapshotView& v = *file.snapshot;
+    return {v.data(), v.meta.checksum.Wait(std::chrono::steady_clock::now() + kChecksumWait),
+            "the snapshot of local rank " + std::to_string(v.local_rank) + " at step " +
+                std::to_string(v.step)};
+  }
+  if (file.replica) {
+    const ReplicaView& r = *file.replica;
+    return {r.data(), r.crc32c,
+            "the replica of " + r.group + " at step " + std::to_string(r.step) + " from " + r.from};
+  }
+  return {};
+}
+
+// Writes `header` then `content`'s bytes into a new file at `path` and fsyncs it; the sha256
+// (and, without a header, the CRC-32C) of what was written go to `entry`. The CRC-32C of the
+// bytes written must be the one recorded when they were saved: bytes changed in memory since
+// are not persisted.
+Status WriteNewFile(const std::string& path, const std::string& header, FileEntry* entry,
+                    const Content& content = {}) {
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Failed("creating", path);
   Digest digest(EVP_sha256());
@@ -94,35 +123,35 @@ Status WriteNewFile(const std::string& path, const std::string& header,
     return WriteAll(fd, piece, path);
   };
   Status status = write_piece(Bytes(header));
-  for (auto data = bytes; status && !data.empty() && snapshot == nullptr;) {
+  uint32_t crc = 0;
+  for (auto data = content.bytes; status && !data.empty();) {
     auto piece = data.first(std::min(data.size(), kChunk));
+    crc = SnapshotChecksum(piece, crc);
     status = write_piece(piece);
     data = data.subspan(piece.size());
   }
-  if (status && snapshot != nullptr) {
-    uint32_t crc = 0;
-    for (auto data = snapshot->data(); status && !data.empty();) {
-      auto piece = data.first(std::min(data.size(), kChunk));
-      crc = SnapshotChecksum(piece, crc);
-      status = write_piece(piece);
-      data = data.subspan(piece.size());
-    }
-    if (status) {
-      if (auto same = ChecksumMatches(*snapshot, crc); !same)
-        status = same.error().Wrap("writing " + path);
-    }
+  if (status && content.recorded && crc != *content.recorded) {
+    status = Error{content.what + " has checksum " + std::to_string(crc) + ", not the " +
+                   std::to_string(*content.recorded) +
+                   " recorded when it was saved (changed in memory since): not persisted, "
+                   "writing " +
+                   path};
   }
   if (status && fsync(fd) != 0) status = Failed("fsync of", path);
   if (close(fd) != 0 && status) status = Failed("closing", path);
-  if (status) *sha256 = digest.Hex();
+  if (status) {
+    entry->sha256 = digest.Hex();
+    entry->size = header.size() + content.bytes.size();
+    if (header.empty()) entry->crc32c = crc;
+  }
   return status;
 }
 
 // checkpoint.py's _write_json: <path>.tmp, fsync, rename.
 Status WriteJson(const std::string& path, const std::string& json) {
   std::string tmp = path + ".tmp";
-  std::string unused;
-  if (auto s = WriteNewFile(tmp, json + "\n", nullptr, &unused); !s) return s;
+  FileEntry unused;
+  if (auto s = WriteNewFile(tmp, json + "\n", &unused); !s) return s;
   if (rename(tmp.c_str(), path.c_str()) != 0) return Failed("renaming to", path);
   return {};
 }
@@ -207,14 +236,9 @@ Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint
   Files files;
   for (const auto& file : part.files) {
     std::string file_path = path + "/" + file.name;
-    FileEntry& entry = files[file.name];
-    const SnapshotView* snapshot = file.snapshot ? &*file.snapshot : nullptr;
-    std::span<const std::byte> replica;
-    if (snapshot == nullptr && file.replica) replica = file.replica->data();
-    if (auto s = WriteNewFile(file_path, file.header, snapshot, &entry.sha256, replica); !s) {
+    if (auto s = WriteNewFile(file_path, file.header, &files[file.name], Contents(file)); !s) {
       return s.error();
     }
-    entry.size = file.header.size() + (snapshot != nullptr ? snapshot->bytes : replica.size());
   }
   std::string json = "{\"dir\": " + Json(dir) + ", \"files\": " + JsonFiles(files) +
                      ", \"group\": " + Json(part.group) + ", \"step\": " + std::to_string(step) +
@@ -244,8 +268,8 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
   unsigned long long recorded = 0;
   if (!(in >> recorded && recorded > step)) {
     std::string tmp = path + ".tmp-" + std::to_string(getpid());
-    std::string unused;
-    status = WriteNewFile(tmp, std::to_string(step) + "\n", nullptr, &unused);
+    FileEntry unused;
+    status = WriteNewFile(tmp, std::to_string(step) + "\n", &unused);
     if (!status) {
       unlink(tmp.c_str());
     } else if (rename(tmp.c_str(), path.c_str()) != 0) {

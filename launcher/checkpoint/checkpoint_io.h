@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 
 #include "common/result.h"
@@ -19,6 +20,9 @@ namespace ftrun::launcher::checkpoint_io {
 struct FileEntry {
   uint64_t size = 0;
   std::string sha256;
+  // The CRC-32C of a file of snapshot bytes (the one recorded at the snapshot's commit),
+  // recorded in PART.json and the manifest beside sha256.
+  std::optional<uint32_t> crc32c;
 };
 using Files = std::map<std::string, FileEntry>;  // sorted, as json.dump(sort_keys=True)
 

@@ -39,7 +39,11 @@ bool Holds(const CheckpointRequest& request, const std::string& group) {
 
 FlashService::FlashService(boost::asio::io_context& io, int local_ranks, uint64_t budget_bytes,
                            Send send)
-    : io_(io), send_(std::move(send)), store_(local_ranks, budget_bytes), persister_(io) {}
+    : io_(io),
+      send_(std::move(send)),
+      store_(local_ranks, budget_bytes),
+      checksummer_(io),
+      persister_(io) {}
 
 FlashService::~FlashService() = default;
 
@@ -89,6 +93,7 @@ void FlashService::Begin(int local_rank, const v1::ControlSnapshotBegin& r) {
 void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
   SnapshotMeta meta;
   meta.group = begun_group_[local_rank];
+  meta.checksum = CommitChecksum::Pending();
   meta.target = SnapshotTarget{
       .root = r.root(),
       .path = r.path(),
@@ -117,6 +122,17 @@ void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
   }
   LauncherLog()->debug("flash checkpoint: local_rank={} group='{}' step={} in memory", local_rank,
                        meta.group, r.step());
+  checksummer_.Commit(
+      *store_.Newest(local_rank),
+      [local_rank, step = r.step()](std::optional<uint32_t> crc, const std::string& why) {
+        if (crc) {
+          LauncherLog()->debug("flash checkpoint: local_rank={} step={} crc32c={}", local_rank,
+                               step, *crc);
+        } else {
+          LauncherLog()->debug("flash checkpoint: local_rank={} step={} has no checksum: {}",
+                               local_rank, step, why);
+        }
+      });
   if (r.persist() && !r.root().empty()) MaybePersist(*store_.Newest(local_rank), "flash");
 }
 
@@ -148,39 +164,82 @@ std::optional<SnapshotView> FlashService::Find(const std::string& group, uint64_
 }
 
 void FlashService::Get(int local_rank, const v1::ControlSnapshotGet& r) {
-  auto view = r.step() < 0 ? std::nullopt : Find(r.group(), static_cast<uint64_t>(r.step()));
-  if (!view && r.step() >= 0 && replicas_ != nullptr) {
-    for (const auto& replica : replicas_->Complete(r.group())) {
-      if (replica.step != static_cast<uint64_t>(r.step())) continue;
-      LauncherLog()->info(
-          "flash checkpoint: {} step={} handed to local_rank={} from the replica "
-          "of {}",
-          r.group(), replica.step, local_rank, replica.from);
-      send_(local_rank,
-            JsonMessage("snapshot")
-                .Set("id", r.id())
-                .Set("step", replica.step)
-                .Set("bytes", static_cast<uint64_t>(replica.bytes))
-                .Set("fd", true)
-                .str(),
-            replica.fd());
-      return;
+  auto sources = std::make_shared<std::vector<Source>>();
+  if (r.step() >= 0) {
+    const auto step = static_cast<uint64_t>(r.step());
+    for (int lr = 0; lr < store_.local_ranks(); ++lr) {
+      for (auto& view : store_.Complete(lr)) {
+        if (view.meta.group == r.group() && view.step == step) sources->push_back({view, {}});
+      }
+    }
+    if (replicas_ != nullptr) {
+      for (auto& replica : replicas_->Complete(r.group())) {
+        if (replica.step == step) sources->push_back({{}, replica});
+      }
     }
   }
-  if (!view) {
+  if (sources->empty()) {
     return Refuse(local_rank, r.id(), r.step(),
                   "no complete snapshot of step " + std::to_string(r.step()) + " of copy '" +
                       r.group() + "' on this node",
                   false);
   }
-  send_(local_rank,
-        JsonMessage("snapshot")
-            .Set("id", r.id())
-            .Set("step", view->step)
-            .Set("bytes", static_cast<uint64_t>(view->bytes))
-            .Set("fd", true)
-            .str(),
-        view->fd());
+  HandOver(local_rank, r.id(), r.group(), static_cast<uint64_t>(r.step()), std::move(sources), 0);
+}
+
+void FlashService::HandOver(int local_rank, int64_t id, const std::string& group, uint64_t step,
+                            std::shared_ptr<std::vector<Source>> sources, size_t next) {
+  if (next == sources->size()) {
+    return Refuse(local_rank, id, static_cast<int64_t>(step),
+                  "every copy of step " + std::to_string(step) + " of copy '" + group +
+                      "' on this node has changed since it was saved (corrupt; see the "
+                      "agent's log)",
+                  false);
+  }
+  auto checked = [this, local_rank, id, group, step, sources, next](std::optional<uint32_t> crc,
+                                                                    const std::string& why) {
+    const Source& s = (*sources)[next];
+    Status intact;
+    if (s.own && crc) {
+      intact = ChecksumMatches(*s.own, *crc);
+    } else if (s.replica && crc && *crc != s.replica->crc32c) {
+      intact = Error{"the replica of " + group + " at step " + std::to_string(step) + " from " +
+                     s.replica->from + " has checksum " + std::to_string(*crc) + ", not the " +
+                     std::to_string(s.replica->crc32c) + " it arrived with"};
+    } else if (!crc && s.own && s.own->generation_counter()->load() != s.own->generation) {
+      intact = Error{"the snapshot of local rank " + std::to_string(s.own->local_rank) +
+                     " at step " + std::to_string(step) + " was overwritten by a newer save"};
+    }
+    if (!intact) {
+      LauncherLog()->warn("flash checkpoint: {}; skipped (corrupt), trying the next source",
+                          intact.error().message);
+      return HandOver(local_rank, id, group, step, sources, next + 1);
+    }
+    if (!crc) {
+      LauncherLog()->debug("flash checkpoint: {} step={} handed over unchecked: {}", group, step,
+                           why);
+    }
+    if (s.replica) {
+      LauncherLog()->info(
+          "flash checkpoint: {} step={} handed to local_rank={} from the replica of {}", group,
+          step, local_rank, s.replica->from);
+    }
+    const size_t bytes = s.own ? s.own->bytes : s.replica->bytes;
+    send_(local_rank,
+          JsonMessage("snapshot")
+              .Set("id", id)
+              .Set("step", step)
+              .Set("bytes", static_cast<uint64_t>(bytes))
+              .Set("fd", true)
+              .str(),
+          s.own ? s.own->fd() : s.replica->fd());
+  };
+  const Source& s = (*sources)[next];
+  if (s.own) {
+    checksummer_.Current(*s.own, std::move(checked));
+  } else {
+    checksummer_.Current(*s.replica, std::move(checked));
+  }
 }
 
 void FlashService::WorkerExited(int local_rank) { store_.Abort(local_rank); }

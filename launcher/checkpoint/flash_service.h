@@ -10,6 +10,15 @@
 // (which steps of a copy are complete here, and the step the rendezvous decided the round
 // restores: SetRestoreStep) -> "snapshot_get" hands the buffer over for reading.
 //
+// Checksums: at each commit the snapshot's CRC-32C is computed off the loop
+// (SnapshotChecksummer) and kept with it (SnapshotMeta::checksum). "snapshot_get" checks the
+// bytes against it (off the loop) before handing them over: a snapshot changed in memory
+// since its commit is skipped with a warning naming it, and the next source of that step is
+// tried (another local rank's copy, then a replica held here); with none left the request is
+// refused and the worker falls back to disk. A snapshot whose checksum is not known yet is
+// checked once it is (the checks run in order after the commit's); one that has none is
+// handed over unchecked.
+//
 // A copy is named by its group: "" is the one copy of a data-parallel job (saved by local
 // rank 0), "rank-<r>" rank r's shard. Requests look the group up in every local rank's
 // snapshots, so a shard is found wherever its rank ran on this node before.
@@ -34,11 +43,13 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "ftrun/v1/control.pb.h"
+#include "launcher/checkpoint/snapshot_checksummer.h"
 #include "launcher/checkpoint/snapshot_persister.h"
 #include "launcher/checkpoint/snapshot_store.h"
 #include "launcher/replica/replica_store.h"
@@ -99,6 +110,13 @@ class FlashService {
   // `shared`: shards of a multi-node step, which other agents may complete.
   void Persisted(const std::string& key, uint64_t step, bool shared, Result<std::string> outcome);
   std::optional<SnapshotView> Find(const std::string& group, uint64_t step) const;
+  // Where a "snapshot_get" may be served from, in order; the next is tried when one is corrupt.
+  struct Source {
+    std::optional<SnapshotView> own;
+    std::optional<ReplicaView> replica;
+  };
+  void HandOver(int local_rank, int64_t id, const std::string& group, uint64_t step,
+                std::shared_ptr<std::vector<Source>> sources, size_t next);
 
   boost::asio::io_context& io_;
   Send send_;
@@ -111,6 +129,7 @@ class FlashService {
   std::optional<int64_t> restore_copy_, restore_shards_;
   std::vector<std::function<void()>> on_idle_;
   std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> busy_;
+  SnapshotChecksummer checksummer_;
   SnapshotPersister persister_;  // last: its thread stops first
 };
 

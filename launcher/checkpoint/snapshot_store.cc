@@ -1,12 +1,11 @@
 #include "launcher/checkpoint/snapshot_store.h"
 
-#include <zlib.h>
-
 #include <algorithm>
 #include <utility>
 
 #include "common/log.h"
 #include "launcher/checkpoint/memfd_buffer.h"
+#include "launcher/replica/crc32c.h"
 
 namespace ftrun::launcher {
 
@@ -22,8 +21,7 @@ class SnapshotBuffer : public MemfdBuffer {
 };
 
 uint32_t SnapshotChecksum(std::span<const std::byte> data, uint32_t crc) {
-  return static_cast<uint32_t>(crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()),
-                                       static_cast<z_size_t>(data.size())));
+  return Crc32c(data, crc);
 }
 
 std::span<const std::byte> SnapshotView::data() const { return {buffer->data(), bytes}; }
@@ -35,16 +33,16 @@ std::shared_ptr<const std::atomic<uint64_t>> SnapshotView::generation_counter() 
 }
 
 Status Verify(const SnapshotView& view) {
-  if (!view.meta.checksum) return {};
+  if (!view.meta.checksum.value()) return {};
   return ChecksumMatches(view, SnapshotChecksum(view.data()));
 }
 
 Status ChecksumMatches(const SnapshotView& view, uint32_t actual) {
-  if (view.meta.checksum && actual != *view.meta.checksum) {
+  const auto recorded = view.meta.checksum.value();
+  if (recorded && actual != *recorded) {
     return Error{"the snapshot of local rank " + std::to_string(view.local_rank) + " at step " +
                  std::to_string(view.step) + " has checksum " + std::to_string(actual) +
-                 ", not the " + std::to_string(*view.meta.checksum) +
-                 " recorded when it was saved"};
+                 ", not the " + std::to_string(*recorded) + " recorded when it was saved"};
   }
   return {};
 }

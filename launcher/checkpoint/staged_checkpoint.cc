@@ -90,7 +90,11 @@ Result<Files> ReadPart(const std::string& dir, uint64_t step) {
     auto size = m.find("size");
     auto sha = m.find("sha256");
     if (size == m.end() || sha == m.end()) return Error{dir + "/PART.json: file " + name};
-    files[name] = {static_cast<uint64_t>(size->second.number_value()), sha->second.string_value()};
+    FileEntry& entry = files[name];
+    entry = {static_cast<uint64_t>(size->second.number_value()), sha->second.string_value(), {}};
+    if (auto crc = m.find("crc32c"); crc != m.end()) {
+      entry.crc32c = static_cast<uint32_t>(crc->second.number_value());
+    }
   }
   return files;
 }

@@ -4,8 +4,6 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/sync_stream.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -34,32 +32,18 @@ ReplicaPusher::~ReplicaPusher() {
   }
   wake_.notify_all();
   thread_.join();
-  for (auto& [ino, m] : maps_) munmap(const_cast<std::byte*>(m.data), m.size);
 }
 
-const std::byte* ReplicaPusher::Map(const Pending& p) {
-  struct stat st {};
-  if (fstat(*p.fd, &st) != 0) {
-    LauncherLog()->warn("replicas: {} step={} not copied: fstat: {}", p.group, p.step,
-                        std::strerror(errno));
-    return nullptr;
+std::optional<uint32_t> ReplicaPusher::CommitCrc(const Pending& p,
+                                                 std::chrono::system_clock::time_point until) {
+  while (p.checksum.pending() && std::chrono::system_clock::now() < until) {
+    {
+      std::lock_guard lock(mu_);
+      if (stop_) return std::nullopt;
+    }
+    p.checksum.Wait(std::chrono::steady_clock::now() + std::chrono::milliseconds(100));
   }
-  auto it = maps_.find(st.st_ino);
-  if (it != maps_.end() && it->second.size >= p.bytes) return it->second.data;
-  if (it != maps_.end()) {
-    munmap(const_cast<std::byte*>(it->second.data), it->second.size);
-    maps_.erase(it);
-  }
-  // MAP_POPULATE: the page tables in one call, not a fault per page; kept for the next copies.
-  void* map = mmap(nullptr, p.bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, *p.fd, 0);
-  if (map == MAP_FAILED) {
-    LauncherLog()->warn("replicas: {} step={} not copied: mmap of {} bytes: {}", p.group, p.step,
-                        p.bytes, std::strerror(errno));
-    return nullptr;
-  }
-  auto* data = static_cast<const std::byte*>(map);
-  maps_[st.st_ino] = Mapping{data, p.bytes};
-  return data;
+  return p.checksum.value();
 }
 
 void ReplicaPusher::SetTargets(std::vector<std::string> targets, std::string key) {
@@ -90,6 +74,7 @@ void ReplicaPusher::Offer(SnapshotView view) {
                                        }),
             .generation = view.generation_counter(),
             .expected = view.generation,
+            .checksum = view.meta.checksum,
             .offered = std::chrono::steady_clock::now()};
   {
     std::lock_guard lock(mu_);
@@ -113,9 +98,13 @@ void ReplicaPusher::Run() {
       targets = targets_;
       key = key_;
     }
-    const std::byte* map = Map(next);
-    if (map == nullptr) continue;
-    std::span<const std::byte> data(map, next.bytes);
+    auto mapped = maps_.Map(*next.fd, next.bytes);
+    if (!mapped) {
+      LauncherLog()->warn("replicas: {} step={} not copied: {}", next.group, next.step,
+                          mapped.error().message);
+      continue;
+    }
+    const std::span<const std::byte> data = *mapped;
     for (const auto& target : targets) {
       std::string error;
       Outcome outcome = Push(target, key, next, data, &error);
@@ -145,8 +134,9 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   auto channel =
       grpc::CreateCustomChannel(target, rendezvous::MakeChannelCredentials(opts_.tls), args);
   grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10) +
-                   std::chrono::seconds(p.bytes >> 26));
+  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10) +
+                        std::chrono::seconds(p.bytes >> 26);
+  ctx.set_deadline(deadline);
   struct InFlight {
     ReplicaPusher* self;
     InFlight(ReplicaPusher* s, grpc::ClientContext* c) : self(s) {
@@ -174,27 +164,27 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   header->set_bytes(p.bytes);
   header->set_from(opts_.from);
   header->set_name(p.name);
-  uint32_t crc = 0;
   size_t offset = 0;
   bool open = true;
   do {
     const size_t n = std::min(opts_.chunk_bytes, data.size() - offset);
     auto piece = data.subspan(offset, n);
-    crc = Crc32c(piece, crc);
     offset += n;
     fields.set_last(offset == data.size());
     if (fields.last()) {
-      // Every byte has been checksummed: if no Begin handed the buffer out since the snapshot
-      // was offered, no worker wrote into what we read. Otherwise the copy may be torn. (gRPC
-      // reads the bytes it sends after we did: one changed in between makes the receiver's
-      // checksum differ from ours, and the receiver refuses the copy.)
+      auto crc = CommitCrc(p, deadline);
+      if (!crc) crc = Crc32c(data);  // none computed at the commit: the bytes as sent
+      // If no Begin handed the buffer out since the snapshot was offered, no worker wrote into
+      // what was sent so far. Otherwise the copy may be torn. (gRPC reads the last bytes after
+      // this check: one changed in between makes the receiver's checksum differ from the
+      // commit's, and the receiver refuses the copy.)
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (p.generation->load() != p.expected) {
         ctx.TryCancel();
         writer->Finish();
         return Outcome::kSuperseded;
       }
-      fields.set_crc32c(crc);
+      fields.set_crc32c(*crc);
     }
     open = writer->Write(EncodeReplicaChunk(fields, piece));
     fields.clear_header();

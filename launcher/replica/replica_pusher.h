@@ -2,9 +2,14 @@
 // sending half of flash checkpoint replicas; replica.proto, ftrun-flash-checkpoint(7)).
 //
 // Offer hands it a committed snapshot; one thread of its own streams it, in chunks
-// (Options::chunk_bytes, 1 MiB: small chunks let the receiver's work overlap the sending)
+// (Options::chunk_bytes, 4 MiB: small enough that the receiver's work overlaps the sending)
 // sent straight from the snapshot's mapping (replica_wire.h: no copy of the bytes, and memory
-// stays bounded whatever the size), with their CRC-32C (crc32c.h), to every current target. Newest
+// stays bounded whatever the size), to every current target. The last message carries the
+// CRC-32C computed when the snapshot committed (SnapshotMeta::checksum; computed in parallel
+// with the sending, so the last message waits for it only if the checksum is slower than the
+// copy), not one of the bytes as sent: bytes changed in memory since the commit make the
+// receiver refuse the copy rather than keep a corrupt one. A snapshot without a commit checksum
+// (none was computed) gets one computed here, from the bytes sent. Newest
 // wins: a group holds at most one pending snapshot, and an Offer replaces it, so a slow copy is
 // followed by the newest snapshot, never by a queue of old ones. One copy is in flight at a time
 // (so at most one per peer). A target that fails (unreachable, refused, gone mid-copy) is logged
@@ -34,6 +39,7 @@
 
 #include "common/result.h"
 #include "ftrun/v1/replica.grpc.pb.h"
+#include "launcher/checkpoint/memfd_mappings.h"
 #include "launcher/checkpoint/snapshot_store.h"
 #include "rendezvous/credentials.h"
 
@@ -45,7 +51,7 @@ class ReplicaPusher {
     std::string from;  // this host, for the receivers' logs
     rendezvous::TlsConfig tls;
     std::string tls_target_name;  // the name the peers' certificates carry ("" : their address)
-    size_t chunk_bytes = size_t{1} << 20;
+    size_t chunk_bytes = size_t{4} << 20;
   };
   // On the loop, after each copy to each target: seconds from Offer to the peer's answer.
   using Copied = std::function<void(const std::string& target, const std::string& group,
@@ -71,13 +77,13 @@ class ReplicaPusher {
     std::shared_ptr<int> fd;  // our own descriptor of the memfd (closed with the last copy)
     std::shared_ptr<const std::atomic<uint64_t>> generation;
     uint64_t expected = 0;
+    CommitChecksum checksum;
     std::chrono::steady_clock::time_point offered;
   };
   enum class Outcome { kCopied, kFailed, kSuperseded };
   void Run();
-  // The copy thread's read-only mapping of p's memfd, kept from copy to copy (the store reuses
-  // its buffers, so page tables are built once); null after logging why not.
-  const std::byte* Map(const Pending& p);
+  // The commit checksum of p, waited for (until it settles, the copy's deadline or stop).
+  std::optional<uint32_t> CommitCrc(const Pending& p, std::chrono::system_clock::time_point until);
   Outcome Push(const std::string& target, const std::string& key, const Pending& p,
                std::span<const std::byte> data, std::string* error);
 
@@ -96,13 +102,9 @@ class ReplicaPusher {
   // reach the loop after the pusher is gone.
   std::shared_ptr<bool> alive_ =
       std::make_shared<bool>(true);  // the copy being sent (cancelled on stop)
-  // The copy thread's only: its mappings of the snapshot buffers, by inode. A mapping keeps
-  // its memfd's memory alive, as the store does anyway (it never drops a buffer).
-  struct Mapping {
-    const std::byte* data = nullptr;
-    size_t size = 0;
-  };
-  std::map<uint64_t, Mapping> maps_;
+  // The copy thread's only: its read-only mappings of the snapshot buffers, kept from copy to
+  // copy (the store reuses its buffers, so page tables are built once).
+  MemfdMappings maps_;
   std::thread thread_;  // last: started once the fields above exist
 };
 

@@ -34,7 +34,8 @@ Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step
                  ", which is being read"};
   }
   const size_t have = slot.buffer ? slot.buffer->size() : 0;
-  if (bytes > have) {
+  const bool fresh = bytes > have;
+  if (fresh) {
     const uint64_t after = reserved_ - have + bytes;
     if (after > budget_ || bytes > budget_) {
       return Error{what + ": " + std::to_string(bytes) +
@@ -59,8 +60,12 @@ Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step
   slot.from = from;
   slot.name = name;
   g.writing = next_id_++;
-  return ReplicaWrite{
-      .id = *g.writing, .group = group, .step = step, .bytes = bytes, .buffer = slot.buffer};
+  return ReplicaWrite{.id = *g.writing,
+                      .group = group,
+                      .step = step,
+                      .bytes = bytes,
+                      .buffer = slot.buffer,
+                      .fresh = fresh};
 }
 
 ReplicaStore::Group* ReplicaStore::Writing(uint64_t id, std::string* name) {
@@ -86,6 +91,7 @@ Status ReplicaStore::Finish(uint64_t id, uint32_t sent, uint32_t received) {
                  ", not the sender's " + std::to_string(sent) +
                  "; dropped (the previous replica is kept)"};
   }
+  slot.crc32c = received;
   slot.complete = true;
   g->newest = index;
   LauncherLog()->debug("replica of {} at step {} complete ({} bytes from {})", group, slot.step,
@@ -109,6 +115,7 @@ std::vector<ReplicaView> ReplicaStore::Complete(const std::string& group) const 
                        .bytes = s.bytes,
                        .from = s.from,
                        .name = s.name,
+                       .crc32c = s.crc32c,
                        .buffer = s.buffer};
   };
   views.push_back(view(g.slots[g.newest]));

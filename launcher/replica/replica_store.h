@@ -42,6 +42,9 @@ struct ReplicaWrite {
   uint64_t step = 0;
   size_t bytes = 0;
   std::shared_ptr<ReplicaBuffer> buffer;
+  // Its pages were never written (a new or grown buffer): the receiver allocates them in one
+  // call before the bytes arrive rather than one fault per page while they do.
+  bool fresh = false;
   std::span<std::byte> data() const;
 };
 
@@ -50,8 +53,9 @@ struct ReplicaView {
   std::string group;
   uint64_t step = 0;
   size_t bytes = 0;
-  std::string from;  // the sender's host
-  std::string name;  // the file name the shard's rank gave it ("" from an older sender)
+  std::string from;     // the sender's host
+  std::string name;     // the file name the shard's rank gave it ("" from an older sender)
+  uint32_t crc32c = 0;  // the CRC-32C its bytes arrived with (the sender's, checked)
   std::shared_ptr<const ReplicaBuffer> buffer;
   std::span<const std::byte> data() const;
   int fd() const;
@@ -90,6 +94,7 @@ class ReplicaStore {
     size_t bytes = 0;
     std::string from;
     std::string name;
+    uint32_t crc32c = 0;
     bool complete = false;
   };
   struct Group {

@@ -28,6 +28,9 @@ namespace ftrun::launcher {
 
 constexpr size_t kMaxReplicaChunkBytes = size_t{8} << 20;
 constexpr size_t kMaxReplicaMessageBytes = kMaxReplicaChunkBytes + 4096;
+// The receiver's HTTP/2 frame and socket read size, and its stream window (ReplicaServer).
+constexpr int kReplicaFrameBytes = 4 << 20;
+constexpr int kReplicaWindowBytes = 64 << 20;
 
 // "/ftrun.v1.Replica/Push", from the generated descriptors.
 const char* ReplicaPushMethod();

@@ -180,7 +180,9 @@ class FlashServiceTest : public ::testing::Test {
     r.set_id(++id_);
     r.set_step(step);
     r.set_group(group);
-    service().Get(lr, r);
+    const size_t before = sent_.size();
+    service().Get(lr, r);  // answered once the bytes are checked, off the loop
+    EXPECT_TRUE(RunUntil([&] { return sent_.size() > before; })) << "no answer to snapshot_get";
     return sent_.back();
   }
   // The bytes of the snapshot Get hands over, read through its descriptor.

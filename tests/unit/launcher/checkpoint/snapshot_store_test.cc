@@ -25,10 +25,10 @@ std::string FdTarget(int fd) {
   return target;
 }
 
-TEST(SnapshotStoreTest, ChecksumIsZlibCrc32AsPythonComputesIt) {
-  // zlib.crc32(b"123456789") == 0xcbf43926; pieces chain.
-  EXPECT_EQ(SnapshotChecksum(AsBytes("123456789")), 0xcbf43926u);
-  EXPECT_EQ(SnapshotChecksum(AsBytes("6789"), SnapshotChecksum(AsBytes("12345"))), 0xcbf43926u);
+TEST(SnapshotStoreTest, ChecksumIsCrc32cAndChains) {
+  // The CRC-32C check value: CRC-32C(b"123456789") == 0xe3069283; pieces chain.
+  EXPECT_EQ(SnapshotChecksum(AsBytes("123456789")), 0xe3069283u);
+  EXPECT_EQ(SnapshotChecksum(AsBytes("6789"), SnapshotChecksum(AsBytes("12345"))), 0xe3069283u);
 }
 
 TEST(SnapshotStoreTest, ACommittedSaveIsTheNewestSnapshot) {

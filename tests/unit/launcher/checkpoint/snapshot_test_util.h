@@ -41,7 +41,7 @@ inline int Save(SnapshotStore& store, int rank, uint64_t step, const std::string
   WriteThrough(lease->fd, 0, content);
   SnapshotMeta meta;
   meta.layout = layout;
-  meta.checksum = SnapshotChecksum(AsBytes(content));
+  meta.checksum = CommitChecksum::Known(SnapshotChecksum(AsBytes(content)));
   auto committed = store.Commit(rank, step, std::move(meta));
   EXPECT_TRUE(committed) << (committed ? "" : committed.error().message);
   return lease->fd;

@@ -234,6 +234,42 @@ TEST_F(ReplicaChannelTest, ASnapshotOverwrittenDuringItsCopyIsNotStoredAndSavesA
   EXPECT_EQ(Copies(), std::vector<std::string>{"rank-0@2 ok"});
 }
 
+TEST_F(ReplicaChannelTest, TheCommitChecksumIsSentSoBytesChangedSinceAreRefused) {
+  a_ = Service("node-a");
+  b_ = Service("node-b");
+  Round(*a_, *b_);
+  const std::string content = Pattern(3 * kMiB, 'c');
+  const int fd = Save(snapshots_, 0, 6, content);  // its commit checksum: of `content`
+  auto view = *snapshots_.Newest(0);
+  view.meta.group = "rank-0";
+  testing::WriteThrough(fd, kMiB, "!");  // changed in memory after the commit
+  OnLoop([&] {
+    a_->Committed(view);
+    return true;
+  });
+  ASSERT_TRUE(WaitFor([&] { return !Copies().empty(); }, 20s));
+  EXPECT_EQ(Copies().front(), "rank-0@6 failed");
+  EXPECT_FALSE(Newest(*b_, "rank-0")) << "the receiver kept a corrupt copy";
+}
+
+TEST_F(ReplicaChannelTest, ACopyWaitsForACommitChecksumStillBeingComputed) {
+  a_ = Service("node-a");
+  b_ = Service("node-b");
+  Round(*a_, *b_);
+  const std::string content = Pattern(2 * kMiB, 'w');
+  auto view = Snapshot(7, content);
+  view.meta.checksum = CommitChecksum::Pending();
+  OnLoop([&] {
+    a_->Committed(view);
+    return true;
+  });
+  EXPECT_FALSE(WaitFor([&] { return !Copies().empty(); }, 300ms)) << "sent without a checksum";
+  view.meta.checksum.Settle(SnapshotChecksum(testing::AsBytes(content)));
+  ASSERT_TRUE(WaitForStep(*b_, "rank-0", 7));
+  ASSERT_TRUE(WaitFor([&] { return !Copies().empty(); }, 10s));
+  EXPECT_EQ(Copies().front(), "rank-0@7 ok");
+}
+
 TEST_F(ReplicaChannelTest, ACopyWithoutTheJobsKeyIsRefusedAndStoresNothing) {
   b_ = Service("node-b");
   a_ = Service("node-a");
