@@ -36,6 +36,20 @@ SnapshotChecksummer::~SnapshotChecksummer() {
 }
 
 void SnapshotChecksummer::Commit(const SnapshotView& view, Done done) {
+  if (view.bytes <= kInlineChecksumBytes) {
+    // A hand-off to the thread and back costs two wake-ups, more than these bytes' CRC; and
+    // no save can write into them before the loop hands the buffer out again.
+    auto generation = view.generation_counter();
+    if (generation && generation->load() != view.generation) {
+      view.meta.checksum.Settle(std::nullopt);
+      if (done) done(std::nullopt, kSuperseded);
+      return;
+    }
+    const uint32_t crc = SnapshotChecksum(view.data());
+    view.meta.checksum.Settle(crc);
+    if (done) done(crc, "");
+    return;
+  }
   Queue(view.fd(), Job{.bytes = view.bytes,
                        .generation = view.generation_counter(),
                        .expected = view.generation,

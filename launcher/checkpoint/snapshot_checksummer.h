@@ -1,5 +1,6 @@
 // SnapshotChecksummer: computes the CRC-32C of snapshots and replicas on a thread of its own,
-// never on the agent's loop (0.11 s per GiB would stall every other request): the checksum
+// not on the agent's loop (0.11 s per GiB would stall every other request; only a commit's
+// snapshot of at most 256 KiB is summed there, cheaper than the hand-off): the checksum
 // a snapshot gets when it commits (its CommitChecksum), and the checksum of the bytes as they
 // are now, which a restore compares with the recorded one before handing them over.
 //
@@ -33,6 +34,8 @@
 
 namespace ftrun::launcher {
 
+inline constexpr size_t kInlineChecksumBytes = 256 * 1024;
+
 class SnapshotChecksummer {
  public:
   // On the loop: the checksum, or nullopt with `why` (superseded, or a system call's error).
@@ -43,7 +46,9 @@ class SnapshotChecksummer {
   SnapshotChecksummer(const SnapshotChecksummer&) = delete;
   SnapshotChecksummer& operator=(const SnapshotChecksummer&) = delete;
 
-  // The checksum of the committed `view`: settles view.meta.checksum, then `done`.
+  // The checksum of the committed `view`: settles view.meta.checksum, then `done`. A snapshot
+  // of at most kInlineChecksumBytes is summed at once, on the calling thread (the loop), and
+  // `done` runs before Commit returns (at 0.11 s/GiB that is under 30 us).
   void Commit(const SnapshotView& view, Done done);
   // The checksum of the bytes of `view` (or `replica`, pinned until `done`) as they are now.
   void Current(const SnapshotView& view, Done done);

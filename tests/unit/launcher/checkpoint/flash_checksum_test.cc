@@ -57,6 +57,13 @@ TEST_F(FlashChecksumTest, EachCommitGetsTheCrc32cOfItsBytesOffTheLoop) {
   EXPECT_EQ(Get(0, 4), content) << "an intact snapshot is handed over";
 }
 
+TEST_F(FlashChecksumTest, ASmallSnapshotHasItsCrcWhenItsCommitIsHandled) {
+  const std::string content = Pattern(4096, 's');  // an every-step save's size: no hand-off
+  Save(0, 5, content);
+  const auto crc = service().store().Newest(0)->meta.checksum.value();
+  EXPECT_EQ(crc, SnapshotChecksum(AsBytes(content)));
+}
+
 TEST_F(FlashChecksumTest, ASnapshotChangedSinceItsCommitIsSkippedForTheNextSource) {
   const std::string content = Pattern(1 << 20, 'a');
   const int fd = SaveKeepingFd(0, 5, content, "rank-0");
