@@ -232,6 +232,11 @@ struct NodeInfo {
   // Its agent's flash-checkpoint inventory; flash_reported false: it does not report one.
   std::vector<FlashCopy> flash;
   bool flash_reported = false;
+  // Not on the wire; the state machine's: `flash` says what the node holds now, read while
+  // its workers could not save (a join claiming no running round, or a stopped report).
+  // Cleared when a round starts with it: from then on its workers save newer steps and let
+  // older ones go.
+  bool flash_current = false;
 };
 
 // One node's view of the job, sent to it whenever the job changes.

@@ -76,14 +76,16 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
                                             "with --network-check"};
   }
   if (spec_.nproc_per_node == 0) spec_.nproc_per_node = info.nproc_per_node;
+  NodeInfo joined = info;
+  joined.flash_current = !info.running.has_value();
   auto it = nodes_.find(info.node_id);
   if (it != nodes_.end()) {  // a repeated join: refresh
-    it->second.info = info;
+    it->second.info = joined;
     Seen(info.node_id, now);
     if (rebuild_) TakeClaim(info, now);
     return std::nullopt;
   }
-  nodes_[info.node_id] = Node{info, now, std::nullopt, next_join_seq_++};
+  nodes_[info.node_id] = Node{joined, now, std::nullopt, next_join_seq_++};
   events_.emplace_back(NodeEvent{NodeEventKind::kJoined, info.node_id, info.host, ""});
   const bool claimed = TakeClaim(info, now);
   if (!claimed && !rebuild_ && phase_ == Phase::kForming && !formed_any_ &&
@@ -285,8 +287,15 @@ void RendezvousState::CompleteRound(TimePoint now) {
 
 void RendezvousState::PlanRoundRestore() {
   std::vector<const NodeInfo*> infos;
-  for (const auto& m : members_) infos.push_back(&nodes_.at(m).info);
-  restore_ = PlanRestore(infos, world_size_);
+  bool current = true;
+  for (const auto& m : members_) {
+    infos.push_back(&nodes_.at(m).info);
+    current = current && infos.back()->flash_current;
+  }
+  // An inventory from before a member's workers last ran may name steps it has let go since
+  // (or miss newer ones): then the workers agree among themselves (undecided).
+  restore_ = current ? PlanRestore(infos, world_size_) : RestorePlan{};
+  for (const auto& m : members_) nodes_.at(m).info.flash_current = false;
 }
 
 void RendezvousState::Abort(const std::string& reason) {

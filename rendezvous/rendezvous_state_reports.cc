@@ -128,6 +128,7 @@ void RendezvousState::ReportStopped(const std::string& node_id, uint64_t round, 
   if (it != nodes_.end() && flash) {  // before the stop completes: the next round counts it
     it->second.info.flash = *flash;
     it->second.info.flash_reported = true;
+    it->second.info.flash_current = true;
   }
   const bool stopping = phase_ == Phase::kStopping || phase_ == Phase::kSaving;
   if (!stopping || round != round_ || !InRound(node_id)) return;

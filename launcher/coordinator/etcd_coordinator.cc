@@ -133,8 +133,15 @@ void EtcdCoordinator::PutNode() {
   claimed_round_ = opts_.node.next_round;
   claimed_restarts_ = opts_.node.restart_count;
   // Read by a leader when this node joins, or when it takes over; after that, the stopped
-  // reports carry the inventory (a known node's record is not read again).
-  TakeFlashInventory(opts_.node);
+  // reports carry the inventory (a known node's record is not read again). Once a round has
+  // started here, the workers save on past anything written now: a leader taking over must
+  // not decide from it, so the record says nothing then.
+  if (follower_->started_round()) {
+    opts_.node.flash.clear();
+    opts_.node.flash_reported = false;
+  } else {
+    TakeFlashInventory(opts_.node);
+  }
   ::ftrun::v1::NodeInfo wire;
   rendezvous::ToWire(opts_.node, &wire);
   wire.set_min_nodes(opts_.job.min_nodes);

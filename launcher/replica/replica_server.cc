@@ -66,6 +66,12 @@ class ReplicaServer::Service final : public grpc::Service {
     const std::string peer = rendezvous::Printable(ctx->peer(), 64);
     grpc::ByteBuffer message;
     if (!reader->Read(&message)) {
+      if (ctx->IsCancelled()) {
+        // The sender gave the copy up before its first message (a newer step superseded it):
+        // ordinary business, not a refusal.
+        LauncherLog()->debug("replica copy from {} cancelled by its sender before it began", peer);
+        return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the sender");
+      }
       return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, "a copy starts with its header");
     }
     auto fields = ParseReplicaChunk(message);

@@ -97,8 +97,9 @@ TEST_F(RestoreTest, TheStoppedReportsInventoryDecidesTheNextRoundsStep) {
   }
 }
 
-TEST_F(RestoreTest, AStoppedReportWithoutAnInventoryKeepsTheNodesOne) {
-  // An older agent's report: the inventory its join brought stands.
+TEST_F(RestoreTest, AStoppedReportWithoutAnInventoryLeavesTheStepToTheWorkers) {
+  // An older agent's report: the inventory its join brought is from before its workers ran
+  // (they may have let step 7 go since), so the round does not decide.
   Make(Spec(2, 2, 3));
   JoinHolding("a", {{"", 0, {7, 6}}});
   JoinHolding("b", {{"", 0, {5}}});
@@ -107,7 +108,34 @@ TEST_F(RestoreTest, AStoppedReportWithoutAnInventoryKeepsTheNodesOne) {
   // b now holds nothing: an empty inventory is still one.
   ASSERT_TRUE(Apply("b", Stopped(round, std::vector<FlashCopy>{})));
   ASSERT_EQ(phase(), Phase::kRunning);
-  EXPECT_EQ(View("a").assignment.restore_copy, 7);
+  EXPECT_FALSE(View("a").assignment.restore_copy);
+  EXPECT_FALSE(View("a").assignment.restore_shards);
+}
+
+TEST_F(RestoreTest, AnInventoryReadWhileTheWorkersRanDecidesNothing) {
+  // A node claiming a running round (a rejoin, or a record a new etcd leader reads) brought an
+  // inventory its workers have saved past: only the stopped reports decide the next round.
+  Make(Spec(2, 2, 3));
+  JoinHolding("a", {{"", 0, {3}}});
+  JoinHolding("b", {{"", 0, {3}}});
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("a").assignment.restore_copy, 3);  // decided from joins before any worker ran
+  NodeInfo again = Node("a");
+  again.flash = {{"", 0, {3}}};
+  again.flash_reported = true;
+  again.running = View("a").assignment;
+  ASSERT_FALSE(state_->Join(again, now_));
+  const uint64_t round = FailTheRound();
+  ASSERT_TRUE(Apply("a", Stopped(round)));
+  ASSERT_TRUE(Apply("b", Stopped(round, std::vector<FlashCopy>{{"", 0, {9, 8}}})));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_FALSE(View("b").assignment.restore_copy) << "a's step 3 is stale";
+  const uint64_t next = state_->round();
+  state_->ReportFailed("a", next, {Failure(0)}, now_);
+  ASSERT_TRUE(Apply("a", Stopped(next, std::vector<FlashCopy>{{"", 0, {12, 11}}})));
+  ASSERT_TRUE(Apply("b", Stopped(next, std::vector<FlashCopy>{{"", 0, {12}}})));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("b").assignment.restore_copy, 12);
 }
 
 TEST_F(RestoreTest, AStoppedReportWithAnInventoryBeyondTheLimitsIsRefusedAndChangesNothing) {
@@ -125,8 +153,8 @@ TEST_F(RestoreTest, AStoppedReportWithAnInventoryBeyondTheLimitsIsRefusedAndChan
     EXPECT_NE(s.error().message.find("flash checkpoint"), std::string::npos) << s.error().message;
   }
   EXPECT_EQ(phase(), Phase::kStopping);  // a refused report counts for nothing
-  ASSERT_TRUE(Apply("a", Stopped(round)));
-  ASSERT_TRUE(Apply("b", Stopped(round)));
+  ASSERT_TRUE(Apply("a", Stopped(round, std::vector<FlashCopy>{{"", 0, {7}}})));
+  ASSERT_TRUE(Apply("b", Stopped(round, std::vector<FlashCopy>{{"", 0, {5}}})));
   ASSERT_EQ(phase(), Phase::kRunning);
   EXPECT_EQ(View("a").assignment.restore_copy, 7);  // not 99
 }
