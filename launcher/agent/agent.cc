@@ -80,6 +80,7 @@ void Agent::OnWorkerExit(const WorkerGroup::Worker& w) {
     // What the rank said just before it died counts: a snapshot commit waits for no answer.
     if (ControlServer* control = channels_.control()) control->Drain(w.local_rank);
     flash_.WorkerExited(w.local_rank);
+    relay_.OnRankExited(w.local_rank);
   }
   const int attempt = group_->assignment().restart_count;
   const bool live = WorkersLive(state_);

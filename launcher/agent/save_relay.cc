@@ -61,6 +61,22 @@ void SaveRelay::SendOrFail(int rank, int base, const JsonMessage& m, uint64_t id
   ControlServer* control = channels_.control();
   if (!control || !control->Send(rank - base, m.str())) {
     coordinator_.ReportSaved(id, rank, finalize, false, why);
+    return;
+  }
+  unanswered_[rank - base].push_back({id, finalize});
+}
+
+void SaveRelay::OnRankExited(int local_rank) {
+  auto it = unanswered_.find(local_rank);
+  if (it == unanswered_.end()) return;
+  const std::vector<Unanswered> orders = std::move(it->second);
+  unanswered_.erase(it);
+  const WorkerGroup* group = group_();
+  if (!group) return;
+  const int rank = group->assignment().base_rank + local_rank;
+  for (const auto& o : orders) {
+    LauncherLog()->warn("fault-time save {}: rank {} exited before it answered", o.id, rank);
+    coordinator_.ReportSaved(o.id, rank, o.finalize, false, "the rank exited before it answered");
   }
 }
 
@@ -112,6 +128,10 @@ void SaveRelay::OnRankSaved(int local_rank, uint64_t id, bool finalize, bool ok,
   const WorkerGroup* group = group_();
   if (!group) return;
   const int rank = group->assignment().base_rank + local_rank;
+  if (auto it = unanswered_.find(local_rank); it != unanswered_.end()) {
+    std::erase_if(it->second,
+                  [&](const Unanswered& o) { return o.id == id && o.finalize == finalize; });
+  }
   if (ok) {
     LauncherLog()->info("fault-time save {}: rank {} {}", id, rank,
                         finalize ? "completed it" : "saved");

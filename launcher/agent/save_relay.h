@@ -6,10 +6,10 @@
 //   SaveOrder with savers -> "save" to this node's savers; a rank's answer -> ReportSaved
 //   SaveOrder finalize    -> "finalize" to the finalizer if it is ours
 //
-// A rank that is not connected is reported as a failed save at once, so the round never
-// waits on it. Thread: loop only. Ownership: borrows the channels, the coordinator, the
-// events, the metrics and the clock (they outlive it); reads the running group through
-// `group`.
+// A rank that is not connected, or that exits before it answers, is reported as a failed
+// save at once, so the round never waits on it. Thread: loop only. Ownership: borrows the channels,
+// the coordinator, the events, the metrics and the clock (they outlive it); reads the running group
+// through `group`.
 #pragma once
 
 #include <functional>
@@ -37,6 +37,9 @@ class SaveRelay {
   void OnSaveOrder(uint64_t round, const rendezvous::SaveOrder& order);
   // A rank's answer on the control channel (ControlServer::Events::on_saved).
   void OnRankSaved(int local_rank, uint64_t id, bool finalize, bool ok, const std::string& error);
+  // The process of `local_rank` has exited (after its last words were read): an order it had
+  // not answered fails now instead of at the save timeout.
+  void OnRankExited(int local_rank);
 
  private:
   void ReportProgress(uint64_t round, const rendezvous::SaveOrder& order);
@@ -52,6 +55,11 @@ class SaveRelay {
   Clock& clock_;
   CurrentGroup group_;
   std::map<uint64_t, Clock::TimePoint> ordered_at_;  // save id -> when it was ordered
+  struct Unanswered {
+    uint64_t id = 0;
+    bool finalize = false;
+  };
+  std::map<int, std::vector<Unanswered>> unanswered_;  // local rank -> orders sent to it
 };
 
 }  // namespace ftrun::launcher

@@ -54,7 +54,7 @@ def parse_args():
     # Fault injection for tests: a rank that stops making progress, and broken fault-time saves.
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-step", type=int, default=-1)
-    p.add_argument("--broken-save", choices=["raise", "hang", "partial"], default=None,
+    p.add_argument("--broken-save", choices=["raise", "hang", "partial", "exit"], default=None,
                    help="make the fault-time save handler fail (periodic saves still work)")
     p.add_argument("--hang-save-once", default=None, metavar="FILE",
                    help="while FILE exists, the first rank to save claims it and hangs")
@@ -140,6 +140,9 @@ def main():
                 pass
         if args.broken_save == "raise":
             raise OSError("injected: the checkpoint storage is gone")
+        if args.broken_save == "exit":
+            print(f"rank {rank}: exits instead of saving", flush=True)
+            os._exit(0)
         if args.broken_save in ("hang", "partial"):
             with open(os.path.join(directory, "state.pt"), "wb") as f:
                 f.write(b"half a checkpoint")

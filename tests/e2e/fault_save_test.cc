@@ -123,6 +123,17 @@ TEST_F(FaultSave, SaveHandlerThatHangsTimesOutAndTheRestartGoesAhead) {
   ExpectSameWeightsAsTheUninterruptedRun();
 }
 
+TEST_F(FaultSave, ASaverThatExitsWithoutAnsweringFailsTheSaveAtOnce) {
+  // The save timeout is longer than the test's: the restart can only come from the exit.
+  auto r = RunFtrun(Job({"--max-restarts", "1", "--save-timeout", "600"},
+                        {"--crash-rank", "3", "--crash-step", "17", "--broken-save", "exit"}),
+                    Env(), 180s);
+  ASSERT_EQ(r.exit_code, 0) << r.out << r.err;
+  EXPECT_NE(r.err.find("exited before it answered"), std::string::npos) << r.err;
+  EXPECT_NE(r.out.find("resuming at step 10"), std::string::npos) << r.out;
+  ExpectSameWeightsAsTheUninterruptedRun();
+}
+
 TEST_F(FaultSave, FtrunKilledDuringASaveTheResumeIgnoresThePartialDirectory) {
   ChildRun first(FtrunBinary(),
                  Job({"--max-restarts", "1"},
