@@ -14,6 +14,12 @@ namespace {
 
 const char* kSuperseded = "the buffer was handed to a newer save before it was read";
 
+// Whether the buffer still holds the save it held at `expected` (null: pinned, always).
+bool Unchanged(const std::shared_ptr<const std::atomic<uint64_t>>& generation, uint64_t expected) {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  return !generation || generation->load() == expected;
+}
+
 }  // namespace
 
 SnapshotChecksummer::SnapshotChecksummer(boost::asio::io_context& loop)
@@ -39,8 +45,7 @@ void SnapshotChecksummer::Commit(const SnapshotView& view, Done done) {
   if (view.bytes <= kInlineChecksumBytes) {
     // A hand-off to the thread and back costs two wake-ups, more than these bytes' CRC; and
     // no save can write into them before the loop hands the buffer out again.
-    auto generation = view.generation_counter();
-    if (generation && generation->load() != view.generation) {
+    if (!Unchanged(view.generation_counter(), view.generation)) {
       view.meta.checksum.Settle(std::nullopt);
       if (done) done(std::nullopt, kSuperseded);
       return;
@@ -104,10 +109,7 @@ void SnapshotChecksummer::Run() {
       job = std::move(queue_.front());
       queue_.pop_front();
     }
-    auto unchanged = [&] {
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      return !job.generation || job.generation->load() == job.expected;
-    };
+    auto unchanged = [&] { return Unchanged(job.generation, job.expected); };
     if (!unchanged()) {
       Finish(job, std::nullopt, kSuperseded);
       continue;
