@@ -31,7 +31,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_flash_memory import (FTRUN, assert_same_weights, final, progress,  # noqa: E402
-                               start_rank)
+                               start_rank, write_final)
 
 STEPS = 20
 SAVE_EVERY = 5  # memory saves after steps 4, 9, 14, 19
@@ -85,8 +85,7 @@ def train(root, config):
                 cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
                                           "step": step, "rank": rank}, storage_type=storage)
                 progress_file.write(f"saved {step}\n")
-    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
-        json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+    write_final(root, rank, model)
 
 
 def run_job(root, config, restarts=1, extra=()):

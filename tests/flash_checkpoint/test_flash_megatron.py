@@ -20,7 +20,7 @@ import sys
 import tempfile
 import unittest
 
-from test_flash_memory import FTRUN, assert_same_weights, one_step  # noqa: E402
+from test_flash_memory import FTRUN, assert_same_weights, one_step, write_final  # noqa: E402
 from test_flash_replica import finals, read  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -61,8 +61,7 @@ def train(root, config):
         taken = save_checkpoint(it, model, opt, sched,
                                 storage_type=StorageType.DISK if disk else StorageType.MEMORY)
         progress.write(f"saved {it} {taken}\n")
-    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
-        json.dump({"w": model[0].weight.flatten().tolist(), "b": model[0].bias.tolist()}, f)
+    write_final(root, rank, model[0])
 
 
 def starts(root, rank):

@@ -26,7 +26,7 @@ import unittest
 # The flash tests' shared helpers (this directory is the script's sys.path[0]; importing them
 # also puts ftrun's helper package on sys.path).
 from test_flash_memory import FTRUN, Processes, assert_same_weights, free_port  # noqa: E402
-from test_flash_memory import one_step, resume, wait_for  # noqa: E402
+from test_flash_memory import one_step, resume, wait_for, write_final  # noqa: E402
 from test_flash_replica import finals, read  # noqa: E402
 
 STEPS = 24
@@ -70,8 +70,7 @@ def train(root, config):
         progress.write(f"saved {step} {saved}\n")
         if step == config.get("hold_at"):
             time.sleep(3600)
-    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
-        json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+    write_final(root, rank, model)
 
 
 

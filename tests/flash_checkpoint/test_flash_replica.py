@@ -54,13 +54,12 @@ def train(root, config):
         progress.write(f"saved {step} {saved}\n")
         if attempt == 0 and step == config.get("hold_at"):
             time.sleep(3600)
-    with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
-        json.dump({"w": model.weight.flatten().tolist(), "b": model.bias.tolist()}, f)
+    write_final(root, rank, model)
 
 
 # The flash tests' shared helpers (this directory is the script's sys.path[0]).
 from test_flash_memory import Processes, assert_same_weights, free_port  # noqa: E402
-from test_flash_memory import one_step, resume  # noqa: E402
+from test_flash_memory import one_step, resume, write_final  # noqa: E402
 from test_flash_memory import wait_for as _wait_for  # noqa: E402
 
 
