@@ -15,6 +15,9 @@ state for the fault with one line (register_fault_save).
   memory right after it.
 * A worker whose agent keeps no memory snapshots: the same save goes to disk by the files
   path, and load_checkpoint reads it.
+* Across nodes (a master and two agents of one rank each): the rank on one node SIGKILLed, the
+  other node's rank saves into its own agent's memory and both resume right after that step;
+  shards of a job hung across both nodes are saved by each rank into its own node's agent.
 
 Run as `python3 test_flash_fault_save.py train <root> <config json>` it is one rank of the
 training job (see train()).
@@ -30,8 +33,9 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from test_flash_memory import (FTRUN, assert_same_weights, final, progress,  # noqa: E402
-                               start_rank, write_final)
+from test_flash_memory import (FTRUN, Processes, assert_same_weights, final,  # noqa: E402
+                               free_port, progress, start_rank, wait_for, write_final)
+from test_flash_replica import read  # noqa: E402
 
 STEPS = 20
 SAVE_EVERY = 5  # memory saves after steps 4, 9, 14, 19
@@ -190,6 +194,64 @@ class FaultTimeSaveToMemoryTest(unittest.TestCase):
                                                    f"ftrun-step-{KILL_AT - 1}")), done.stdout)
         self.assertNotIn("from memory", done.stdout)
         self.assert_resumed_after_the_fault_step(self.root, done.stdout)
+
+
+@unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
+class MultiNodeFaultSaveTest(Processes, unittest.TestCase):
+    """Two nodes of one rank each behind a master: the same ranks 0 and 1 as the one-node
+    tests, so their fault-free weights are the reference."""
+
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="ftrun-fault-nodes-")
+        self.processes_setup()
+
+    def run_nodes(self, config, extra=()):
+        """The agents' combined log once the master and both agents have exited 0."""
+        port = free_port()
+        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+        master_log = os.path.join(self.root, "master.log")
+        master = self.start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id", "f",
+                             "--max-restarts", "1", "--restart-backoff", "0", "--rdzv-conf",
+                             conf], "master.log")
+        wait_for(lambda: "listening" in read(master_log), "the master", 60)
+        agents = [self.start(
+            ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
+             "--rdzv-id", "f", "--rdzv-conf", conf + ",is_host=0", "--local-addr", "127.0.0.1",
+             "--nproc-per-node", "1", "--max-restarts", "1", "--restart-backoff", "0",
+             "--monitor-interval", "0.05", *extra, "--log-dir",
+             os.path.join(self.root, "logs", node), "--no-python", "/usr/bin/python3", __file__,
+             "train", self.root, json.dumps(dict({"steps": STEPS}, **config))], f"{node}.log")
+            for node in ("a", "b")]
+        logs = ""
+        try:
+            for p in (*agents, master):
+                p.wait(timeout=150)
+        finally:
+            for node in ("a", "b", "master"):
+                logs += read(os.path.join(self.root, f"{node}.log"))
+        self.assertEqual([p.returncode for p in (*agents, master)], [0, 0, 0], logs[-6000:])
+        return logs
+
+    def assert_resumed_after_the_fault_step(self, log, kind):
+        for rank in (0, 1):
+            self.assertEqual(starts(self.root, rank)[-1], f"start {KILL_AT} attempt 1", log)
+        assert_same_weights(self, final(self.root), FaultTimeSaveToMemoryTest.fault_free(kind))
+
+    def test_the_other_nodes_rank_saves_the_fault_step_into_its_agents_memory(self):
+        log = self.run_nodes({"kill_at": KILL_AT})
+        self.assertIn(f"fault-time save of step {KILL_AT - 1} to the agent's memory done", log)
+        self.assert_resumed_after_the_fault_step(log, "ddp")
+        self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")), log[-4000:])
+
+    def test_shards_of_a_job_hung_across_nodes_are_saved_on_each_node(self):
+        log = self.run_nodes({"kind": "sharded", "hang_at": KILL_AT},
+                             extra=("--hang-timeout", "2"))
+        for rank in (0, 1):
+            self.assertIn(f"ftrun[{rank}]: fault-time save of step {KILL_AT - 1} to the agent's "
+                          "memory done", log)
+        self.assertIn(f"ftrun: restored step {KILL_AT - 1} from memory", log)
+        self.assert_resumed_after_the_fault_step(log, "sharded")
+        self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")), log[-4000:])
 
 
 if __name__ == "__main__":
