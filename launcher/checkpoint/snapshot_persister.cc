@@ -43,13 +43,10 @@ void SnapshotPersister::Run() {
     auto [request, done] = std::move(queue_.front());
     queue_.pop_front();
     lock.unlock();
+    // The caller reports the outcome (one line per save, on the loop).
     auto outcome = request.shared ? StageShards(request) : WriteCheckpoint(request);
-    if (outcome) {
-      LauncherLog()->info("checkpoint of step {} persisted at {}", request.step, *outcome);
-    } else {
-      LauncherLog()->warn("checkpoint of step {} not persisted: {}", request.step,
-                          outcome.error().message);
-    }
+    LauncherLog()->debug("persister: step {} {}; letting go of its snapshots", request.step,
+                         outcome ? "written" : "not written");
     request.parts.clear();  // unpins the snapshots before `done` runs
     Complete(std::move(done), std::move(outcome));
   }

@@ -3,7 +3,8 @@
 // manifest with sha256, optional tracker), or a StageShards for a `shared` request (some shards
 // of a multi-node step; staged_checkpoint.h), run on the persister's own thread, one request at a
 // time in the order given; its outcome (the final directory, or an error naming the path,
-// e.g. a full disk) is posted to the loop.
+// e.g. a full disk) is posted to the loop, where the caller reports it (the persister logs
+// only at debug).
 //
 // The request's SnapshotViews pin their buffers (SnapshotStore will not hand them to a save)
 // until the request is written; they are dropped on the persister's thread before `done` is

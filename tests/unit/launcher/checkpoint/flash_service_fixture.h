@@ -40,10 +40,11 @@ struct Target {
   std::string name = "";  // the shard's file name ("" : the default)
 };
 
-// Holds every log record of another thread (the persister's: it logs the checkpoint it wrote
-// before it lets go of the snapshot) until Open, so that the persist pins its buffer for as
-// long as the test needs. The loop's own records pass. Needs the launcher logger at info (its
-// default); at a higher level WaitReached times out rather than the test passing blind.
+// Holds every log record of another thread (the persister's: a debug line once it has written
+// the checkpoint, before it lets go of the snapshot) until Open, so that the persist pins its
+// buffer for as long as the test needs. The loop's own records pass. Gate() sets the launcher
+// logger to debug while installed; without that line WaitReached times out rather than the test
+// passing blind.
 class GateSink : public spdlog::sinks::sink {
  public:
   void log(const spdlog::details::log_msg&) override {
@@ -96,7 +97,10 @@ class FlashServiceTest : public ::testing::Test {
     if (gate_) gate_->Open();
     second_.reset();
     service_.reset();  // joins the persister's thread
-    if (gate_) std::erase(LauncherLog()->sinks(), gate_);
+    if (gate_) {
+      std::erase(LauncherLog()->sinks(), gate_);
+      LauncherLog()->set_level(level_before_gate_);
+    }
     for (const Sent& s : sent_) {
       if (s.fd >= 0) ::close(s.fd);
     }
@@ -127,6 +131,8 @@ class FlashServiceTest : public ::testing::Test {
     EXPECT_FALSE(service_) << "install the gate before the persister's thread starts";
     gate_ = std::make_shared<GateSink>();
     LauncherLog()->sinks().push_back(gate_);
+    level_before_gate_ = LauncherLog()->level();
+    LauncherLog()->set_level(spdlog::level::debug);
     return *gate_;
   }
 
@@ -218,6 +224,7 @@ class FlashServiceTest : public ::testing::Test {
   int64_t id_ = 0;
   std::deque<Sent> sent_;  // references stay valid as answers arrive
   std::shared_ptr<GateSink> gate_;
+  spdlog::level::level_enum level_before_gate_ = spdlog::level::info;
   std::optional<FlashService> service_;
   std::optional<FlashService> second_;
   bool second_agent_ = false;
