@@ -1,5 +1,6 @@
 """ftrun.flash_checkpoint in one process (a job of one): real torch state, real files."""
 import contextlib
+import importlib
 import inspect
 import io
 import json
@@ -219,6 +220,15 @@ class DlroverShapeTest(unittest.TestCase):
         self.assertEqual(self.params(DdpCheckpointer.load_checkpoint),
                          [("self", empty), ("resume_path", "")])
         self.assertEqual(engine.TRACKER_FILE_NAME, "dlrover_latest.txt")
+
+    def test_fsdp_names_fail_to_import_with_one_line_saying_why(self):
+        with self.assertRaises(ImportError) as caught:
+            importlib.import_module("ftrun.flash_checkpoint.fsdp")
+        message = str(caught.exception)
+        self.assertIn("FsdpShardCheckpointer", message)
+        self.assertIn("torch.distributed.checkpoint", message)
+        self.assertIn("ftrun.flash_checkpoint.sharded.ShardedCheckpointer", message)
+        self.assertNotIn("\n", message)
 
     def test_sharded_has_the_same_methods(self):
         for name in ("save_checkpoint", "load_checkpoint"):

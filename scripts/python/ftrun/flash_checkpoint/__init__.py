@@ -18,11 +18,10 @@ checkpoint format (scripts/python/ftrun/checkpoint.py: temporary directory, fsyn
 MANIFEST.json with sizes and sha256) under `checkpoint_dir`; loads take the newest complete
 checkpoint the whole job can restore and skip a partial or corrupt one with a warning.
 
-What does not exist yet:
-* copies on other nodes' agents (replica_count): a sharded state on a lost node is restored
-  from disk (a DDP copy is shared from a surviving node's memory);
-* FsdpShardCheckpointer: needs torch.distributed.checkpoint, which the installed torch (1.13,
-  Debian) does not have.
+With several nodes each node's snapshots are also copied to another node's agent
+(--flash-replicas), and a replaced node restores from them.
+FsdpShardCheckpointer (fsdp.py) needs torch.distributed.checkpoint, which the torch ftrun is
+tested with (1.13, Debian) does not have: importing it says so and names ShardedCheckpointer.
 
     from ftrun.flash_checkpoint.megatron import save_checkpoint, load_checkpoint  # Megatron-LM
 
