@@ -9,7 +9,8 @@ The header: {"format": 1, "step": S, "world_size": W, "bytes": total,
 "pickle": [offset, length], "tensors": [[offset, dtype, shape], ...]}. A state is any
 picklable object; its torch.Tensor values (at any depth) are stored as raw bytes and come back
 as contiguous CPU tensors. Tensors on a GPU are copied to pinned host memory on a side stream
-first (untested: no GPU where ftrun is tested).
+of their device first, once the device's current stream has produced them (tested with a
+stand-in of torch.cuda only: no GPU where ftrun is tested).
 """
 import ctypes
 import io
@@ -98,11 +99,20 @@ class _Unpickler(pickle.Unpickler):
         return self._tensors[pid]
 
 
-def _host(t: torch.Tensor, side_stream) -> torch.Tensor:
+def _host(t: torch.Tensor, side_streams: dict) -> torch.Tensor:
+    """`t` as a contiguous CPU tensor. A GPU tensor is copied into pinned host memory on a
+    side stream of its device (one per device, in `side_streams`); the caller synchronizes
+    them before reading the copies (untested here: no GPU)."""
     t = t.detach()
-    if t.is_cuda:  # through pinned host memory on a side stream (untested here: no GPU)
+    if t.is_cuda:
+        side = side_streams.get(t.device)
+        if side is None:
+            side = side_streams[t.device] = torch.cuda.Stream(device=t.device)
+            # The kernels that produced the state run on the device's current stream: the
+            # side stream must not read before they are done.
+            side.wait_stream(torch.cuda.current_stream(t.device))
         host = torch.empty(t.shape, dtype=t.dtype, pin_memory=True)
-        with torch.cuda.stream(side_stream):
+        with torch.cuda.stream(side):
             host.copy_(t, non_blocking=True)
         return host
     return t if t.is_contiguous() else t.contiguous()
@@ -116,11 +126,9 @@ class Plan:
         buf = io.BytesIO()
         _Pickler(buf, self.tensors).dump(state)
         self.pickled = buf.getvalue()
-        side = None
-        if any(t.is_cuda for t in self.tensors):
-            side = torch.cuda.Stream()
-        self.tensors = [_host(t, side) for t in self.tensors]
-        if side is not None:
+        sides = {}
+        self.tensors = [_host(t, sides) for t in self.tensors]
+        for side in sides.values():
             side.synchronize()
         entries = []
         # The header's size depends on the offsets, which depend on the header's size: place
