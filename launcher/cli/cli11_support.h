@@ -248,6 +248,11 @@ Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Ar
     std::cout << app.help();
     out.action = Action::kPrintedHelp;
     return out;
+  } catch (const CLI::ExtrasError&) {
+    // argparse's words, not CLI11's ("The following arguments were not expected").
+    std::string words;
+    for (const auto& w : app.remaining()) words += (words.empty() ? "" : " ") + w;
+    return usage_error("unrecognized arguments: " + words + " (see " + app.get_name() + " --help)");
   } catch (const CLI::Error& e) {
     return usage_error(Explain(e, app, split.given));
   } catch (const std::exception& e) {

@@ -138,6 +138,10 @@ TEST(DropinLines, SetUpErrorsAreOneLine) {
        {{"PET_NODE_RANK", "-2"}},
        "dlrover-run: error: PET_NODE_RANK (read for --node-rank): must be >= 0, got -2\n"},
       {{"--rdzv_id=", "--nnodes=2", "t.py"}, {}, "ftrun: error: --rdzv-id: must not be empty\n"},
+      {{"master", "--port", "0", "--topology-file", "t"},
+       {},
+       "ftrun master: error: unrecognized arguments: --topology-file t (see ftrun master "
+       "--help)\n"},
       {{"dlrover-run", "--bogus", "t.py"},
        {},
        "dlrover-run: error: unrecognized option '--bogus' (see dlrover-run --help)\n"},
