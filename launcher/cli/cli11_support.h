@@ -166,6 +166,29 @@ inline std::string Explain(const CLI::Error& e, const CLI::App& app,
   return opt->get_envname() + " (read for " + msg.substr(0, colon) + ")" + msg.substr(colon);
 }
 
+// torchrun reads a PET_* variable with os.environ.get, so one set to "" (an unset shell
+// variable in `export PET_MASTER_ADDR=$HEAD`) gives its option the empty value, as --opt= on
+// the command line does; CLI11 would skip it and use the default (a two-node job on
+// 127.0.0.1). Adds such values to split.options (so they are checked like the command line's
+// and an error names the variable); a flag's empty variable is an error, as int('') is to
+// torchrun.
+inline std::optional<std::string> ReadEmptyPetVariables(const CLI::App& app,
+                                                        SplitCommandLine& split) {
+  for (const CLI::Option* opt : app.get_options()) {
+    const std::string& variable = opt->get_envname();
+    if (split.given.count(opt) != 0 || variable.rfind("PET_", 0) != 0) continue;
+    const char* value = std::getenv(variable.c_str());
+    if (value == nullptr || *value != '\0' || opt->get_lnames().empty()) continue;
+    const std::string name = "--" + opt->get_lnames().front();
+    if (opt->get_expected_max() == 0) {
+      return variable + " (read for " + name + "): '' is not a valid value (expected 0 or 1)";
+    }
+    split.options.push_back(name);
+    split.options.push_back("");
+  }
+  return std::nullopt;
+}
+
 // What the parse skeleton needs to know of a command besides its CLI11 app.
 struct CommandShape {
   // argparse's reading (SplitAtScript: abbreviations, values, where the script starts) with
@@ -216,12 +239,20 @@ Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Ar
     } else {
       split.options = std::move(argv);
     }
+    if (shape.abbreviations) {
+      if (auto empty = ReadEmptyPetVariables(app, split)) return usage_error(*empty);
+    }
     std::vector<std::string> options(split.options.rbegin(), split.options.rend());
     app.parse(options);
   } catch (const CLI::CallForHelp&) {
     std::cout << app.help();
     out.action = Action::kPrintedHelp;
     return out;
+  } catch (const CLI::ExtrasError&) {
+    // argparse's words, not CLI11's ("The following arguments were not expected").
+    std::string words;
+    for (const auto& w : app.remaining()) words += (words.empty() ? "" : " ") + w;
+    return usage_error("unrecognized arguments: " + words + " (see " + app.get_name() + " --help)");
   } catch (const CLI::Error& e) {
     return usage_error(Explain(e, app, split.given));
   } catch (const std::exception& e) {

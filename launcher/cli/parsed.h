@@ -4,6 +4,7 @@
 // stop at ExitCodeIfNotRun before doing anything.
 #pragma once
 
+#include <cctype>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -24,14 +25,16 @@ struct Parsed {
   // option name (--a-b) -> {variable (PET_A_B), its value}.
   std::map<std::string, std::pair<std::string, std::string>> from_env;
 
-  // `message`, an error about an option's value ("--a-b: 'v' ..." or "--a-b v: ..."),
-  // blaming the variable the value came from when it was not on the command line.
+  // `message`, an error about an option's value ("--a-b: 'v' ...", "--a-b: must be >= 0, got
+  // v", "--a-b v: ..."), blaming the variable the value came from when it was not on the
+  // command line. A message about the option that does not quote its value is about
+  // something else (--auto-config: NODE_NUM ...) and is left alone; an empty value is never
+  // quoted ("--master-addr: must not be empty").
   std::string Blame(const std::string& message) const {
     for (const auto& [option, source] : from_env) {
       const auto& [variable, value] = source;
-      const std::string quoted = option + ": '" + value + "'";
       const std::string spaced = option + " " + value + ":";
-      if (message.rfind(quoted, 0) == 0) {
+      if (message.rfind(option + ":", 0) == 0 && (value.empty() || Quotes(message, value))) {
         return variable + " (read for " + option + ")" + message.substr(option.size());
       }
       if (message.rfind(spaced, 0) == 0) {
@@ -40,6 +43,19 @@ struct Parsed {
       }
     }
     return message;
+  }
+
+ private:
+  // Whether `text` has `word` with no letter or digit right before or after it.
+  static bool Quotes(const std::string& text, const std::string& word) {
+    auto alnum = [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) != 0; };
+    for (size_t at = text.find(word); at != std::string::npos; at = text.find(word, at + 1)) {
+      const size_t end = at + word.size();
+      if ((at == 0 || !alnum(text[at - 1])) && (end == text.size() || !alnum(text[end]))) {
+        return true;
+      }
+    }
+    return false;
   }
 };
 

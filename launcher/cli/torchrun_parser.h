@@ -93,7 +93,9 @@ class TorchrunParser {
     std::string g = "Worker group";
     Opt("nnodes", a.nnodes, "N or MIN:MAX: number of nodes", g, "MIN:MAX");
     Opt("nproc-per-node", a.nproc_per_node,
-        "Workers per node: a number, cpu, gpu (NVIDIA GPUs) or auto", g, "N|cpu|gpu|auto");
+        "Workers per node: a number, cpu, gpu (NVIDIA GPUs), xpu (Intel GPUs), npu (Ascend "
+        "NPUs) or auto",
+        g, "N|cpu|gpu|xpu|npu|auto");
     Opt(shared::kMaxRestarts, a.max_restarts, g);
     Opt(shared::kMonitorInterval, a.monitor_interval, g);
     Opt("role", a.role, "Role of the workers (ROLE_NAME, log prefix)", g, "NAME");

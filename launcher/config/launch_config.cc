@@ -71,14 +71,16 @@ Status ParseRendezvous(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
   c.master_port = a.master_port;
   c.local_addr = a.local_addr.empty() ? c.rdzv.local_addr : a.local_addr;
   c.run_id = a.rdzv_id;
-  if (c.run_id.empty()) return Error{"--rdzv-id: must not be empty"};
+  // --standalone replaces both with its own (so an empty one from an unset variable does no
+  // harm there, as in torchrun).
+  if (c.run_id.empty() && !a.standalone) return Error{"--rdzv-id: must not be empty"};
   if (c.master_port < 0 || c.master_port > 65535) {
     return Error{"--master-port: " + std::to_string(c.master_port) +
                  " is not a port number (0-65535)"};
   }
   if (c.node_rank < 0)
     return Error{"--node-rank: must be >= 0, got " + std::to_string(c.node_rank)};
-  if (c.master_addr.empty()) return Error{"--master-addr: must not be empty"};
+  if (c.master_addr.empty() && !a.standalone) return Error{"--master-addr: must not be empty"};
 
   if (a.standalone) {
     if (c.max_nodes > 1) {

@@ -98,6 +98,50 @@ TEST(ArgparseSplit, BadPetValuesNameTheVariable) {
             "--node-rank: 'abc' is not an integer");
 }
 
+// An empty PET_* variable (`export PET_MASTER_ADDR=$HEAD` with HEAD unset) is the empty value,
+// as torchrun's os.environ.get reads it, not "unset": checked like --opt= and blamed on the
+// variable. The command line still wins over it.
+TEST(ArgparseSplit, AnEmptyPetVariableIsAnEmptyValue) {
+  ::setenv("PET_MASTER_ADDR", "", 1);
+  auto p = ParseTorchrunArgs({"t.py"});
+  ASSERT_EQ(p.action, Action::kRun) << p.error;
+  EXPECT_EQ(p.args.master_addr, "");
+  EXPECT_EQ(p.Blame("--master-addr: must not be empty"),
+            "PET_MASTER_ADDR (read for --master-addr): must not be empty");
+  auto q = ParseTorchrunArgs({"--master-addr", "10.0.0.1", "t.py"});
+  ::unsetenv("PET_MASTER_ADDR");
+  ASSERT_EQ(q.action, Action::kRun) << q.error;
+  EXPECT_EQ(q.args.master_addr, "10.0.0.1");
+  ::setenv("PET_MAX_RESTARTS", "", 1);
+  EXPECT_EQ(ParseTorchrunArgs({"t.py"}).error,
+            "PET_MAX_RESTARTS (read for --max-restarts): '' is not an integer");
+  ::unsetenv("PET_MAX_RESTARTS");
+  ::setenv("PET_STANDALONE", "", 1);
+  EXPECT_EQ(ParseTorchrunArgs({"t.py"}).error,
+            "PET_STANDALONE (read for --standalone): '' is not a valid value (expected 0 or 1)");
+  ::unsetenv("PET_STANDALONE");
+  ::setenv("PET_RDZV_ENDPOINT", "", 1);  // empty is torch's default: fine
+  auto e = ParseTorchrunArgs({"t.py"});
+  ::unsetenv("PET_RDZV_ENDPOINT");
+  ASSERT_EQ(e.action, Action::kRun) << e.error;
+  EXPECT_EQ(e.args.rdzv_endpoint, "");
+}
+
+// A value that parses but is then refused (range, backend name) names the variable too.
+TEST(ArgparseSplit, PetValuesRefusedAfterParsingNameTheVariable) {
+  ::setenv("PET_NODE_RANK", "-1", 1);
+  auto p = ParseTorchrunArgs({"t.py"});
+  ::unsetenv("PET_NODE_RANK");
+  ASSERT_EQ(p.action, Action::kRun) << p.error;
+  EXPECT_EQ(p.Blame("--node-rank: must be >= 0, got -1"),
+            "PET_NODE_RANK (read for --node-rank): must be >= 0, got -1");
+  EXPECT_EQ(p.Blame("--nnodes: must be >= 1"), "--nnodes: must be >= 1");  // not from PET_
+  // About the option but not its value: left alone.
+  EXPECT_EQ(p.Blame("--node-rank: NODE_RANK is 11"), "--node-rank: NODE_RANK is 11");
+  auto q = ParseTorchrunArgs({"--node-rank", "-1", "t.py"});
+  EXPECT_EQ(q.Blame("--node-rank: must be >= 0, got -1"), "--node-rank: must be >= 0, got -1");
+}
+
 TEST(ArgparseSplit, DistributedLaunchUseEnv) {
   auto p = ParseDistributedLaunchArgs({"--nproc_per_node=2", "--use_env", "main.py", "--x"});
   ASSERT_EQ(p.action, Action::kRun) << p.error;

@@ -155,6 +155,8 @@ TEST(DropinConfig, EmptyValuesThatCannotWork) {
   EXPECT_NE(ErrorOf({"--nproc_per_node="}).find("--nproc-per-node: ''"), std::string::npos);
   // An empty endpoint is "none given", as for torch.
   EXPECT_TRUE(Build({"--rdzv_endpoint=", "--rdzv_backend=c10d"}));
+  // --standalone sets its own run id and host: empty ones do no harm there.
+  EXPECT_TRUE(Build({"--standalone", "--rdzv_id=", "--master_addr="}));
 }
 
 }  // namespace
