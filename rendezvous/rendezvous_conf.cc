@@ -108,7 +108,8 @@ Result<RendezvousConf> ParseRendezvousConf(std::string_view text) {
       if (key == "timeout") conf.timeout_given = true;
     } else if (key == "protocol" || key == "cacert" || key == "cert" || key == "key" ||
                key == "etcd_prefix" || key == "lease_ttl" || key == "user" ||
-               key == "password_file") {
+               key == "password_file" || key == "ca_cert" || key == "ssl_cert" ||
+               key == "ssl_cert_key") {
       conf.etcd[key] = value;
     } else if (key == "keep_alive_max_attempt") {
       auto n = ParseInt(key, value, 1);
