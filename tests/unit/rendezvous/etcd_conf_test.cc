@@ -67,26 +67,20 @@ TEST(EtcdConf, DefaultsArePlainTextWithAFiveSecondLease) {
   EXPECT_TRUE(c->client.user.empty());
 }
 
-TEST_F(EtcdConfFiles, TorchEtcdSpellings) {
-  auto c = Resolve("protocol=https,cacert=" + dir_ / "ca.pem" + ",cert=" + dir_ / "cert.pem" +
-                   ",key=" + dir_ / "key.pem");
-  ASSERT_TRUE(c) << c.error().message;
-  EXPECT_TRUE(c->client.https);
-  EXPECT_NE(c->client.tls.ca.find("ca"), std::string::npos);
-  EXPECT_EQ(c->client.tls.cert, kCert);
-  EXPECT_EQ(c->client.tls.key, kKey);
-}
-
-// torch's etcd-v2 (etcd_rendezvous_backend.py) reads ca_cert, ssl_cert, ssl_cert_key and takes
-// the protocol in any case.
-TEST_F(EtcdConfFiles, TorchEtcdV2Spellings) {
-  auto c = Resolve("protocol=HTTPS,ca_cert=" + dir_ / "ca.pem" + ",ssl_cert=" + dir_ / "cert.pem" +
-                   ",ssl_cert_key=" + dir_ / "key.pem");
-  ASSERT_TRUE(c) << c.error().message;
-  EXPECT_TRUE(c->client.https);
-  EXPECT_NE(c->client.tls.ca.find("ca"), std::string::npos);
-  EXPECT_EQ(c->client.tls.cert, kCert);
-  EXPECT_EQ(c->client.tls.key, kKey);
+// torch's etcd (etcd_rendezvous.py) reads cacert, cert, key; its etcd-v2
+// (etcd_rendezvous_backend.py) ca_cert, ssl_cert, ssl_cert_key, and the protocol in any case.
+TEST_F(EtcdConfFiles, TorchEtcdAndEtcdV2Spellings) {
+  for (const std::string& conf : {"protocol=https,cacert=" + dir_ / "ca.pem" +
+                                      ",cert=" + dir_ / "cert.pem" + ",key=" + dir_ / "key.pem",
+                                  "protocol=HTTPS,ca_cert=" + dir_ / "ca.pem" + ",ssl_cert=" +
+                                      dir_ / "cert.pem" + ",ssl_cert_key=" + dir_ / "key.pem"}) {
+    auto c = Resolve(conf);
+    ASSERT_TRUE(c) << conf << ": " << c.error().message;
+    EXPECT_TRUE(c->client.https);
+    EXPECT_NE(c->client.tls.ca.find("ca"), std::string::npos);
+    EXPECT_EQ(c->client.tls.cert, kCert);
+    EXPECT_EQ(c->client.tls.key, kKey);
+  }
 }
 
 // torch's etcd passes a cert without a key on to its client: one file with both.
