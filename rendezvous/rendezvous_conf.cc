@@ -105,10 +105,10 @@ Result<RendezvousConf> ParseRendezvousConf(std::string_view text) {
       auto s = ParseSeconds(key, value);
       if (!s) return s.error();
       conf.*(d->second) = *s;
-      if (key == "timeout") conf.timeout_given = true;
     } else if (key == "protocol" || key == "cacert" || key == "cert" || key == "key" ||
                key == "etcd_prefix" || key == "lease_ttl" || key == "user" ||
-               key == "password_file") {
+               key == "password_file" || key == "ca_cert" || key == "ssl_cert" ||
+               key == "ssl_cert_key") {
       conf.etcd[key] = value;
     } else if (key == "keep_alive_max_attempt") {
       auto n = ParseInt(key, value, 1);

@@ -42,9 +42,9 @@ struct RendezvousConf {
   bool tls_client_auth = false;       // ftrun: the server requires client certificates (mTLS)
   int max_watches_per_peer = 512;     // ftrun: pending watch calls the server holds per address
   std::vector<std::string> warnings;  // e.g. unknown keys, ignored but worth a log line
-  bool timeout_given = false;         // `timeout` was set (the etcd backend's join timeout)
-  // The etcd backend's keys as given (protocol, cacert, cert, key, etcd_prefix, lease_ttl,
-  // user, password_file), checked by rendezvous/etcd/etcd_conf.h.
+  // The etcd backend's keys as given (protocol, cacert, cert, key, their etcd-v2 spellings
+  // ca_cert, ssl_cert, ssl_cert_key, etcd_prefix, lease_ttl, user, password_file), checked by
+  // rendezvous/etcd/etcd_conf.h.
   std::map<std::string, std::string> etcd;
 };
 

@@ -133,7 +133,8 @@ class TorchrunParser {
          "Single-node job: local rendezvous, a fresh run id; ignores the --rdzv-* options", g);
     Opt("rdzv-backend", a.rdzv_backend,
         "static, c10d (also spelled ftrun), etcd (etcd-v2, etcd-v3: etcd's v3 API)", g, "NAME");
-    Opt("rdzv-endpoint", a.rdzv_endpoint, "host[:port] of the rendezvous server (c10d)", g,
+    Opt("rdzv-endpoint", a.rdzv_endpoint,
+        "host[:port] of the rendezvous server (c10d); etcd: its members, comma-separated", g,
         "HOST:PORT");
     Opt("rdzv-id", a.rdzv_id, "Job id shared by all nodes (TORCHELASTIC_RUN_ID)", g, "ID");
     Opt(shared::kRdzvConf, a.rdzv_conf, g);

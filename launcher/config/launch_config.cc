@@ -147,12 +147,12 @@ Status ParseRendezvous(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
       return Error{"--rdzv-endpoint: required with --rdzv-backend " + b +
                    " (host:port of etcd, or a comma-separated list of its members)"};
     }
-    for (const auto& member : SplitCommaList(a.rdzv_endpoint)) {
-      auto ep = ParseEndpoint(member, 2379, "--rdzv-endpoint");
-      if (!ep) return ep.error();
-      c.etcd_endpoints.push_back(ep->ToString());
-    }
-    if (c.etcd_endpoints.empty()) return Error{"--rdzv-endpoint: no etcd member given"};
+    auto members = rendezvous::etcd::ParseEtcdEndpoints(a.rdzv_endpoint);
+    if (!members) return members.error();
+    c.etcd_endpoints = std::move(*members);
+    // torch's etcd backend bounds each rendezvous by `timeout` (torchrun passes 900 s); its
+    // etcd-v2, like c10d and ftrun's etcd-v3, by join_timeout.
+    if (b == "etcd") c.rdzv.join_timeout = c.rdzv.timeout;
     // A bad etcd key or file is a usage error (the environment's credentials come later).
     if (auto etcd = rendezvous::etcd::ResolveEtcdConf(c.rdzv, c.etcd_endpoints, {}); !etcd) {
       return etcd.error();

@@ -82,7 +82,11 @@ void EtcdCoordinator::Grant() {
             return Fail("cannot reach " + Where() +
                         " within timeout=" + Secs(opts_.connect_timeout) + ": " + why);
           }
-          LauncherLog()->info("waiting for {} elapsed={}: {}", Where(), Secs(waited), why);
+          if (waited >= Duration(10.0 * wait_logs_)) {
+            ++wait_logs_;
+            LauncherLog()->info("waiting for {} elapsed={} (up to timeout={}): {}", Where(),
+                                Secs(waited), Secs(opts_.connect_timeout), why);
+          }
           return After(start_timer_, Duration(0.5), [this] { Grant(); });
         }
         lease_id_ = resp.id();

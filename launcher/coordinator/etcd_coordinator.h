@@ -101,6 +101,7 @@ class EtcdCoordinator : public Coordinator {
   boost::asio::steady_timer report_timer_;
   std::unique_ptr<rendezvous::etcd::EtcdWatch> watches_[2];  // my view, the leader key
   rendezvous::TimePoint started_;
+  int wait_logs_ = 0;  // "waiting for etcd" lines so far (one per 10 s, not per attempt)
   rendezvous::TimePoint last_contact_;
   int64_t lease_id_ = 0;
   bool followed_ = false;

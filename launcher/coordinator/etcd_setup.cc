@@ -21,8 +21,6 @@ Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context
   opts.client = std::move(*client);
   opts.keys = rendezvous::etcd::EtcdKeys(conf->prefix, c.run_id);
   opts.job = JobSpecFrom(c);
-  // torchrun's etcd backend: `timeout` bounds the whole rendezvous.
-  if (c.rdzv.timeout_given) opts.job.join_timeout = c.rdzv.timeout;
   // Liveness is each agent's lease: a node is lost when its key goes, not by silence.
   opts.job.liveness_timeout = rendezvous::Duration(rendezvous::kMaxSeconds);
   opts.job.disconnect_grace = rendezvous::Duration(0);

@@ -1,8 +1,12 @@
 #include "rendezvous/etcd/etcd_conf.h"
 
+#include <algorithm>
+#include <cctype>
 #include <charconv>
 #include <fstream>
 #include <sstream>
+
+#include "common/endpoint.h"
 
 namespace ftrun::rendezvous::etcd {
 namespace {
@@ -21,6 +25,17 @@ Result<std::string> ReadFile(const std::string& path, const std::string& what) {
   return Ok(s.str());
 }
 
+// One setting that torch's etcd and etcd-v2 backends spell differently (cert / ssl_cert ...).
+Result<std::string> EitherSpelling(const RendezvousConf& conf, const std::string& etcd_name,
+                                   const std::string& v2_name) {
+  const std::string a = Get(conf, etcd_name), b = Get(conf, v2_name);
+  if (!a.empty() && !b.empty() && a != b) {
+    return Error{"--rdzv-conf: " + etcd_name + "='" + a + "' and " + v2_name + "='" + b +
+                 "' are one setting (torch's etcd and etcd-v2 spellings); give one"};
+  }
+  return Ok(a.empty() ? b : a);
+}
+
 std::string TrimEnd(std::string s) {
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r' || s.back() == ' ')) s.pop_back();
   return s;
@@ -28,34 +43,69 @@ std::string TrimEnd(std::string s) {
 
 }  // namespace
 
+Result<std::vector<std::string>> ParseEtcdEndpoints(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (true) {
+    const size_t comma = text.find(',', start);
+    const std::string member =
+        text.substr(start, comma == std::string::npos ? comma : comma - start);
+    if (member.empty()) {
+      return Error{"--rdzv-endpoint: '" + text + "' has an empty etcd member (stray ',')"};
+    }
+    auto ep = ParseEndpoint(member, 2379, "--rdzv-endpoint");
+    if (!ep) return ep.error();
+    out.push_back(ep->ToString());
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
 Result<EtcdConf> ResolveEtcdConf(const RendezvousConf& conf,
                                  const std::vector<std::string>& endpoints, const EnvMap& env) {
   EtcdConf out;
   out.client.endpoints = endpoints;
-  const std::string protocol = Get(conf, "protocol").empty() ? "http" : Get(conf, "protocol");
+  std::string protocol = Get(conf, "protocol").empty() ? "http" : Get(conf, "protocol");
+  std::transform(protocol.begin(), protocol.end(), protocol.begin(),
+                 [](unsigned char ch) { return std::tolower(ch); });
   if (protocol != "http" && protocol != "https") {
-    return Error{"--rdzv-conf: protocol must be http or https, got '" + protocol + "'"};
+    return Error{"--rdzv-conf: protocol must be http or https, got '" + Get(conf, "protocol") +
+                 "'"};
   }
-  const std::string cacert = Get(conf, "cacert"), cert = Get(conf, "cert"), key = Get(conf, "key");
-  if (protocol == "http" && (!cacert.empty() || !cert.empty())) {
-    return Error{"--rdzv-conf: cacert/cert need protocol=https"};
+  auto cacert = EitherSpelling(conf, "cacert", "ca_cert");
+  if (!cacert) return cacert.error();
+  auto cert = EitherSpelling(conf, "cert", "ssl_cert");
+  if (!cert) return cert.error();
+  auto key = EitherSpelling(conf, "key", "ssl_cert_key");
+  if (!key) return key.error();
+  if (protocol == "http" && (!cacert->empty() || !cert->empty() || !key->empty())) {
+    return Error{
+        "--rdzv-conf: cacert/cert/key (ca_cert/ssl_cert/ssl_cert_key) need protocol=https"};
   }
-  if (cert.empty() != key.empty()) {
-    return Error{"--rdzv-conf: cert and key go together (a client certificate and its key)"};
+  if (cert->empty() && !key->empty()) {
+    return Error{"--rdzv-conf: key '" + *key +
+                 "' without cert: cert and key go together (a client certificate and its key)"};
   }
   if (protocol == "https") {
-    if (!cacert.empty()) {
-      auto ca = ReadFile(cacert, "--rdzv-conf cacert");
+    if (!cacert->empty()) {
+      auto ca = ReadFile(*cacert, "--rdzv-conf cacert");
       if (!ca) return ca.error();
       out.client.tls.ca = *ca;
     }
-    if (!cert.empty()) {
-      auto c = ReadFile(cert, "--rdzv-conf cert");
+    if (!cert->empty()) {
+      auto c = ReadFile(*cert, "--rdzv-conf cert");
       if (!c) return c.error();
-      auto k = ReadFile(key, "--rdzv-conf key");
-      if (!k) return k.error();
       out.client.tls.cert = *c;
-      out.client.tls.key = *k;
+      if (!key->empty()) {
+        auto k = ReadFile(*key, "--rdzv-conf key");
+        if (!k) return k.error();
+        out.client.tls.key = *k;
+      } else if (c->find("PRIVATE KEY-----") != std::string::npos) {
+        out.client.tls.key = *c;  // one PEM file with both; OpenSSL reads each block it needs
+      } else {
+        return Error{"--rdzv-conf: cert '" + *cert +
+                     "' holds no private key: give key (a client certificate and its key)"};
+      }
     }
     out.client.https = true;  // no cacert: the system's roots verify etcd
   }

@@ -272,6 +272,58 @@ TEST_F(EtcdRendezvous, LosingTheLeadingAgentReformsWithoutARestart) {
   }
 }
 
+// A spare waits while the round is full and fills the gap when a node is lost; the survivor
+// keeps its group rank (stable ranks) and no restart is spent.
+TEST_F(EtcdRendezvous, ASpareFillsTheGapAndTheSurvivorKeepsItsRank) {
+  EtcdCluster etcd(1);
+  auto w = [&](const std::string& name) {
+    return std::vector<std::string>{"record", dir_ / name, "wait-file", dir_ / "done"};
+  };
+  const std::string conf = "last_call_timeout=0.5,lease_ttl=2";
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w("records-a"), {}, conf));
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w("records"), {}, conf));
+  ASSERT_TRUE(WaitFor([&] { return Count("attempt=0", "records-a") == 2; }, 30s)) << a.Err();
+  ASSERT_TRUE(WaitStarted(2, 30s)) << b.Err();
+  ChildRun spare(FtrunBinary(),
+                 Cmd(etcd.Endpoint(0), "job", w("records"), {"--role", "spare"}, conf));
+  ASSERT_TRUE(
+      WaitFor([&] { return spare.Err().find("joined the job") != std::string::npos; }, 20s));
+  EXPECT_EQ(Count("role=spare"), 0) << "a spare does not disturb a full round";
+  ::kill(-b.pid(), SIGKILL);  // b and its workers: a lost node
+  b.Wait(10s);
+  ASSERT_TRUE(WaitFor([&] { return Count("role=spare") == 2; }, 30s)) << a.Err() << spare.Err();
+  ASSERT_TRUE(WaitFor([&] { return Count("attempt=0", "records-a") == 4; }, 20s)) << a.Err();
+  EXPECT_EQ(Count("attempt=1") + Count("attempt=1", "records-a"), 0) << "no restart spent";
+  // The survivor's workers, in both rounds: the same group rank.
+  const auto lines = Records("records-a");
+  const std::string group = lines.front().substr(lines.front().find(" group="), 9);
+  EXPECT_EQ(Count(group, "records-a"), 4) << ReadFile(dir_ / "records-a");
+  { std::ofstream(dir_ / "done") << ""; }
+  EXPECT_EQ(a.Wait(30s).exit_code, 0);
+  EXPECT_EQ(spare.Wait(30s).exit_code, 0);
+}
+
+// A round that cannot form ends the job after torch's deadline for the backend's name:
+// `timeout` with etcd, join_timeout with etcd-v2 (the other key does not shorten it).
+TEST_F(EtcdRendezvous, BelowMinTheJobEndsAfterTorchsRoundDeadline) {
+  EtcdCluster etcd(1);
+  for (const std::string backend : {"etcd", "etcd-v2"}) {
+    SCOPED_TRACE(backend);
+    const std::string key = backend == "etcd" ? "timeout" : "join_timeout";
+    const std::string other = backend == "etcd" ? "join_timeout" : "timeout";
+    const std::string conf = "last_call_timeout=0.5,lease_ttl=2," + key + "=4," + other + "=1000";
+    std::vector<std::string> w = {"sleep", "60"};
+    ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "j" + backend, w, {}, conf, backend));
+    auto r = a.Wait(30s);
+    EXPECT_FALSE(r.timed_out);
+    EXPECT_EQ(r.exit_code, 1) << r.err;
+    EXPECT_NE(
+        r.err.find("did not complete within join_timeout=4s: 1 node(s) joined, --nnodes is 2"),
+        std::string::npos)
+        << r.err;
+  }
+}
+
 // etcd's authentication on: agents log in with a user and a password file; a wrong password
 // is a clear, immediate error.
 TEST_F(EtcdRendezvous, AgentsAuthenticateToEtcd) {
@@ -320,6 +372,28 @@ TEST_F(EtcdRendezvous, AgentsSpeakTlsToEtcd) {
       << r.err;
 }
 
+// torch's etcd-v2 spells the TLS keys ca_cert, ssl_cert, ssl_cert_key (and takes HTTPS in any
+// case); torch's etcd takes a cert file that holds its key too. Both lines join one job.
+TEST_F(EtcdRendezvous, TorchsOtherTlsSpellingsWork) {
+  if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl CLI";
+  ASSERT_TRUE(MakeTestCertificates(dir_.path()));
+  const EtcdTlsFiles client{dir_ / "client.pem", dir_ / "client.key", dir_ / "ca.pem"};
+  EtcdCluster etcd(1, EtcdTlsFiles{dir_ / "server.pem", dir_ / "server.key", dir_ / "ca.pem"},
+                   client);
+  { std::ofstream(dir_ / "both.pem") << ReadFile(client.cert) << ReadFile(client.key); }
+  std::vector<std::string> w = {"record", dir_ / "records"};
+  const std::string v2 = "last_call_timeout=0.5,protocol=HTTPS,ca_cert=" + dir_ / "ca.pem" +
+                         ",ssl_cert=" + client.cert + ",ssl_cert_key=" + client.key;
+  const std::string v1 = "last_call_timeout=0.5,protocol=https,cacert=" + dir_ / "ca.pem" +
+                         ",cert=" + dir_ / "both.pem";
+  ChildRun a(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, v2, "etcd-v2"));
+  ChildRun b(FtrunBinary(), Cmd(etcd.Endpoint(0), "job", w, {}, v1, "etcd"));
+  auto ra = a.Wait(60s), rb = b.Wait(60s);
+  EXPECT_EQ(ra.exit_code, 0) << ra.err;
+  EXPECT_EQ(rb.exit_code, 0) << rb.err;
+  EXPECT_EQ(Count("world=4"), 4);
+}
+
 TEST_F(EtcdRendezvous, BadSettingsAreUsageErrors) {
   auto r = RunFtrun(Cmd("127.0.0.1:1", "job", {"exit", "0"}, {}, "protocol=ftp"), {}, 30s);
   EXPECT_EQ(r.exit_code, 2) << r.err;
@@ -328,6 +402,14 @@ TEST_F(EtcdRendezvous, BadSettingsAreUsageErrors) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_NE(r.err.find("lease_ttl needs whole seconds from 2 to 3600, got '1'"), std::string::npos)
       << r.err;
+  r = RunFtrun(Cmd("127.0.0.1:1,,127.0.0.1:2", "job", {"exit", "0"}), {}, 30s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("'127.0.0.1:1,,127.0.0.1:2' has an empty etcd member"), std::string::npos)
+      << r.err;
+  r = RunFtrun(Cmd("127.0.0.1:1", "job", {"exit", "0"}, {}, "protocol=https,cert=" + dir_ / "no"),
+               {}, 30s);
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find("cannot read '" + dir_ / "no" + "'"), std::string::npos) << r.err;
 }
 
 TEST_F(EtcdRendezvous, UnreachableEtcdEndsTheJobAfterTimeout) {

@@ -157,7 +157,7 @@ TEST(LaunchConfig, Rendezvous) {
       ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h:99999"}).find("not a port number"),
       std::string::npos);
   EXPECT_NE(ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h", "--rdzv-conf",
-                     "protocol=https,cert=/c"})
+                     "protocol=https,key=/k"})
                 .find("cert and key go together"),
             std::string::npos);
   EXPECT_NE(ErrorOf({"--rdzv-backend", "etcd", "--rdzv-endpoint", "h", "--rdzv-conf",
