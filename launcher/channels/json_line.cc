@@ -4,7 +4,10 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <boost/json/parse.hpp>
+#include <boost/json/src.hpp>  // Boost.JSON header-only: compiled in this one file
 #include <cmath>
+#include <limits>
 #include <memory>
 
 namespace ftrun::launcher {
@@ -97,8 +100,13 @@ Result<JsonLine> JsonLine::Read(std::string line) {
   if (!NestedWithin(line, kMaxJsonDepth)) {
     return Error{"JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
   }
+  boost::json::parse_options options;
+  options.max_depth = kMaxJsonDepth + 1;  // NestedWithin has judged the depth already
+  boost::system::error_code ec;
+  boost::json::value value = boost::json::parse(line, ec, {}, options);
+  if (ec || !value.is_object()) return Error{"not a JSON object"};
   JsonLine json;
-  if (!pb::util::JsonStringToMessage(line, &json.object_).ok()) return Error{"not a JSON object"};
+  json.object_ = std::move(value.as_object());
   json.text_ = std::move(line);
   return json;
 }
@@ -109,34 +117,37 @@ bool JsonLine::IntoFromObject(pb::Message* msg) const {
   const pb::Reflection& reflection = *msg->GetReflection();
   for (int i = 0; i < schema.field_count(); ++i) {
     const pb::FieldDescriptor* field = schema.field(i);
-    const auto& members = object_.fields();
-    auto it = members.find(field->json_name());
+    const boost::json::value* value = object_.if_contains(field->json_name());
     if (field->json_name() != field->name()) {
-      auto by_name = members.find(field->name());
-      if (it != members.end() && by_name != members.end()) return false;  // named both ways
-      if (it == members.end()) it = by_name;
+      const boost::json::value* by_name = object_.if_contains(field->name());
+      if (value != nullptr && by_name != nullptr) return false;  // named both ways
+      if (value == nullptr) value = by_name;
     }
-    if (it == members.end()) continue;
-    const pb::Value& value = it->second;
+    if (value == nullptr) continue;
     if (field->is_repeated()) return false;
     switch (field->type()) {
       case pb::FieldDescriptor::TYPE_INT64: {
-        // Exact only within a double's integers; anything else is the parser's to judge.
-        const double number = value.number_value();
-        if (!value.has_number_value() || number != std::trunc(number) ||
-            std::fabs(number) > kExactInDouble) {
-          return false;
+        int64_t number = 0;
+        if (value->is_int64()) {
+          number = value->get_int64();
+        } else if (value->is_double()) {
+          // Exact only within a double's integers; anything else is the parser's to judge.
+          const double d = value->get_double();
+          if (d != std::trunc(d) || std::fabs(d) > kExactInDouble) return false;
+          number = static_cast<int64_t>(d);
+        } else {
+          return false;  // above INT64_MAX, or not a number: the parser says why
         }
-        reflection.SetInt64(msg, field, static_cast<int64_t>(number));
+        reflection.SetInt64(msg, field, number);
         break;
       }
       case pb::FieldDescriptor::TYPE_BOOL:
-        if (!value.has_bool_value()) return false;
-        reflection.SetBool(msg, field, value.bool_value());
+        if (!value->is_bool()) return false;
+        reflection.SetBool(msg, field, value->get_bool());
         break;
       case pb::FieldDescriptor::TYPE_STRING:
-        if (!value.has_string_value()) return false;
-        reflection.SetString(msg, field, value.string_value());
+        if (!value->is_string()) return false;
+        reflection.SetString(msg, field, std::string(value->get_string()));
         break;
       default:
         return false;
@@ -151,7 +162,10 @@ Status JsonLine::Into(pb::Message* msg) const {
 }
 
 Status JsonLine::IntoParsed(pb::Message* msg) const {
-  const pb::Struct& object = object_;
+  // Protobuf's view of the line (rare: a line the reflection above could not take), to name
+  // the member that does not fit as its parser judges it.
+  pb::Struct object;
+  if (!pb::util::JsonStringToMessage(text_, &object).ok()) return Error{"not a JSON object"};
   msg->Clear();
   const auto status = pb::util::JsonStringToMessage(text_, msg, Options());
   const pb::Descriptor& schema = *msg->GetDescriptor();

@@ -8,20 +8,23 @@
 // protobuf's parser takes time quadratic in the depth (a 60 KB line 30,000 levels deep took
 // about 20 s), and the channel's messages are flat.
 //
-// The line is parsed once, by protobuf, into a Struct; a message whose members are all scalars
-// (every line ftrun's worker helper sends) is then filled from it through reflection, without
-// parsing the text again (a progress report and a flash-checkpoint commit arrive every step).
-// Anything the Struct cannot give exactly as protobuf's typed parser would (a fraction, an
-// integer beyond 2^53, a repeated or nested member, a member named both ways) goes through
-// that parser, so both paths accept and refuse the same lines.
+// The line is parsed once, by Boost.JSON, into an object; a message whose members are all
+// scalars (every line ftrun's worker helper sends) is then filled from it through reflection,
+// without parsing the text again (a progress report and a flash-checkpoint commit arrive every
+// step; protobuf's JSON parser, which read them before, took most of the agent's time per
+// every-step save). Anything the object cannot give exactly as protobuf's typed parser would (a
+// fraction, an integer beyond int64 or a non-integral double beyond 2^53, a repeated or nested
+// member, a member named both ways) goes through that parser, so both paths accept and refuse
+// the same lines.
 //
 // Errors name the culprit as the control channel reports it: "not a JSON object", or the
 // first member (in the schema's order) whose value does not fit, e.g. "'step' must be an
 // integer". Thread: any; no state.
 #pragma once
 
-#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/message.h>
 
+#include <boost/json/object.hpp>
 #include <string>
 
 #include "common/result.h"
@@ -46,7 +49,7 @@ class JsonLine {
   Status IntoParsed(google::protobuf::Message* msg) const;
 
   std::string text_;
-  google::protobuf::Struct object_;
+  boost::json::object object_;
 };
 
 // JsonLine::Read(line), then Into(msg).

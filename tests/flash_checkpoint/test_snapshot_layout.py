@@ -156,6 +156,25 @@ class LayoutTest(unittest.TestCase):
             self.assertIsNone(Layout.build(state, 0, 1), what)
 
 
+class WalkedLayoutTest(LayoutTest):
+    """The same, for structures too large for a compiled check (they are walked)."""
+
+    def setUp(self):
+        self._limit = Layout.COMPILED_NODES
+        Layout.COMPILED_NODES = 0
+
+    def tearDown(self):
+        Layout.COMPILED_NODES = self._limit
+
+    def test_the_check_is_walked(self):
+        self.assertIsNone(Layout.build(demo_state(0), 0, 1)._matcher)
+
+
+class CompiledLayoutTest(unittest.TestCase):
+    def test_a_small_structure_gets_a_compiled_check(self):
+        self.assertIsNotNone(Layout.build(demo_state(0), 0, 1)._matcher)
+
+
 def worker(root):
     """Under ftrun: saves a sequence of states (the structure changing between some of them)
     into the agent's memory and restores each; prints 'layout worker ok'."""
