@@ -5,7 +5,6 @@
 #include <vector>
 
 #if defined(__x86_64__)
-#include <emmintrin.h>
 #include <nmmintrin.h>
 #endif
 
@@ -106,20 +105,15 @@ __attribute__((target("sse4.2"))) uint32_t HardwareState(uint32_t s, unsigned ch
         b = _mm_crc32_u64(b, y);
         c = _mm_crc32_u64(c, z);
         if constexpr (kCopy) {
-          // Streaming stores: a copy's destination is not read again soon, and an ordinary
-          // store would first read each line of it from memory (a third more traffic).
-          _mm_stream_si64(reinterpret_cast<long long*>(q + i), static_cast<long long>(x));
-          _mm_stream_si64(reinterpret_cast<long long*>(q + kLane + i), static_cast<long long>(y));
-          _mm_stream_si64(reinterpret_cast<long long*>(q + 2 * kLane + i),
-                          static_cast<long long>(z));
+          std::memcpy(q + i, &x, 8);
+          std::memcpy(q + kLane + i, &y, 8);
+          std::memcpy(q + 2 * kLane + i, &z, 8);
         }
       }
       if constexpr (kCopy) q += 3 * kLane;
       s = shift(shift(static_cast<uint32_t>(a)) ^ static_cast<uint32_t>(b)) ^
           static_cast<uint32_t>(c);
     }
-    // Streaming stores are weakly ordered: visible to other threads before this returns.
-    if constexpr (kCopy) _mm_sfence();
   }
   return SerialState<kCopy>(s, q, p, n);
 }
