@@ -36,15 +36,25 @@ uint32_t PortableState(uint32_t s, const unsigned char* p, size_t n) {
 // length (the CRC is linear: state(s, A B) = shift(state(s, A), |B|) ^ state(0, B)).
 constexpr size_t kLane = size_t{32} << 10;
 
-__attribute__((target("sse4.2"))) uint32_t SerialState(uint32_t s, const unsigned char* p,
-                                                       size_t n) {
+// The state after p[0, n) from s; with kCopy, each 8 bytes loaded are also stored at the same
+// offset of q (one pass for a copy and its checksum).
+template <bool kCopy>
+__attribute__((target("sse4.2"))) uint32_t SerialState(uint32_t s, unsigned char* q,
+                                                       const unsigned char* p, size_t n) {
   uint64_t c = s;
   for (; n >= 8; n -= 8, p += 8) {
     uint64_t v;
     std::memcpy(&v, p, 8);
     c = _mm_crc32_u64(c, v);
+    if constexpr (kCopy) {
+      std::memcpy(q, &v, 8);
+      q += 8;
+    }
   }
-  for (; n > 0; --n) c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
+  for (; n > 0; --n) {
+    if constexpr (kCopy) *q++ = *p;
+    c = _mm_crc32_u8(static_cast<uint32_t>(c), *p++);
+  }
   return static_cast<uint32_t>(c);
 }
 
@@ -62,7 +72,8 @@ const LaneShift& Shift() {
   static const LaneShift shift = [] {
     const std::vector<unsigned char> zeros(kLane);
     uint32_t bit[32];
-    for (int i = 0; i < 32; ++i) bit[i] = SerialState(uint32_t{1} << i, zeros.data(), kLane);
+    for (int i = 0; i < 32; ++i)
+      bit[i] = SerialState<false>(uint32_t{1} << i, nullptr, zeros.data(), kLane);
     LaneShift s{};
     for (int k = 0; k < 4; ++k) {
       for (uint32_t b = 0; b < 256; ++b) {
@@ -78,8 +89,9 @@ const LaneShift& Shift() {
   return shift;
 }
 
-__attribute__((target("sse4.2"))) uint32_t HardwareState(uint32_t s, const unsigned char* p,
-                                                         size_t n) {
+template <bool kCopy>
+__attribute__((target("sse4.2"))) uint32_t HardwareState(uint32_t s, unsigned char* q,
+                                                         const unsigned char* p, size_t n) {
   if (n >= 3 * kLane) {
     const LaneShift& shift = Shift();
     for (; n >= 3 * kLane; n -= 3 * kLane, p += 3 * kLane) {
@@ -92,12 +104,23 @@ __attribute__((target("sse4.2"))) uint32_t HardwareState(uint32_t s, const unsig
         a = _mm_crc32_u64(a, x);
         b = _mm_crc32_u64(b, y);
         c = _mm_crc32_u64(c, z);
+        if constexpr (kCopy) {
+          std::memcpy(q + i, &x, 8);
+          std::memcpy(q + kLane + i, &y, 8);
+          std::memcpy(q + 2 * kLane + i, &z, 8);
+        }
       }
+      if constexpr (kCopy) q += 3 * kLane;
       s = shift(shift(static_cast<uint32_t>(a)) ^ static_cast<uint32_t>(b)) ^
           static_cast<uint32_t>(c);
     }
   }
-  return SerialState(s, p, n);
+  return SerialState<kCopy>(s, q, p, n);
+}
+
+bool Hardware() {
+  static const bool sse42 = __builtin_cpu_supports("sse4.2");
+  return sse42;
 }
 #endif
 
@@ -109,12 +132,23 @@ uint32_t Crc32cPortable(std::span<const std::byte> data, uint32_t crc) {
 
 uint32_t Crc32c(std::span<const std::byte> data, uint32_t crc) {
 #if defined(__x86_64__)
-  static const bool hardware = __builtin_cpu_supports("sse4.2");
-  if (hardware) {
-    return ~HardwareState(~crc, reinterpret_cast<const unsigned char*>(data.data()), data.size());
+  if (Hardware()) {
+    return ~HardwareState<false>(~crc, nullptr, reinterpret_cast<const unsigned char*>(data.data()),
+                                 data.size());
   }
 #endif
   return Crc32cPortable(data, crc);
+}
+
+uint32_t CopyCrc32c(std::span<std::byte> to, std::span<const std::byte> from, uint32_t crc) {
+#if defined(__x86_64__)
+  if (Hardware()) {
+    return ~HardwareState<true>(~crc, reinterpret_cast<unsigned char*>(to.data()),
+                                reinterpret_cast<const unsigned char*>(from.data()), from.size());
+  }
+#endif
+  if (!from.empty()) std::memcpy(to.data(), from.data(), from.size());
+  return Crc32cPortable(to.first(from.size()), crc);
 }
 
 }  // namespace ftrun::launcher

@@ -16,6 +16,12 @@ namespace ftrun::launcher {
 // start): Crc32c(b, Crc32c(a)) == Crc32c(a followed by b).
 uint32_t Crc32c(std::span<const std::byte> data, uint32_t crc = 0);
 
+// Copies `from` into `to` (to.size() == from.size(), not overlapping) and returns the CRC-32C of
+// the bytes, continuing from `crc`, in one pass: each byte is read once, checksummed from the
+// register it was loaded into and stored. A copy followed by Crc32c of its destination read a
+// received gigabyte twice (the replica receiver's two largest costs).
+uint32_t CopyCrc32c(std::span<std::byte> to, std::span<const std::byte> from, uint32_t crc = 0);
+
 // The same, one byte at a time from a table: what a CPU without SSE4.2 runs, and the
 // reference the tests compare the hardware path with.
 uint32_t Crc32cPortable(std::span<const std::byte> data, uint32_t crc = 0);

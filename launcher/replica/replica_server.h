@@ -8,6 +8,9 @@
 // straight into the store's memfd and their CRC-32C computed as they arrive, and the copy
 // becomes the group's newest replica only when that checksum equals the sender's. A refused
 // or broken copy leaves the group's previous replica intact and is logged in one bounded line.
+// Memory: besides the store's buffers, gRPC's receive buffers of the copies in flight (their
+// stream windows); Start makes glibc keep freed ones in the heap (mallopt), and each copy's end
+// hands the heap's free memory back (malloc_trim): process-wide settings of the agent.
 //
 // Thread: Start/SetKey/Shutdown on the loop (Shutdown may also run after the loop stopped).
 // gRPC's threads (at most kMaxThreads) receive the bytes; every decision and every use of the

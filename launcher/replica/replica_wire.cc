@@ -6,7 +6,10 @@
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/slice.h>
 
+#include <algorithm>
 #include <string>
+
+#include "launcher/replica/crc32c.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -104,13 +107,26 @@ Result<ReplicaChunkFields> ParseReplicaChunk(grpc::ByteBuffer& message) {
   });
 }
 
-Status CopyReplicaChunkData(grpc::ByteBuffer& message, std::span<std::byte> out) {
+Result<uint32_t> CopyReplicaChunkData(grpc::ByteBuffer& message, std::span<std::byte> out,
+                                      uint32_t crc) {
   auto walked = Walk(message, [&](pb::io::CodedInputStream& in, uint32_t length) {
-    return length == out.size() && in.ReadRaw(out.data(), static_cast<int>(length));
+    if (length != out.size()) return false;
+    // Slice by slice, straight from gRPC's receive buffers (no staging copy), each checksummed
+    // as it is copied.
+    for (size_t done = 0; done < length;) {
+      const void* piece = nullptr;
+      int size = 0;
+      if (!in.GetDirectBufferPointer(&piece, &size) || size <= 0) return false;
+      const size_t n = std::min(static_cast<size_t>(size), length - done);
+      crc = CopyCrc32c(out.subspan(done, n), {static_cast<const std::byte*>(piece), n}, crc);
+      if (!in.Skip(static_cast<int>(n))) return false;
+      done += n;
+    }
+    return true;
   });
   if (!walked) return walked.error();
   if (walked->data_bytes != out.size()) return Malformed("data");
-  return {};
+  return crc;
 }
 
 }  // namespace ftrun::launcher

@@ -49,7 +49,9 @@ struct ReplicaChunkFields {
   size_t data_bytes = 0;
 };
 Result<ReplicaChunkFields> ParseReplicaChunk(grpc::ByteBuffer& message);
-// Copies the data field of `message` (already parsed: out.size() == its data_bytes) into out.
-Status CopyReplicaChunkData(grpc::ByteBuffer& message, std::span<std::byte> out);
+// Copies the data field of `message` (already parsed: out.size() == its data_bytes) into out;
+// the CRC-32C of those bytes continuing from `crc` (crc32c.h), computed in the same pass.
+Result<uint32_t> CopyReplicaChunkData(grpc::ByteBuffer& message, std::span<std::byte> out,
+                                      uint32_t crc = 0);
 
 }  // namespace ftrun::launcher

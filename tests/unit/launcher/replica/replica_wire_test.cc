@@ -6,6 +6,7 @@
 #include <grpcpp/support/slice.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -58,6 +59,26 @@ TEST(Crc32cTest, TheHardwarePathAgreesAcrossLanesAndPieces) {
   }
 }
 
+TEST(Crc32cTest, ACopyIsExactAndItsChecksumIsTheChecksumOfTheBytes) {
+  const std::string data = Random(400'000, 9);
+  for (size_t n : {size_t{0}, size_t{5}, size_t{98'303}, size_t{98'304}, size_t{98'311},
+                   size_t{294'913}, size_t{399'990}}) {
+    for (size_t start : {size_t{0}, size_t{5}}) {
+      auto piece = Bytes(data).subspan(start, n);
+      // Guard bytes either side: nothing is written outside the destination.
+      std::string out(n + 2, '#');
+      auto to = std::as_writable_bytes(std::span(out)).subspan(1, n);
+      EXPECT_EQ(CopyCrc32c(to, piece), Crc32cPortable(piece)) << n << "@" << start;
+      EXPECT_EQ(out.substr(1, n), data.substr(start, n)) << n << "@" << start;
+      EXPECT_EQ(out.front(), '#');
+      EXPECT_EQ(out.back(), '#');
+      // Continued from the checksum of the bytes before it.
+      const uint32_t before = Crc32c(Bytes("prefix"));
+      EXPECT_EQ(CopyCrc32c(to, piece, before), Crc32cPortable(piece, before)) << n;
+    }
+  }
+}
+
 TEST(ReplicaWireTest, AChunkReadsBackAndAliasesItsBytes) {
   const std::string data = Random(3 << 20, 1);
   v1::ReplicaChunk fields;
@@ -80,8 +101,10 @@ TEST(ReplicaWireTest, AChunkReadsBackAndAliasesItsBytes) {
   EXPECT_EQ(parsed->crc32c, Crc32c(Bytes(data)));
   ASSERT_EQ(parsed->data_bytes, data.size());
   std::string out(data.size(), '\0');
-  ASSERT_TRUE(CopyReplicaChunkData(message, std::as_writable_bytes(std::span(out))));
+  auto copied = CopyReplicaChunkData(message, std::as_writable_bytes(std::span(out)));
+  ASSERT_TRUE(copied) << copied.error().message;
   EXPECT_EQ(out, data);
+  EXPECT_EQ(*copied, Crc32c(Bytes(data)));
   // A typed client reads it too: it is protobuf's ReplicaChunk.
   v1::ReplicaChunk typed;
   ASSERT_TRUE(typed.ParseFromString(Flatten(message)));
@@ -105,6 +128,30 @@ TEST(ReplicaWireTest, ATypedSendersChunkIsRead) {
   // The caller's room must be the data's size: no write past it.
   std::string small(4, '\0');
   EXPECT_FALSE(CopyReplicaChunkData(message, std::as_writable_bytes(std::span(small))));
+}
+
+// As gRPC hands a received message over: in slices cut anywhere, the data field's included.
+TEST(ReplicaWireTest, DataSpreadOverManySlicesIsCopiedAndChecksummedWhole) {
+  const std::string data = Random(1'000'003, 4);
+  v1::ReplicaChunk typed;
+  typed.set_data(data);
+  typed.set_last(true);
+  const std::string wire = typed.SerializeAsString();
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0, n = 1; at < wire.size(); at += n, n = n * 3 + 1) {
+    slices.emplace_back(wire.data() + at, std::min(n, wire.size() - at));
+  }
+  ASSERT_GT(slices.size(), 5u);
+  grpc::ByteBuffer message(slices.data(), slices.size());
+  auto parsed = ParseReplicaChunk(message);
+  ASSERT_TRUE(parsed) << parsed.error().message;
+  ASSERT_EQ(parsed->data_bytes, data.size());
+  std::string out(data.size(), '\0');
+  const uint32_t before = Crc32c(Bytes("the bytes of earlier messages"));
+  auto copied = CopyReplicaChunkData(message, std::as_writable_bytes(std::span(out)), before);
+  ASSERT_TRUE(copied) << copied.error().message;
+  EXPECT_EQ(out, data);
+  EXPECT_EQ(*copied, Crc32c(Bytes(data), before));
 }
 
 TEST(ReplicaWireTest, BadMessagesAreErrors) {
