@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <memory>
 #include <thread>
 
 #include "launcher/config/host.h"
@@ -48,6 +49,16 @@ class EtcdRendezvous : public ::testing::Test {
   bool WaitStarted(int workers, std::chrono::milliseconds timeout,
                    const std::string& name = "records") {
     return WaitFor([&] { return Count("attempt=0", name) >= workers; }, timeout);
+  }
+  // The job's test certificates (made on first use), the client's files among them, and a
+  // one-member etcd over TLS that requires a client certificate.
+  EtcdTlsFiles ClientTls() const {
+    return {dir_ / "client.pem", dir_ / "client.key", dir_ / "ca.pem"};
+  }
+  std::unique_ptr<EtcdCluster> TlsEtcd() {
+    EXPECT_TRUE(MakeTestCertificates(dir_.path()));
+    return std::make_unique<EtcdCluster>(
+        1, EtcdTlsFiles{dir_ / "server.pem", dir_ / "server.key", dir_ / "ca.pem"}, ClientTls());
   }
 
   TempDir dir_;
@@ -351,10 +362,9 @@ TEST_F(EtcdRendezvous, AgentsAuthenticateToEtcd) {
 // agent without one cannot join.
 TEST_F(EtcdRendezvous, AgentsSpeakTlsToEtcd) {
   if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl CLI";
-  ASSERT_TRUE(MakeTestCertificates(dir_.path()));
-  const EtcdTlsFiles client{dir_ / "client.pem", dir_ / "client.key", dir_ / "ca.pem"};
-  EtcdCluster etcd(1, EtcdTlsFiles{dir_ / "server.pem", dir_ / "server.key", dir_ / "ca.pem"},
-                   client);
+  const auto cluster = TlsEtcd();
+  const EtcdCluster& etcd = *cluster;
+  const EtcdTlsFiles client = ClientTls();
   const std::string tls = "last_call_timeout=0.5,protocol=https,cacert=" + dir_ / "ca.pem";
   std::vector<std::string> w = {"record", dir_ / "records"};
   const std::string conf = tls + ",cert=" + client.cert + ",key=" + client.key;
@@ -376,10 +386,9 @@ TEST_F(EtcdRendezvous, AgentsSpeakTlsToEtcd) {
 // case); torch's etcd takes a cert file that holds its key too. Both lines join one job.
 TEST_F(EtcdRendezvous, TorchsOtherTlsSpellingsWork) {
   if (std::system("openssl version >/dev/null 2>&1") != 0) GTEST_SKIP() << "no openssl CLI";
-  ASSERT_TRUE(MakeTestCertificates(dir_.path()));
-  const EtcdTlsFiles client{dir_ / "client.pem", dir_ / "client.key", dir_ / "ca.pem"};
-  EtcdCluster etcd(1, EtcdTlsFiles{dir_ / "server.pem", dir_ / "server.key", dir_ / "ca.pem"},
-                   client);
+  const auto cluster = TlsEtcd();
+  const EtcdCluster& etcd = *cluster;
+  const EtcdTlsFiles client = ClientTls();
   { std::ofstream(dir_ / "both.pem") << ReadFile(client.cert) << ReadFile(client.key); }
   std::vector<std::string> w = {"record", dir_ / "records"};
   const std::string v2 = "last_call_timeout=0.5,protocol=HTTPS,ca_cert=" + dir_ / "ca.pem" +
