@@ -1,16 +1,8 @@
-"""What DdpCheckpointer and ShardedCheckpointer share: the storage type, the memory seam, the
-job's collectives, and saving/choosing checkpoints in ftrun's one format (ftrun.checkpoint).
-
-A checkpoint of step S is `<checkpoint_dir>/ftrun-step-S/` with one replica group per copy of
-the state: group "" (one copy, DDP) or "rank-<r>" (one shard per rank). The `path` a script
-passes becomes a symbolic link to the stored checkpoint, so `torch.load(path)` keeps working,
-and `dlrover_latest.txt` (DLRover's tracker name) holds the newest saved step. Loading never
-trusts the tracker alone: it takes the newest checkpoint whose manifest verifies.
+"""What DdpCheckpointer and ShardedCheckpointer share: the storage type, the memory seam (saves
+into the agent's memory, the fault-time save, restoring from memory) and the job's
+collectives. Checkpoints on storage are storage.py's; its names are re-exported here.
 """
-import fcntl
 import os
-import re
-import shutil
 import sys
 import threading
 from enum import Enum, auto
@@ -18,31 +10,20 @@ from enum import Enum, auto
 import torch
 import torch.distributed as dist
 
-from .. import checkpoint, control
+from .. import control
 from ..checkpoint import CheckpointError
-from . import snapshot
 from .memory import AgentMemory, MemoryRefused
 from .sources import agreed, inventory, shard_sources
-
-TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
-
-_warned = set()
+# Re-exported: the checkpointers and tests know these as engine's.
+from .storage import (TRACKER_FILE_NAME, WorldSizeError, _link, _steps,  # noqa: F401
+                      _torch_save, _warned, _write_tracker, choose, discard_staged, load_file,
+                      only_file, save_one_copy, save_shards, shard_group, verify_shard,
+                      warn_once)
 
 
 class StorageType(Enum):
     MEMORY = auto()
     DISK = auto()
-
-
-class WorldSizeError(CheckpointError):
-    """A sharded checkpoint saved by a different number of ranks (resharding is not done)."""
-
-
-def warn_once(key: str, message: str):
-    if key in _warned:
-        return
-    _warned.add(key)
-    print(f"ftrun: {message}", file=sys.stderr, flush=True)
 
 
 _memory = None
@@ -269,195 +250,3 @@ class Comm:
         box = [value]
         dist.broadcast_object_list(box, src=0, group=self._group)
         return box[0]
-
-
-def _write_tracker(root: str, step: int, name: str = TRACKER_FILE_NAME):
-    """Records step in the tracker unless it names a newer one. Under an flock on root, as
-    the agents take it (launcher/checkpoint/checkpoint_io.h): writers on several nodes sharing
-    root cannot lower it either."""
-    tracker = os.path.join(root, name)
-    lock = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            with open(tracker) as f:
-                if int(f.read().strip() or -1) > step:
-                    return  # an older step saved late does not hide a newer one
-        except (OSError, ValueError):
-            pass
-        tmp = f"{tracker}.tmp-{os.getpid()}"
-        with open(tmp, "w") as f:
-            f.write(f"{step}\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, tracker)
-    finally:
-        os.close(lock)  # releases the lock
-
-
-_STAGED = re.compile(r"^\.ftrun-step-\d+\.parts$")
-
-
-def discard_staged(root: str):
-    """Removes the staging areas that agents of an earlier, failed run left under root (the
-    shards of a multi-node step whose other shards never arrived), so that they are never
-    completed with shards of this run's timeline. Loaders ignore them either way."""
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return
-    for name in names:
-        if _STAGED.match(name):
-            print(f"ftrun: removing {os.path.join(root, name)}: shards of a step that an "
-                  "earlier run did not store whole", file=sys.stderr, flush=True)
-            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
-
-
-def _link(path: str, target: str):
-    """Points the script's `path` at the stored checkpoint (atomically). A real file or
-    directory already at `path` is left alone, with a warning."""
-    if not path or os.path.abspath(path) == os.path.abspath(target):
-        return
-    if os.path.lexists(path) and not os.path.islink(path):
-        warn_once(f"link:{path}", f"{path} exists and is not a link; the checkpoint is at {target}")
-        return
-    parent = os.path.dirname(os.path.abspath(path))
-    os.makedirs(parent, exist_ok=True)
-    tmp = os.path.join(parent, f".{os.path.basename(path)}.link-{os.getpid()}")
-    os.symlink(os.path.relpath(target, parent), tmp)
-    os.replace(tmp, path)
-
-
-def _committed(root: str, step: int, link_path: str, link_target: str,
-               tracker: str = TRACKER_FILE_NAME):
-    """After the rename: the tracker and the script's path (rank 0 only)."""
-    _write_tracker(root, step, tracker)
-    _link(link_path, link_target)
-
-
-def save_one_copy(comm: Comm, root: str, step: int, name: str, state_dict, path: str):
-    """DDP: rank 0 writes the one copy (replicas are equal); every rank returns once it is
-    complete, or raises if it failed anywhere."""
-    error = None
-    if comm.rank == 0:
-        try:
-            final = checkpoint.save(root, step, lambda s, d: _torch_save(state_dict, d, name),
-                                    world_size=comm.world_size, reason="periodic")
-            # A step saved before is kept as it was, with its own file name.
-            kept = checkpoint.verify(final, checksums=False)
-            _committed(root, step, path, only_file(final, kept, ""))
-        except Exception as e:  # noqa: BLE001 (every rank must reach the agreement)
-            error = e
-    if not comm.all_ok(error is None):
-        raise error or CheckpointError(f"rank 0 failed to save step {step}; see its log")
-
-
-def save_shards(comm: Comm, root: str, step: int, name: str, state_dict, path: str,
-                tracker: str = TRACKER_FILE_NAME):
-    """Sharded: every rank writes its shard into the step's temporary directory; rank 0
-    writes the manifest and renames it into place once every shard is complete."""
-    tmp = checkpoint.temp_dir(root, step, "sharded")
-    if comm.rank == 0:  # shards of an interrupted save of this step, maybe by more ranks
-        shutil.rmtree(tmp, ignore_errors=True)
-    comm.all_ok(True)  # nobody writes before that
-    error = None
-    try:
-        os.makedirs(tmp, exist_ok=True)
-        checkpoint.write_part(tmp, shard_group(comm.rank), step,
-                              lambda s, d: _torch_save(state_dict, d, name))
-    except Exception as e:  # noqa: BLE001 (every rank must reach the agreement)
-        error = e
-    everyone = comm.all_ok(error is None)
-    if comm.rank == 0:
-        if everyone:
-            try:
-                final = checkpoint.finalize(root, tmp, step,
-                                            [shard_group(r) for r in range(comm.world_size)],
-                                            comm.world_size, "periodic")
-                _committed(root, step, path, final, tracker)
-            except Exception as e:  # noqa: BLE001
-                error = e
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    if not everyone or not comm.all_ok(error is None):
-        raise error or CheckpointError(f"another rank failed to save step {step}; see its log")
-
-
-def shard_group(rank: int) -> str:
-    return f"rank-{rank}"
-
-
-def _torch_save(state_dict, directory: str, name: str):
-    torch.save(state_dict, os.path.join(directory, name))
-
-
-def _steps(root: str):
-    try:
-        names = os.listdir(root)
-    except FileNotFoundError:
-        return []
-    return sorted((int(m.group(1)) for n in names if (m := checkpoint._FINAL.match(n))),
-                  reverse=True)
-
-
-def choose(comm: Comm, root: str, check):
-    """The newest checkpoint under root that every rank can restore, the same on every rank:
-    (path, manifest) or (None, None). check(path) -> manifest raises CheckpointError for a
-    checkpoint this rank cannot use (skipped with a warning) or WorldSizeError (raised)."""
-    for step in comm.from_rank0(_steps(root)):
-        path = checkpoint.final_dir(root, step)
-        manifest, error = None, None
-        try:
-            manifest = check(path)
-        except WorldSizeError:
-            raise
-        except (CheckpointError, OSError) as e:
-            error = e
-        if comm.all_ok(error is None):
-            return path, manifest
-        print(f"ftrun: skipping checkpoint {path}: "
-              f"{error or 'another rank cannot restore it (see its log)'}",
-              file=sys.stderr, flush=True)
-    return None, None
-
-
-def load_file(path: str):
-    """A state file: saved by torch.save, or a memory snapshot the agent persisted."""
-    with open(path, "rb") as f:
-        if f.read(len(snapshot.MAGIC)) == snapshot.MAGIC:
-            import mmap
-            with mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
-                try:
-                    return snapshot.read(m)
-                except snapshot.SnapshotError as e:
-                    raise CheckpointError(f"{path}: {e}") from None
-    return torch.load(path, map_location="cpu")
-
-
-def only_file(checkpoint_path: str, manifest: dict, group: str) -> str:
-    """The one state file of a group (a flash checkpoint stores one file per group)."""
-    part = manifest["groups"].get(group)
-    if part is None:
-        raise CheckpointError(f"{checkpoint_path} has no copy '{group}'")
-    files = sorted(part["files"])
-    if len(files) != 1:
-        raise CheckpointError(f"{checkpoint_path} group '{group}' has {len(files)} files, "
-                              "not one state file")
-    return os.path.join(checkpoint_path, part["dir"], files[0])
-
-
-def verify_shard(path: str, group: str, world_size: int) -> dict:
-    """Manifest and sizes of every shard, the world size, and the checksums of this rank's
-    own shard only (every rank checks its own)."""
-    manifest = checkpoint.verify(path, checksums=False)
-    if manifest.get("world_size") != world_size:
-        raise WorldSizeError(f"{path} was saved by {manifest.get('world_size')} ranks and this "
-                             f"job has {world_size}: a sharded checkpoint restores only at the "
-                             "world size that saved it (resharding is not supported)")
-    part = manifest["groups"].get(group)
-    if part is None:
-        raise CheckpointError(f"no shard '{group}'")
-    for rel, meta in part["files"].items():
-        if checkpoint._sha256(os.path.join(path, part["dir"], rel)) != meta["sha256"]:
-            raise CheckpointError(f"{part['dir']}/{rel} has the wrong checksum")
-    return manifest
