@@ -229,6 +229,9 @@ struct NodeInfo {
   // assignment, from which the server rebuilds that round (RendezvousState, rebuilding).
   std::optional<NodeAssignment> running;
   bool store_listens = false;  // free_port is its agent's store, listening for the whole job
+  // Its group rank in the last round it ran (-1: none): a leader that takes over in etcd and
+  // knows no earlier round keeps the survivors' ranks where it can (FormingCandidates).
+  int last_group_rank = -1;
   // Its agent's flash-checkpoint inventory; flash_reported false: it does not report one.
   std::vector<FlashCopy> flash;
   bool flash_reported = false;

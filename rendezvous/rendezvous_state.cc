@@ -225,10 +225,14 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
   }
   std::sort(rest.begin(), rest.end(),
             [](auto* a, auto* b) { return a->second.join_seq < b->second.join_seq; });
+  // The last round's places: this state's members, or, when it knows no round (a leader that
+  // took over in etcd), the group ranks the nodes say they had.
+  std::vector<std::string> places = members_;
+  if (places.empty()) places = PlacesClaimed(rest, taken);
   // Survivors keep their group ranks: a newcomer (a spare) takes the place of a lost member,
   // the rest follow in joining order; places nobody takes close up.
   size_t next = 0;
-  for (const auto& m : members_) {
+  for (const auto& m : places) {
     if (taken.count(m)) {
       out.push_back(m);
     } else if (next < rest.size()) {
@@ -251,6 +255,27 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
   std::vector<std::string> sorted;
   for (size_t i : order) sorted.push_back(out[i]);
   return sorted;
+}
+
+std::vector<std::string> RendezvousState::PlacesClaimed(
+    std::vector<const std::pair<const std::string, Node>*>& rest,
+    std::set<std::string>& taken) const {
+  // rest is in joining order: of two nodes claiming one place, the first to join keeps it.
+  std::vector<std::string> places;
+  std::vector<const std::pair<const std::string, Node>*> newcomers;
+  for (auto* entry : rest) {
+    const int rank = entry->second.info.last_group_rank;
+    const size_t at = static_cast<size_t>(rank);
+    if (rank < 0 || rank >= RoundSize() || (at < places.size() && !places[at].empty())) {
+      newcomers.push_back(entry);
+      continue;
+    }
+    if (places.size() <= at) places.resize(at + 1);
+    places[at] = entry->first;
+    taken.insert(entry->first);
+  }
+  rest = std::move(newcomers);
+  return places;
 }
 
 void RendezvousState::SetMembers(std::vector<std::string> members) {

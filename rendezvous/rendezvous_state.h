@@ -256,6 +256,12 @@ class RendezvousState {
   void RemoveNode(const std::string& node_id, const std::string& why, TimePoint now);
   bool InRound(const std::string& node_id) const;
   std::vector<std::string> FormingCandidates() const;
+  // FormingCandidates without an earlier round here: the places the nodes of `rest` (in
+  // joining order) claim by their last_group_rank ("" where none), moved from `rest` to
+  // `taken`; the first to join keeps a place two claim.
+  std::vector<std::string> PlacesClaimed(
+      std::vector<const std::pair<const std::string, Node>*>& rest,
+      std::set<std::string>& taken) const;
   // A member was lost while its round stops for a worker failure: the failure followed from
   // the loss (a collective with the dead node), so the restart it took is given back.
   void BlameTheLoss(const std::string& host, const std::string& why);

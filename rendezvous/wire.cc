@@ -47,6 +47,7 @@ void ToWire(const NodeInfo& in, v1::NodeInfo* out) {
   out->set_replica_port(in.replica_port);
   if (in.running) ToWire(*in.running, out->mutable_running());
   out->set_store_listens(in.store_listens);
+  if (in.last_group_rank >= 0) out->set_last_group_rank(in.last_group_rank);
   FlashToWire(in, out);
 }
 
@@ -65,6 +66,7 @@ NodeInfo FromWire(const v1::NodeInfo& in, const std::string& node_id) {
   n.replica_port = in.replica_port();
   if (in.has_running()) n.running = FromWire(in.running());
   n.store_listens = in.store_listens();
+  n.last_group_rank = in.has_last_group_rank() ? in.last_group_rank() : -1;
   FlashFromWire(in, n);
   return n;
 }
@@ -333,6 +335,10 @@ Status CheckLimits(const v1::NodeInfo& node) {
   }
   if (node.replica_port() < 0 || node.replica_port() > 65535) {
     return Error{"replica_port " + std::to_string(node.replica_port()) + " out of range"};
+  }
+  if (node.has_last_group_rank() &&
+      (node.last_group_rank() < 0 || node.last_group_rank() >= static_cast<int>(kMaxStorePeers))) {
+    return Error{"last_group_rank " + std::to_string(node.last_group_rank()) + " out of range"};
   }
   if (node.has_running()) {
     const v1::Assignment& a = node.running();

@@ -133,6 +133,7 @@ void EtcdCoordinator::PutNode() {
   if (auto round = follower_->started_round()) {
     opts_.node.next_round = *round + 1;
     opts_.node.restart_count = follower_->last_view().restart_count;
+    opts_.node.last_group_rank = follower_->started_group_rank();
   }
   claimed_round_ = opts_.node.next_round;
   claimed_restarts_ = opts_.node.restart_count;

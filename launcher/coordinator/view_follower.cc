@@ -96,6 +96,7 @@ void ViewFollower::Apply(const NodeView& v) {
   }
   if (v.phase == Phase::kRunning && v.member && started_round_ != v.round) {
     started_round_ = v.round;
+    started_group_rank_ = v.assignment.group_rank;
     workers_live_ = true;
     listener_->OnRoundStarted(v.assignment);
   }

@@ -48,6 +48,8 @@ class ViewFollower {
   bool finished() const { return finished_; }
   // The round whose workers this node runs (or ran last).
   std::optional<uint64_t> started_round() const { return started_round_; }
+  // This node's group rank in that round (-1: none started).
+  int started_group_rank() const { return started_group_rank_; }
   const rendezvous::NodeView& last_view() const { return last_view_; }
 
  private:
@@ -63,6 +65,7 @@ class ViewFollower {
   uint64_t last_stacks_id_ = 0;
   std::optional<uint64_t> stopping_round_;
   std::optional<uint64_t> started_round_;
+  int started_group_rank_ = -1;
   bool workers_live_ = false;
   std::optional<uint64_t> stop_asked_round_;
   std::optional<uint64_t> stop_reported_round_;
