@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "rendezvous/rendezvous_state.h"
@@ -60,6 +62,22 @@ class RendezvousStateTest : public ::testing::Test {
   }
   void StopAll(uint64_t round, const std::vector<std::string>& ids) {
     for (const auto& id : ids) state_->ReportStopped(id, round, 0, now_);
+  }
+  // A round of `claims` (node id, the group rank it says it had in its last round, -1: none)
+  // joining in that order: the group rank each node gets ({} if no round ran).
+  std::map<std::string, int> Form(const std::vector<std::pair<std::string, int>>& claims) {
+    alive_.clear();
+    for (const auto& [id, rank] : claims) {
+      NodeInfo n = Node(id);
+      n.last_group_rank = rank;
+      if (auto refusal = state_->Join(n, now_)) ADD_FAILURE() << refusal->message;
+      alive_.push_back(id);
+    }
+    Advance(std::chrono::seconds(1));
+    std::map<std::string, int> ranks;
+    if (phase() != Phase::kRunning) return ranks;
+    for (const auto& [id, rank] : claims) ranks[id] = View(id).assignment.group_rank;
+    return ranks;
   }
   Phase phase() const { return state_->phase(); }
   NodeView View(const std::string& id) const { return state_->View(id); }

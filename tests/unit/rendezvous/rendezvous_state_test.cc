@@ -506,47 +506,17 @@ TEST_F(RendezvousStateTest, NodesOfARestartedServerCarryRoundAndRestartsOn) {
 // whatever the order they join in.
 TEST_F(RendezvousStateTest, AStateWithoutAnEarlierRoundKeepsTheGroupRanksTheNodesClaim) {
   Make(Spec(3, 3));
-  NodeInfo a = Node("a");
-  a.last_group_rank = 2;
-  NodeInfo c = Node("c");
-  c.last_group_rank = 0;
-  ASSERT_FALSE(state_->Join(a, now_));
-  ASSERT_FALSE(state_->Join(Node("spare"), now_));
-  ASSERT_FALSE(state_->Join(c, now_));
-  alive_ = {"a", "spare", "c"};
-  Advance(std::chrono::seconds(1));
-  ASSERT_EQ(phase(), Phase::kRunning);
-  EXPECT_EQ(View("c").assignment.group_rank, 0);
-  EXPECT_EQ(View("spare").assignment.group_rank, 1);
-  EXPECT_EQ(View("a").assignment.group_rank, 2);
+  EXPECT_EQ(Form({{"a", 2}, {"spare", -1}, {"c", 0}}),
+            (std::map<std::string, int>{{"c", 0}, {"spare", 1}, {"a", 2}}));
 }
 
 // Claims that cannot be kept are a newcomer's: a place beyond the round, or one an earlier
 // joiner claimed too.
 TEST_F(RendezvousStateTest, ClaimsThatCannotBeKeptJoinInJoiningOrder) {
   Make(Spec(2, 2));
-  NodeInfo a = Node("a");
-  a.last_group_rank = 1;
-  NodeInfo b = Node("b");
-  b.last_group_rank = 1;
-  ASSERT_FALSE(state_->Join(a, now_));
-  ASSERT_FALSE(state_->Join(b, now_));
-  alive_ = {"a", "b"};
-  Advance(std::chrono::seconds(1));
-  ASSERT_EQ(phase(), Phase::kRunning);
-  EXPECT_EQ(View("a").assignment.group_rank, 1);
-  EXPECT_EQ(View("b").assignment.group_rank, 0);
-
+  EXPECT_EQ(Form({{"a", 1}, {"b", 1}}), (std::map<std::string, int>{{"b", 0}, {"a", 1}}));
   Make(Spec(2, 2));
-  NodeInfo far = Node("far");
-  far.last_group_rank = 7;
-  ASSERT_FALSE(state_->Join(far, now_));
-  Join("d");
-  alive_ = {"far", "d"};
-  Advance(std::chrono::seconds(1));
-  ASSERT_EQ(phase(), Phase::kRunning);
-  EXPECT_EQ(View("far").assignment.group_rank, 0);
-  EXPECT_EQ(View("d").assignment.group_rank, 1);
+  EXPECT_EQ(Form({{"far", 7}, {"d", -1}}), (std::map<std::string, int>{{"far", 0}, {"d", 1}}));
 }
 
 }  // namespace
