@@ -3,20 +3,21 @@ replica group, the save handler, and the fault-time save orders of the agent.
 
 One JSON object per line over the Unix socket in FTRUN_CONTROL_SOCKET. A background thread
 reads the agent's orders and runs the save handler; the training thread only sends small
-progress lines.
+progress lines. The lines' encoding and the pending answers: control_wire.py; the worker's
+rank and its log lines: worker_env.py.
 """
 import collections
 import contextlib
-import faulthandler
 import itertools
 import json
 import os
 import socket
-import sys
 import threading
 import time
 
 from . import checkpoint
+from .control_wire import Encoded, PendingAnswer, _line  # noqa: F401 (Encoded: re-exported)
+from .worker_env import _log, _rank, _register_stack_dump, _world_size  # noqa: F401
 
 PROTOCOL_VERSION = 1
 
@@ -29,93 +30,6 @@ def is_peer_failure(exc: BaseException) -> bool:
     """The default test of guard(): a RuntimeError from a collective whose peer went away."""
     return isinstance(exc, RuntimeError) and any(
         h in str(exc).lower() for h in _PEER_FAILURE_HINTS)
-
-
-def _env_int(names, default):
-    """The first of the variables that is set: torchrun's name, then msrun's."""
-    for name in names:
-        value = os.environ.get(name)
-        if value not in (None, ""):
-            return int(value)
-    return default
-
-
-def _rank():
-    return _env_int(("RANK", "RANK_ID"), 0)
-
-
-def _world_size():
-    return _env_int(("WORLD_SIZE", "RANK_SIZE"), 1)
-
-
-def _log(msg: str):
-    print(f"ftrun[{_rank()}]: {msg}", file=sys.stderr, flush=True)
-
-
-def _register_stack_dump():
-    """The agent asks for every thread's stack with FTRUN_STACK_SIGNAL: faulthandler writes
-    it to this process's own file in FTRUN_STACK_DIR (the agent merges the ranks' files), so
-    the dumps of several ranks never interleave. The agent's sitecustomize hook registers the
-    same file at start; registering again is harmless. Without FTRUN_STACK_DIR: stderr."""
-    sig = os.environ.get("FTRUN_STACK_SIGNAL")
-    if not sig:
-        return
-    where = os.environ.get("FTRUN_STACK_DIR")
-    try:
-        if where and os.path.isdir(where):
-            dump = open(os.path.join(where, f"stack-{os.getpid()}.txt"), "a")
-            faulthandler.register(int(sig), file=dump, all_threads=True)
-            return
-        faulthandler.register(int(sig), file=sys.stderr, all_threads=True)
-    except (OSError, ValueError, AttributeError):  # stderr is not a file (redirected)
-        faulthandler.register(int(sig), file=sys.__stderr__, all_threads=True)
-
-
-class Encoded:
-    """A request encoded once by its sender (the flash checkpoint's every-step messages skip
-    json.dumps): `text` is a JSON object without its closing brace, to which the controller
-    adds the request's "id"; `kind` is its "type"."""
-    __slots__ = ("kind", "text")
-
-    def __init__(self, kind: str, text: str):
-        self.kind, self.text = kind, text
-
-
-def _line(msg, rid: int) -> str:
-    if isinstance(msg, Encoded):
-        return f'{msg.text},"id":{rid}}}\n'
-    return json.dumps(dict(msg, id=rid), separators=(",", ":")) + "\n"
-
-
-class PendingAnswer:
-    """A request sent to the agent whose answer has not been claimed yet."""
-
-    def __init__(self, controller, rid: int, kind: str):
-        self.slot = [threading.Event(), None, -1]
-        self._controller, self._rid, self._kind = controller, rid, kind
-
-    def wait(self, timeout: float = 60.0):
-        """(answer, fd) as Controller.request returns them; raises OSError likewise."""
-        c = self._controller
-        try:
-            if not self.slot[0].wait(timeout) or self.slot[1] is None:
-                raise OSError(f"no answer from the agent to '{self._kind}'"
-                              + (" (the channel closed)" if c._closed else f" in {timeout:g}s"))
-            return self.slot[1], self.slot[2]
-        finally:
-            self._forget()
-
-    def drop(self):
-        """Gives the request up: an answer that came (or comes) is discarded, its
-        descriptor closed."""
-        self._forget()
-        if self.slot[0].is_set() and self.slot[2] >= 0:
-            os.close(self.slot[2])
-            self.slot[2] = -1
-
-    def _forget(self):
-        with self._controller._answers_lock:
-            self._controller._answers.pop(self._rid, None)
 
 
 class Controller:
