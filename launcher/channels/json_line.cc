@@ -70,40 +70,18 @@ bool ParsesAlone(const std::string& key, const pb::Value& value, const pb::Messa
          pb::util::JsonStringToMessage(json, probe.get(), Options()).ok();
 }
 
-// Whether no array or object in `text` nests deeper than `limit` (brackets inside strings do
-// not count). Linear, and stops at the first level too deep.
-bool NestedWithin(const std::string& text, int limit) {
-  int depth = 0;
-  bool in_string = false;
-  for (size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\') {
-        ++i;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '[' || c == '{') {
-      if (++depth > limit) return false;
-    } else if (c == ']' || c == '}') {
-      --depth;
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 Result<JsonLine> JsonLine::Read(std::string line) {
-  if (!NestedWithin(line, kMaxJsonDepth)) {
-    return Error{"JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
-  }
+  // Boost.JSON stops at the first level too deep (linear), so the line that protobuf's parser
+  // would take quadratic time over never reaches it.
   boost::json::parse_options options;
-  options.max_depth = kMaxJsonDepth + 1;  // NestedWithin has judged the depth already
+  options.max_depth = kMaxJsonDepth;
   boost::system::error_code ec;
   boost::json::value value = boost::json::parse(line, ec, {}, options);
+  if (ec == boost::json::error::too_deep) {
+    return Error{"JSON nested deeper than " + std::to_string(kMaxJsonDepth) + " levels"};
+  }
   if (ec || !value.is_object()) return Error{"not a JSON object"};
   JsonLine json;
   json.object_ = std::move(value.as_object());

@@ -4,9 +4,10 @@
 // channel has always been: a known member's JSON kind must be its type's (a bool is true or
 // false, an integer a number without a fraction, a string a string; never null).
 //
-// A line nested deeper than kMaxJsonDepth (arrays and objects) is refused before it is parsed:
-// protobuf's parser takes time quadratic in the depth (a 60 KB line 30,000 levels deep took
-// about 20 s), and the channel's messages are flat.
+// A line nested deeper than kMaxJsonDepth (arrays and objects) is refused by Boost.JSON's depth
+// limit, which stops there, and never reaches protobuf's parser: that one takes time quadratic
+// in the depth (a 60 KB line 30,000 levels deep took about 20 s), and the channel's messages
+// are flat.
 //
 // The line is parsed once, by Boost.JSON, into an object; a message whose members are all
 // scalars (every line ftrun's worker helper sends) is then filled from it through reflection,
