@@ -52,9 +52,10 @@ Status WriteStacksReport(const std::string& dir, const std::string& base, Stacks
   if (ec) return Error{"cannot create " + dir + ": " + ec.message()};
   const std::string text = dir + "/" + base + ".txt";
   const std::string svg = dir + "/" + base + ".svg";
-  if (auto s = WriteFile(text, r.text); !s) return s;
+  // The flame graph first: whoever sees the text report (a test, `ftrun report`) finds the pair.
   const std::string title = r.text.substr(0, r.text.find('\n'));
   if (auto s = WriteFile(svg, RenderStacksSvg(r.merged, title)); !s) return s;
+  if (auto s = WriteFile(text, r.text); !s) return s;
   r.text_path = text;
   r.svg_path = svg;
   return {};

@@ -28,7 +28,8 @@ StacksReport MakeStacksReport(const std::vector<RankDump>& dumps, const std::str
 // "hang-3-20261126T011500Z": `kind`, the round and the UTC time now.
 std::string StacksReportBase(const std::string& kind, uint64_t round);
 
-// Writes the text and the SVG into `dir` (created when missing); sets the paths.
+// Writes the SVG, then the text (a reader that sees the text finds both), into `dir` (created
+// when missing); sets the paths.
 Status WriteStacksReport(const std::string& dir, const std::string& base, StacksReport& report);
 
 }  // namespace ftrun::launcher
