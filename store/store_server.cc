@@ -13,6 +13,7 @@
 #include <set>
 
 #include "common/log.h"
+#include "store/barrier_poll.h"
 #include "store/protocol.h"
 #include "store/wire.h"
 
@@ -23,19 +24,6 @@ using tcp = asio::ip::tcp;
 using SteadyClock = std::chrono::steady_clock;
 
 namespace {
-
-// torch's store-based barrier (init_process_group, new_group; torch 1.13 to 2.0): every rank
-// adds 1 to "<prefix>/store_based_barrier_key:<n>", then polls it with ADD 0 every 10 ms until
-// it reads the world size.
-bool IsBarrierKey(std::string_view key) {
-  constexpr std::string_view kName = "/store_based_barrier_key:";
-  const size_t at = key.rfind(kName);
-  if (at == std::string_view::npos || at + kName.size() == key.size()) return false;
-  for (char ch : key.substr(at + kName.size())) {
-    if (ch < '0' || ch > '9') return false;
-  }
-  return true;
-}
 
 // Largest request accepted: a COMPARE_SET with the largest key and two largest values, or a
 // WAIT/CHECK whose keys add up to as much.
@@ -226,24 +214,7 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
   // A barrier poll that would read fewer ranks than the world size is answered when the last
   // rank arrives instead of at the next poll, up to 10 ms later (torch >= 2.1 waits on a key
   // instead of polling).
-  bool ShouldHold(const Request& r) const {
-    if (r.type != Query::kAdd || r.delta != 0 || world_size <= 0 || !IsBarrierKey(r.keys[0])) {
-      return false;
-    }
-    auto v = BarrierCount(r.keys[0]);
-    return v && *v < world_size;
-  }
-
-  std::optional<int64_t> BarrierCount(const std::string& key) const {
-    const std::string* v = kv.Get(key);
-    if (!v || v->empty() || v->size() > 18) return std::nullopt;
-    int64_t n = 0;
-    for (char ch : *v) {
-      if (ch < '0' || ch > '9') return std::nullopt;
-      n = n * 10 + (ch - '0');
-    }
-    return n;
-  }
+  bool ShouldHold(const Request& r) const { return ShouldHoldBarrierPoll(kv, r, world_size); }
 
   void Hold(Conn& c, Request r) {
     holding[r.keys[0]].insert(c.id);
@@ -257,8 +228,7 @@ struct StoreServer::Impl : std::enable_shared_from_this<Impl> {
   }
 
   void ReleaseIfComplete(const std::string& key) {
-    auto count = BarrierCount(key);
-    if (!count || *count < world_size) return;
+    if (!BarrierComplete(kv, key, world_size)) return;
     const std::set<ConnId> ids = holding[key];
     for (ConnId id : ids) Release(id);
   }

@@ -26,12 +26,6 @@ namespace {
 namespace v1 = ftrun::v1;
 using stream = boost::asio::local::stream_protocol;
 
-// Reads the line as the message of its type; "" or the reason it does not fit.
-std::string Parse(const JsonLine& line, google::protobuf::Message* msg) {
-  auto parsed = line.Into(msg);
-  return parsed ? "" : parsed.error().message;
-}
-
 }  // namespace
 
 // A message on its way out, with the descriptor it carries (owned; -1 for none).
@@ -302,111 +296,16 @@ std::string ControlServer::Handle(Connection& c, const std::string& text) {
   if (!read) return read.error().message;
   const JsonLine& line = *read;
   v1::ControlEnvelope envelope;
-  if (std::string err = Parse(line, &envelope); !err.empty()) return err;
+  if (auto s = line.Into(&envelope); !s) return s.error().message;
   const std::string& type = envelope.type();
   if (type.empty()) return "message without a 'type'";
   if (c.local_rank < 0) {
     if (type != "hello") return "the first message must be 'hello', not '" + type + "'";
     v1::ControlHello hello;
-    if (std::string err = Parse(line, &hello); !err.empty()) return err;
+    if (auto s = line.Into(&hello); !s) return s.error().message;
     if (std::string err = Bind(c, hello); !err.empty()) return err;
   }
-  RankControl& rc = ranks_[c.local_rank];
-  if (type == "hello" || type == "group" || type == "handler") {
-    v1::ControlGroup group;
-    v1::ControlHandler handler;
-    std::string err = type == "handler" ? Parse(line, &handler) : Parse(line, &group);
-    if (!err.empty()) return err;
-    if (type == "handler") {
-      if (handler.has_enabled()) group.set_handler(handler.enabled());
-      if (handler.has_group()) group.set_group(handler.group());
-    }
-    if (group.has_group() && group.group().size() > 1024) return "replica group name over 1 KiB";
-    if (group.has_handler()) rc.has_handler = group.handler();
-    if (group.has_group()) rc.group = group.group();
-  } else if (type == "progress") {
-    v1::ControlProgress progress;
-    if (std::string err = Parse(line, &progress); !err.empty()) return err;
-    if (!progress.has_step()) return "'progress' without 'step'";
-    rc.step = progress.step();
-    rc.updating = progress.updating();
-    rc.progress_seen = true;
-    rc.last_progress = std::chrono::steady_clock::now();
-    if (events_.on_progress) events_.on_progress(c.local_rank, rc.step, rc.updating);
-  } else if (type == "finished") {
-    v1::ControlFinished finished;
-    if (std::string err = Parse(line, &finished); !err.empty()) return err;
-    rc.finished = true;
-  } else if (type == "peer_failed") {
-    v1::ControlPeerFailed failed;
-    if (std::string err = Parse(line, &failed); !err.empty()) return err;
-    rc.peer_failed = true;
-    if (events_.on_peer_failed) events_.on_peer_failed(c.local_rank, failed.error());
-  } else if (type == "saved") {
-    v1::ControlSaved saved;
-    if (std::string err = Parse(line, &saved); !err.empty()) return err;
-    if (!saved.has_id() || !saved.has_ok()) return "'saved' needs 'id' and 'ok'";
-    if (events_.on_saved) {
-      events_.on_saved(c.local_rank, saved.id(), saved.finalize(), saved.ok(), saved.error());
-    }
-  } else if (type.starts_with("snapshot_")) {
-    return HandleSnapshot(c, type, line);
-  } else {
-    return "unknown message type '" + type + "'";
-  }
-  return "";
-}
-
-namespace {
-
-// Reads a flash checkpoint request; "" or why it does not fit.
-template <typename Request>
-std::string ParseRequest(const JsonLine& line, Request* request) {
-  if (std::string err = Parse(line, request); !err.empty()) return err;
-  if (!request->has_id()) return "a snapshot request needs an 'id'";
-  return "";
-}
-
-}  // namespace
-
-std::string ControlServer::HandleSnapshot(Connection& c, const std::string& type,
-                                          const JsonLine& line) {
-  const int lr = c.local_rank;
-  // Reads the request, checks what it requires, and hands it to its handler (or refuses it).
-  auto route = [&](auto request, const auto& handler, auto check) -> std::string {
-    if (std::string err = ParseRequest(line, &request); !err.empty()) return err;
-    if (std::string err = check(request); !err.empty()) return err;
-    if (handler) {
-      handler(lr, request);
-    } else {
-      Send(lr, JsonMessage("snapshot_refused")
-                   .Set("id", request.id())
-                   .Set("error", std::string("this ftrun agent keeps no memory snapshots"))
-                   .str());
-    }
-    return "";
-  };
-  auto needs_step = [&type](const auto& r) -> std::string {
-    return r.has_step() ? "" : "'" + type + "' needs 'step'";
-  };
-  if (type == "snapshot_begin") {
-    return route(v1::ControlSnapshotBegin{}, events_.on_snapshot_begin,
-                 [](const v1::ControlSnapshotBegin& r) -> std::string {
-                   if (!r.has_step() || !r.has_bytes()) {
-                     return "'snapshot_begin' needs 'step' and 'bytes'";
-                   }
-                   return r.group().size() > 1024 ? "snapshot group name over 1 KiB" : "";
-                 });
-  }
-  if (type == "snapshot_commit")
-    return route(v1::ControlSnapshotCommit{}, events_.on_snapshot_commit, needs_step);
-  if (type == "snapshot_get")
-    return route(v1::ControlSnapshotGet{}, events_.on_snapshot_get, needs_step);
-  if (type == "snapshot_steps") {
-    return route(v1::ControlSnapshotSteps{}, events_.on_snapshot_steps,
-                 [](const auto&) { return std::string(); });
-  }
-  return "unknown message type '" + type + "'";
+  return HandleBound(c.local_rank, type, line);
 }
 
 std::string ControlServer::Bind(Connection& c, const v1::ControlHello& hello) {

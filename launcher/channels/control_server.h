@@ -108,8 +108,11 @@ class ControlServer {
   void Write(std::shared_ptr<Connection> c);
   // Sends the front message's first bytes with its descriptor; then Write goes on.
   void WriteWithFd(std::shared_ptr<Connection> c);
-  std::string HandleSnapshot(Connection& c, const std::string& type, const JsonLine& line);
+  // A line from `c`: read once, bound by its "hello", then HandleBound; "" or why it closes c.
   std::string Handle(Connection& c, const std::string& line);
+  // The message of bound rank `lr` (control_messages.cc); "" or why its connection closes.
+  std::string HandleBound(int lr, const std::string& type, const JsonLine& line);
+  std::string HandleSnapshot(int lr, const std::string& type, const JsonLine& line);
   // Binds `c` to the local rank its "hello" claims, once the kernel agrees; "" or why not.
   std::string Bind(Connection& c, const v1::ControlHello& hello);
   void Close(const std::shared_ptr<Connection>& c, const std::string& why);

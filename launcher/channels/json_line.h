@@ -39,7 +39,7 @@ inline constexpr int kMaxJsonDepth = 32;
 class JsonLine {
  public:
   // "not a JSON object" when `line` is not one; "JSON nested deeper than 32 levels" when it
-  // is too deep to be parsed (a cheap scan, before any parsing).
+  // is too deep (Boost.JSON stops at the first level beyond kMaxJsonDepth).
   static Result<JsonLine> Read(std::string line);
   // Clears `msg`, then fills it from the line.
   Status Into(google::protobuf::Message* msg) const;
