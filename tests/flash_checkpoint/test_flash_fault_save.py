@@ -34,7 +34,7 @@ import unittest
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 from test_flash_memory import (FTRUN, Processes, assert_same_weights, final,  # noqa: E402
-                               free_port, progress, start_rank, wait_for, write_final)
+                               free_port, progress, start_rank, write_final)
 from test_flash_replica import read  # noqa: E402
 
 STEPS = 20
@@ -207,20 +207,16 @@ class MultiNodeFaultSaveTest(Processes, unittest.TestCase):
 
     def run_nodes(self, config, extra=()):
         """The agents' combined log once the master and both agents have exited 0."""
-        port = free_port()
-        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
-        master_log = os.path.join(self.root, "master.log")
-        master = self.start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id", "f",
-                             "--max-restarts", "1", "--restart-backoff", "0", "--rdzv-conf",
-                             conf], "master.log")
-        wait_for(lambda: "listening" in read(master_log), "the master", 60)
-        agents = [self.start(
-            ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", f"127.0.0.1:{port}",
-             "--rdzv-id", "f", "--rdzv-conf", conf + ",is_host=0", "--local-addr", "127.0.0.1",
-             "--nproc-per-node", "1", "--max-restarts", "1", "--restart-backoff", "0",
+        endpoint = f"127.0.0.1:{free_port()}"
+        conf = self.TWO_NODES_CONF
+        master = self.start_master(endpoint.split(":")[1], "f", conf,
+                                   ["--max-restarts", "1", "--restart-backoff", "0"])
+        agents = [self.start_agent(
+            f"{node}.log", endpoint, "f", conf,
+            ["--nproc-per-node", "1", "--max-restarts", "1", "--restart-backoff", "0",
              "--monitor-interval", "0.05", *extra, "--log-dir",
-             os.path.join(self.root, "logs", node), "--no-python", "/usr/bin/python3", __file__,
-             "train", self.root, json.dumps(dict({"steps": STEPS}, **config))], f"{node}.log")
+             os.path.join(self.root, "logs", node)],
+            [__file__, "train", self.root, json.dumps(dict({"steps": STEPS}, **config))])
             for node in ("a", "b")]
         logs = ""
         try:

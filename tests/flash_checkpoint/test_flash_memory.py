@@ -403,12 +403,33 @@ class Processes:
                 p.wait()
         shutil.rmtree(self.root, ignore_errors=True)
 
-    def start(self, args, name):
+    def start(self, args, name, env=None):
+        """ftrun with `args`, its output in self.root/`name`; env: variables added."""
         with open(os.path.join(self.root, name), "w") as log:
             p = subprocess.Popen([FTRUN, *args], stdout=log, stderr=subprocess.STDOUT,
-                                 env=self.env, start_new_session=True)
+                                 env=dict(self.env, **(env or {})), start_new_session=True)
         self.procs.append(p)
         return p
+
+    # A two-node job on loopback: an `ftrun master` and agents that join it. The rendezvous
+    # notices a lost node within about 3 s.
+    TWO_NODES_CONF = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+
+    def start_master(self, port, run_id, conf, options=(), name="master.log"):
+        """`ftrun master` of a 2-node job on `port` (log: `name`), once it listens."""
+        p = self.start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id", run_id,
+                        "--rdzv-conf", conf, *options], name)
+        log = os.path.join(self.root, name)
+        wait_for(lambda: "listening" in open(log).read(), "the master", 60)
+        return p
+
+    def start_agent(self, name, endpoint, run_id, conf, options, script, env=None):
+        """An agent of a 2-node job that joins the master at `endpoint` (log: `name`), its
+        workers `/usr/bin/python3 script...`; options: the agent's own (ranks, restarts...)."""
+        return self.start(["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
+                           endpoint, "--rdzv-id", run_id, "--rdzv-conf", conf + ",is_host=0",
+                           "--local-addr", "127.0.0.1", *options, "--no-python",
+                           "/usr/bin/python3", *script], name, env)
 
 
 def free_port():
@@ -418,52 +439,35 @@ def free_port():
 
 
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
-class NodeLossTest(unittest.TestCase):
-    def test_a_replaced_node_gets_the_newest_step_from_the_surviving_nodes_memory(self):
-        root = tempfile.mkdtemp(prefix="ftrun-flash-nodes-")
-        self.addCleanup(shutil.rmtree, root, True)
-        port = free_port()
-        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
-        env = dict(os.environ)
-        env.pop("FTRUN_CONTROL_SOCKET", None)
-        procs = []
+class NodeLossTest(Processes, unittest.TestCase):
+    def setUp(self):
+        self.root = tempfile.mkdtemp(prefix="ftrun-flash-nodes-")
+        self.processes_setup()
 
-        def start(args, name):
-            log = open(os.path.join(root, name), "w")
-            p = subprocess.Popen([FTRUN, *args], stdout=log, stderr=subprocess.STDOUT, env=env,
-                                 start_new_session=True)
-            procs.append(p)
-            return p
+    def test_a_replaced_node_gets_the_newest_step_from_the_surviving_nodes_memory(self):
+        root, endpoint = self.root, f"127.0.0.1:{free_port()}"
+        config = json.dumps({"steps": 60, "kill_rank": -1, "pause": 0.05})
 
         def agent(name):
-            config = json.dumps({"steps": 60, "kill_rank": -1, "pause": 0.05})
-            return start(["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                          f"127.0.0.1:{port}", "--rdzv-id", "flash", "--rdzv-conf",
-                          conf + ",is_host=0", "--nproc-per-node", "1", "--max-restarts", "5",
-                          "--monitor-interval", "0.1", "--log-dir", os.path.join(root, "logs"),
-                          "--no-python", "/usr/bin/python3", __file__, "train", root, config],
-                         name)
+            return self.start_agent(
+                name, endpoint, "flash", self.TWO_NODES_CONF,
+                ["--nproc-per-node", "1", "--max-restarts", "5", "--monitor-interval", "0.1",
+                 "--log-dir", os.path.join(root, "logs")], [__file__, "train", root, config])
 
         def saved():
             return {int(l.split()[1]) for r in (0, 1) for l in progress(root, r)
                     if l.startswith("saved") and l.endswith("True")}
 
-        try:
-            start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id", "flash",
-                   "--max-restarts", "5", "--rdzv-conf", conf], "master.log")
-            a, b = agent("a.log"), agent("b.log")
-            wait_for(lambda: len(saved()) >= 10, "ten saves")
-            os.killpg(b.pid, signal.SIGKILL)  # the node: its agent and its rank
-            b.wait(timeout=30)
-            before = max(saved())
-            b2 = agent("b2.log")
-            self.assertEqual(a.wait(timeout=120), 0)
-            self.assertEqual(b2.wait(timeout=60), 0)
-        finally:
-            for p in procs:
-                if p.poll() is None:
-                    os.killpg(p.pid, signal.SIGKILL)
-                    p.wait()
+        self.start_master(endpoint.split(":")[1], "flash", self.TWO_NODES_CONF,
+                          ["--max-restarts", "5"])
+        a, b = agent("a.log"), agent("b.log")
+        wait_for(lambda: len(saved()) >= 10, "ten saves")
+        os.killpg(b.pid, signal.SIGKILL)  # the node: its agent and its rank
+        b.wait(timeout=30)
+        before = max(saved())
+        b2 = agent("b2.log")
+        self.assertEqual(a.wait(timeout=120), 0)
+        self.assertEqual(b2.wait(timeout=60), 0)
         logs = ""
         for name in ("a.log", "b2.log"):
             with open(os.path.join(root, name)) as f:
@@ -475,7 +479,6 @@ class NodeLossTest(unittest.TestCase):
         self.assertGreaterEqual(resumed.pop(), before, "at most the step in flight is redone")
         clean = FlashMemoryTest.fault_free("ddp", 60)
         assert_same_weights(self, final(root), clean)
-
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "train":

@@ -113,23 +113,18 @@ class MultiNodeExitPersistTest(Processes, unittest.TestCase):
         """A master and two agents (2 ranks each); returns (master, agent a, agent b, logs)."""
         self.jobs += 1
         port, run = free_port(), f"job{self.jobs}"
-        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
-        master = self.start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id", run,
-                             "--max-restarts", str(restarts), "--rdzv-conf", conf],
-                            f"{run}-master.log")
-        wait_for(lambda: "listening" in read(os.path.join(self.root, f"{run}-master.log")),
-                 "the master", 60)
+        conf = self.TWO_NODES_CONF
+        master = self.start_master(port, run, conf, ["--max-restarts", str(restarts)],
+                                   f"{run}-master.log")
         agents, logs = [], []
         for node in ("a", "b"):
             logs.append(os.path.join(self.root, f"{run}-{node}.log"))
-            agents.append(self.start(
-                ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                 f"127.0.0.1:{port}", "--rdzv-id", run, "--rdzv-conf", conf + ",is_host=0",
-                 "--local-addr", "127.0.0.1", "--nproc-per-node", "2", "--max-restarts",
-                 str(restarts), "--monitor-interval", "0.1", "--restart-backoff", "0", *extra,
-                 "--log-dir", os.path.join(self.root, "logs", run), "--no-python",
-                 "/usr/bin/python3", __file__, "train", self.root, json.dumps(config)],
-                os.path.basename(logs[-1])))
+            agents.append(self.start_agent(
+                os.path.basename(logs[-1]), f"127.0.0.1:{port}", run, conf,
+                ["--nproc-per-node", "2", "--max-restarts", str(restarts), "--monitor-interval",
+                 "0.1", "--restart-backoff", "0", *extra, "--log-dir",
+                 os.path.join(self.root, "logs", run)],
+                [__file__, "train", self.root, json.dumps(config)]))
         return master, agents[0], agents[1], logs
 
     def fault_free(self):

@@ -117,21 +117,17 @@ class ReplicaNodeLossTest(Processes, unittest.TestCase):
         (TLS), host: the endpoint's host; before_the_loss(survivor's log) runs just before the
         node is killed."""
         root, port = self.root, free_port()
-        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3" + security
+        conf = self.TWO_NODES_CONF + security
         config = json.dumps({"steps": STEPS, "hold_at": HOLD_AT})
 
         def agent(name):
-            return self.start(
-                ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                 f"{host}:{port}", "--rdzv-id", "replica", "--rdzv-conf", conf + ",is_host=0",
-                 "--local-addr", "127.0.0.1", "--nproc-per-node", "2", "--max-restarts", "5",
-                 "--monitor-interval", "0.1", "--restart-backoff", "0", "--log-level", "debug",
-                 "--log-dir", os.path.join(root, "logs"), "--no-python", "/usr/bin/python3",
-                 __file__, "train", root, config], name)
+            return self.start_agent(
+                name, f"{host}:{port}", "replica", conf,
+                ["--nproc-per-node", "2", "--max-restarts", "5", "--monitor-interval", "0.1",
+                 "--restart-backoff", "0", "--log-level", "debug",
+                 "--log-dir", os.path.join(root, "logs")], [__file__, "train", root, config])
 
-        master = self.start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id",
-                             "replica", "--max-restarts", "5", "--rdzv-conf", conf], "master.log")
-        wait_for(lambda: "listening" in read(os.path.join(root, "master.log")), "the master")
+        master = self.start_master(port, "replica", conf, ["--max-restarts", "5"])
         a = agent("a.log")
         wait_for(lambda: "replica service listening" in read(os.path.join(root, "a.log")),
                  "node a's replica service")

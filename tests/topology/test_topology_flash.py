@@ -38,36 +38,25 @@ class RanksMoveWithTheTopology(Processes, unittest.TestCase):
     setUp = replica.ReplicaNodeLossTest.setUp
     fault_free = replica.ReplicaNodeLossTest.fault_free  # the same job without a fault
 
-    def start_with(self, args, name, switch_path):
-        saved = self.env
-        self.env = dict(saved, FTRUN_SWITCH_PATH=switch_path)
-        try:
-            return self.start(args, name)
-        finally:
-            self.env = saved
-
     def test_ranks_that_move_to_another_node_restore_from_memory_with_zero_steps_lost(self):
         root, port = self.root, free_port()
-        conf = "last_call_timeout=1,keep_alive_interval=1,keep_alive_max_attempt=3"
+        conf = self.TWO_NODES_CONF
         config = json.dumps({"steps": replica.STEPS, "hold_at": replica.HOLD_AT})
         hold = replica.HOLD_AT
 
         def agent(name, switch_path):
-            return self.start_with(
-                ["--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint",
-                 f"127.0.0.1:{port}", "--rdzv-id", "topo", "--rdzv-conf", conf + ",is_host=0",
-                 "--local-addr", "127.0.0.1", "--nproc-per-node", "2", "--max-restarts", "5",
-                 "--monitor-interval", "0.1", "--restart-backoff", "0", "--log-level", "debug",
-                 "--log-dir", os.path.join(root, "logs"), "--no-python", "/usr/bin/python3",
-                 RANK_SCRIPT, "train", root, config], name, switch_path)
+            return self.start_agent(
+                name, f"127.0.0.1:{port}", "topo", conf,
+                ["--nproc-per-node", "2", "--max-restarts", "5", "--monitor-interval", "0.1",
+                 "--restart-backoff", "0", "--log-level", "debug",
+                 "--log-dir", os.path.join(root, "logs")], [RANK_SCRIPT, "train", root, config],
+                {"FTRUN_SWITCH_PATH": switch_path})
 
         def log(name):
             return os.path.join(root, name)
 
-        master = self.start(["master", "--port", str(port), "--nnodes", "2", "--rdzv-id",
-                             "topo", "--max-restarts", "5", "--rdzv-conf", conf,
-                             "--event-log", log("events.jsonl")], "master.log")
-        replica.wait_for(lambda: "listening" in replica.read(log("master.log")), "the master")
+        master = self.start_master(port, "topo", conf,
+                                   ["--max-restarts", "5", "--event-log", log("events.jsonl")])
         # b joins first: the switches, not the join order, give a group rank 0.
         b = agent("b.log", "asw-2/psw-0")
         replica.wait_for(lambda: "joined" in replica.read(log("master.log")), "node b's join")
