@@ -105,6 +105,7 @@ ControlServer::Events Agent::ChannelEvents() {
     }
   };
   ev.on_snapshot_steps = [this](int lr, const auto& r) { flash_.Steps(lr, r); };
+  ev.on_snapshot_mailbox = [this](int lr, const auto& r) { flash_.Mailbox(lr, r); };
   ev.on_snapshot_get = [this](int lr, const auto& r) {
     flash_.Get(lr, r);
     events_.CheckpointRestored(lr, r.step());

@@ -106,6 +106,10 @@ std::string ControlServer::HandleSnapshot(int lr, const std::string& type, const
     return route(v1::ControlSnapshotCommit{}, events_.on_snapshot_commit, needs_step);
   if (type == "snapshot_get")
     return route(v1::ControlSnapshotGet{}, events_.on_snapshot_get, needs_step);
+  if (type == "snapshot_mailbox") {
+    return route(v1::ControlSnapshotMailbox{}, events_.on_snapshot_mailbox,
+                 [](const auto&) { return std::string(); });
+  }
   if (type == "snapshot_steps") {
     return route(v1::ControlSnapshotSteps{}, events_.on_snapshot_steps,
                  [](const auto&) { return std::string(); });

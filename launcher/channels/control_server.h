@@ -34,6 +34,7 @@ class ControlSnapshotBegin;
 class ControlSnapshotCommit;
 class ControlSnapshotSteps;
 class ControlSnapshotGet;
+class ControlSnapshotMailbox;
 }  // namespace ftrun::v1
 
 namespace ftrun::launcher {
@@ -71,6 +72,7 @@ class ControlServer {
     std::function<void(int local_rank, const v1::ControlSnapshotCommit&)> on_snapshot_commit;
     std::function<void(int local_rank, const v1::ControlSnapshotSteps&)> on_snapshot_steps;
     std::function<void(int local_rank, const v1::ControlSnapshotGet&)> on_snapshot_get;
+    std::function<void(int local_rank, const v1::ControlSnapshotMailbox&)> on_snapshot_mailbox;
   };
 
   ControlServer(boost::asio::io_context& io, Events events);

@@ -62,23 +62,30 @@ void FlashService::Refuse(int local_rank, int64_t id, int64_t step, const std::s
 }
 
 void FlashService::Begin(int local_rank, const v1::ControlSnapshotBegin& r) {
+  auto box = r.mailbox() ? mailboxes_.find(local_rank) : mailboxes_.end();
+  LeaseMailbox* mailbox = box == mailboxes_.end() ? nullptr : box->second.get();
+  // In the mailbox a refusal is only "no": the worker asks again on the channel, and that
+  // answer says why (and is logged) as any other refusal.
+  auto refuse = [&](const std::string& error, bool busy) {
+    if (mailbox == nullptr) return Refuse(local_rank, r.id(), r.step(), error, busy);
+    mailbox->Refuse(r.id());
+  };
   if (r.step() < 0 || r.bytes() <= 0) {
-    return Refuse(local_rank, r.id(), r.step(),
-                  "a snapshot needs a step >= 0 and at least one byte, got step " +
+    return refuse("a snapshot needs a step >= 0 and at least one byte, got step " +
                       std::to_string(r.step()) + " and " + std::to_string(r.bytes()) + " bytes",
                   false);
   }
   if (static_cast<uint64_t>(r.bytes()) > std::numeric_limits<size_t>::max()) {
-    return Refuse(local_rank, r.id(), r.step(), "snapshot too large", false);
+    return refuse("snapshot too large", false);
   }
   if (store_.Busy(local_rank)) {
-    return Refuse(local_rank, r.id(), r.step(),
-                  "the buffer this save needs is being written to storage", true);
+    return refuse("the buffer this save needs is being written to storage", true);
   }
   auto lease =
       store_.Begin(local_rank, static_cast<uint64_t>(r.step()), static_cast<size_t>(r.bytes()));
-  if (!lease) return Refuse(local_rank, r.id(), r.step(), lease.error().message, false);
+  if (!lease) return refuse(lease.error().message, false);
   begun_group_[local_rank] = r.group();
+  if (mailbox != nullptr && mailbox->Grant(r.id(), lease->step, lease->fd)) return;
   bool sent = send_(local_rank,
                     JsonMessage("snapshot_lease")
                         .Set("id", r.id())
@@ -88,6 +95,26 @@ void FlashService::Begin(int local_rank, const v1::ControlSnapshotBegin& r) {
                         .str(),
                     lease->fd);
   if (!sent) store_.Abort(local_rank);
+}
+
+void FlashService::Mailbox(int local_rank, const v1::ControlSnapshotMailbox& r) {
+  auto& mailbox = mailboxes_[local_rank];
+  if (mailbox == nullptr) {
+    auto created = LeaseMailbox::Create();
+    if (!created) {
+      mailboxes_.erase(local_rank);
+      return Refuse(local_rank, r.id(), -1, "no lease mailbox: " + created.error().message, false);
+    }
+    mailbox = std::move(*created);
+  }
+  mailbox->Clear();
+  send_(local_rank,
+        JsonMessage("snapshot_mailbox")
+            .Set("id", r.id())
+            .Set("bytes", static_cast<int64_t>(LeaseMailbox::kBytes))
+            .Set("fd", true)
+            .str(),
+        mailbox->fd());
 }
 
 void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {

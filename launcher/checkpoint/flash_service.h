@@ -4,8 +4,9 @@
 // SnapshotPersister (storage, off the loop).
 //
 // The steps of a save: "snapshot_begin" -> Begin leases a buffer (its memfd goes to the
-// worker with the answer) -> the worker copies its state in -> "snapshot_commit" -> the
-// snapshot is the newest of its copy; with `persist` it is also queued for storage now,
+// worker with the answer; a lease asked for ahead of the next save is answered in the rank's
+// lease mailbox instead, lease_mailbox.h) -> the worker copies its state in -> "snapshot_commit" ->
+// the snapshot is the newest of its copy; with `persist` it is also queued for storage now,
 // otherwise only if the job ends in failure (PersistForExit). A restore: "snapshot_steps"
 // (which steps of a copy are complete here, and the step the rendezvous decided the round
 // restores: SetRestoreStep) -> "snapshot_get" hands the buffer over for reading.
@@ -49,6 +50,7 @@
 #include <vector>
 
 #include "ftrun/v1/control.pb.h"
+#include "launcher/checkpoint/lease_mailbox.h"
 #include "launcher/checkpoint/snapshot_checksummer.h"
 #include "launcher/checkpoint/snapshot_persister.h"
 #include "launcher/checkpoint/snapshot_store.h"
@@ -71,6 +73,9 @@ class FlashService {
   void Commit(int local_rank, const v1::ControlSnapshotCommit& request);
   void Steps(int local_rank, const v1::ControlSnapshotSteps& request);
   void Get(int local_rank, const v1::ControlSnapshotGet& request);
+  // Hands the rank its lease mailbox (created on first use, cleared for each request): from
+  // then on a "snapshot_begin" with `mailbox` is answered there instead of on the channel.
+  void Mailbox(int local_rank, const v1::ControlSnapshotMailbox& request);
 
   // The rank's worker is gone: its unfinished save is abandoned (the newest snapshot stays).
   void WorkerExited(int local_rank);
@@ -124,6 +129,7 @@ class FlashService {
   // Newest step stored (or being stored) per checkpoint key (the copy "" or "sharded").
   std::map<std::string, uint64_t> stored_;
   std::map<int, std::string> begun_group_;  // the group of each rank's save in progress
+  std::map<int, std::unique_ptr<LeaseMailbox>> mailboxes_;  // by local rank
   int in_flight_ = 0;
   const ReplicaStore* replicas_ = nullptr;
   std::optional<int64_t> restore_copy_, restore_shards_;

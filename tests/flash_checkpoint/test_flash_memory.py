@@ -91,6 +91,10 @@ def train(root, config):
         if doomed and config.get("kill_how") == "after_save":
             os.kill(os.getpid(), signal.SIGKILL)  # its commit may still be unread by the agent
         time.sleep(config.get("pause", 0))
+    if config.get("mailbox_report"):
+        from ftrun.flash_checkpoint import engine
+        mem, _ = engine.memory_store()
+        progress.write(f"mailbox {mem.mailbox_leases} of {config['steps'] - start}\n")
     write_final(root, rank, model)
 
 
@@ -278,6 +282,19 @@ class FlashMemoryTest(unittest.TestCase):
         self.assertGreaterEqual(resumed, 11)
         self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")),
                          "a job that succeeded writes no MEMORY save to disk")
+
+    def test_saves_every_step_take_their_lease_from_the_mailbox_and_a_kill_loses_nothing(self):
+        # A pause after each save, as a training step takes: the agent has written the next
+        # lease into the mailbox by the time the save begins, and the save takes it from there
+        # (every save of an attempt but its first, which sets the buffers up).
+        done = run_job(self.root, {"kill_at": 11, "pause": 0.03, "mailbox_report": True})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        self.assert_resumed_without_loss(self.root, done.stdout)
+        report = [l.split() for l in progress(self.root, 0) if l.startswith("mailbox")]
+        self.assertEqual(len(report), 1, progress(self.root, 0))
+        leases, saves = int(report[0][1]), int(report[0][3])
+        self.assertGreaterEqual(saves, 10)
+        self.assertGreaterEqual(leases, saves - 3, report)  # a slow moment may miss one or two
 
     def test_two_jobs_on_one_node_keep_their_own_snapshots(self):
         other = tempfile.mkdtemp(prefix="ftrun-flash-other-")

@@ -170,14 +170,18 @@ class Controller:
         """True once the agent's channel is gone."""
         return self._closed
 
-    def post(self, msg):
-        """Sends a request whose answer nobody waits for (it is dropped when it comes). msg: a
-        dict or an Encoded. Raises OSError when the agent's channel is closed."""
+    def post(self, msg, before=None) -> int:
+        """Sends a request whose answer nobody waits for (it is dropped when it comes), after
+        `before` (the same kind of request) in the same write; returns msg's id. Each a dict
+        or an Encoded. Raises OSError when the agent's channel is closed."""
         if self._closed:
             raise OSError("the agent's control channel is closed")
-        self._send_lines(_line(msg, next(self._ids)))
+        rid = next(self._ids)
+        text = _line(msg, rid)
+        self._send_lines(text if before is None else _line(before, next(self._ids)) + text)
         if self._closed:
             raise OSError("the agent's control channel is closed")
+        return rid
 
     def request(self, msg: dict, timeout: float = 60.0):
         """Sends a request (an "id" is added) and waits for the agent's answer: (answer, fd),

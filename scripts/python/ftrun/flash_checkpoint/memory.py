@@ -11,6 +11,7 @@ A restore asks which steps the agent holds ("snapshot_steps") and maps the chose
 import json
 import mmap
 import os
+import struct
 import sys
 import time
 
@@ -18,6 +19,10 @@ from ..checkpoint import CheckpointError
 from ..control import Encoded
 from . import snapshot
 from .layout import Layout
+
+
+_WORD = struct.Struct("<q")  # the lease mailbox: the id of the request answered
+_ANSWER = struct.Struct("<4q")  # then granted, step, the buffer's inode and size
 
 
 class MemoryRefused(CheckpointError):
@@ -35,8 +40,14 @@ class AgentMemory:
     def __init__(self, controller):
         self.controller = controller
         self._maps = {}  # (st_dev, st_ino) -> mmap of that buffer, kept from save to save
+        self._by_inode = {}  # st_ino -> the same mmap (the lease mailbox names buffers so)
         self._said = set()
-        self._ahead = None  # (PendingAnswer, step, group, bytes) of the next save's lease
+        # The next save's lease: (PendingAnswer or the request's id when it is answered in
+        # the mailbox, step, group, bytes).
+        self._ahead = None
+        self._mailbox = None  # the agent's lease mailbox (lease_mailbox.h), mapped read-only
+        self._mailbox_asked = False
+        self.mailbox_leases = 0  # saves whose lease came through the mailbox (tests)
         self._layouts = {}  # group -> Layout of its last save (reused while it fits)
         self._commit_key, self._commit_prefix = None, ""
 
@@ -63,12 +74,13 @@ class AgentMemory:
         size = (layout or plan).bytes
         lease = self._lease_taken_ahead(group, size)
         if lease is None:
-            lease = self._lease(step, group, size, wait_seconds)
-        fd, begun = lease
-        try:
-            buffer = self._mapping(fd, size)
-        finally:
-            os.close(fd)
+            fd, begun = self._lease(step, group, size, wait_seconds)
+            try:
+                buffer = self._mapping(fd, size)
+            finally:
+                os.close(fd)
+        else:
+            buffer, begun = lease
         if layout is not None:
             layout.write(buffer, step, pickled, tensors)
         else:
@@ -126,38 +138,81 @@ class AgentMemory:
     # agent. Not for shards: the lease makes the older of the rank's two snapshots
     # unrestorable until the next commit, and shards are restored only at a step every rank
     # still holds, which one rank dying mid-save must leave in place.
+    # The answer comes in the agent's lease mailbox when it has one (no wake-up of this
+    # process's reader thread, no descriptor passed: most of a small save's cost), else as a
+    # message.
     def _take_lease_ahead(self, step: int, group: str, size: int, commit: dict):
         """Sends `commit` and the next save's lease request in one write."""
         self._drop_lease_ahead()
+        mailbox = self._lease_mailbox()
         begin = Encoded("snapshot_begin", f'{{"type":"snapshot_begin","step":{step},'
-                        f'"bytes":{size},"group":{json.dumps(group)}')
+                        f'"bytes":{size},"group":{json.dumps(group)}'
+                        + (',"mailbox":true' if mailbox is not None else ""))
+        if mailbox is not None:
+            self._ahead = (self.controller.post(begin, before=commit), step, group, size)
+            return
         self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
         if self.controller.closed:  # as post() says it: the commit did not reach the agent
             raise OSError("the agent's control channel is closed")
 
     def _lease_taken_ahead(self, group: str, size: int):
-        """(fd, step the lease names) of the lease asked for after the last save, when it was
-        granted and fits this save; else None (the caller asks again)."""
+        """(mapping, step the lease names) of the lease asked for after the last save, when it
+        was granted and fits this save; else None (the caller asks again, which abandons the
+        lease taken ahead)."""
         ahead, self._ahead = self._ahead, None
         if ahead is None:
             return None
         pending, step, lease_group, lease_size = ahead
         if lease_group != group or lease_size < size:
-            pending.drop()
+            if not isinstance(pending, int):
+                pending.drop()
             return None
+        if isinstance(pending, int):
+            return self._mailbox_lease(pending, step, size)
         try:
             answer, fd = pending.wait(60.0)
         except OSError:
             return None
         if answer.get("type") == "snapshot_lease" and fd >= 0:
-            return fd, step
+            try:
+                return self._mapping(fd, size), step
+            finally:
+                os.close(fd)
         if fd >= 0:
             os.close(fd)
         return None
 
+    def _mailbox_lease(self, rid: int, step: int, size: int):
+        """The lease of request `rid` as the mailbox holds it: granted, and a buffer this
+        process has mapped whole; else None (not answered yet, refused, or a new buffer)."""
+        m = self._mailbox
+        if _WORD.unpack_from(m, 0)[0] != rid:  # the id is written last: read it first
+            return None
+        granted, leased_step, inode, buffer_size = _ANSWER.unpack_from(m, 8)
+        buffer = self._by_inode.get(inode)
+        if (not granted or leased_step != step or buffer is None or len(buffer) < size
+                or len(buffer) != buffer_size):
+            return None
+        self.mailbox_leases += 1
+        return buffer, step
+
+    def _lease_mailbox(self):
+        """The agent's lease mailbox, asked for once (None: an agent without one)."""
+        if self._mailbox is None and not self._mailbox_asked:
+            self._mailbox_asked = True
+            answer, fd = self.controller.request({"type": "snapshot_mailbox"})
+            if fd >= 0:
+                try:
+                    if answer.get("type") == "snapshot_mailbox":
+                        self._mailbox = mmap.mmap(fd, int(answer["bytes"]), mmap.MAP_SHARED,
+                                                  mmap.PROT_READ)
+                finally:
+                    os.close(fd)
+        return self._mailbox
+
     def _drop_lease_ahead(self):
         ahead, self._ahead = getattr(self, "_ahead", None), None
-        if ahead is not None:
+        if ahead is not None and not isinstance(ahead[0], int):
             ahead[0].drop()
 
     def _mapping(self, fd: int, size: int):
@@ -169,10 +224,12 @@ class AgentMemory:
         if m is not None:
             for layout in self._layouts.values():
                 layout.forget(m)  # its views would keep the mapping open
+            self._by_inode.pop(st.st_ino, None)
             self._maps.pop(key).close()
         m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                       mmap.PROT_READ | mmap.PROT_WRITE)
         self._maps[key] = m
+        self._by_inode[st.st_ino] = m
         return m
 
     # ---- restoring ----

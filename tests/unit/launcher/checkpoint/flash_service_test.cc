@@ -1,4 +1,7 @@
 // FlashService answering snapshot requests: leases, commits, steps, gets and refusals.
+#include <sys/mman.h>
+#include <sys/stat.h>
+
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -130,6 +133,65 @@ TEST_F(FlashServiceTest, ALeaseTakenAheadIsCommittedUnderTheStepSaved) {
   EXPECT_EQ(Steps(0), (std::vector<int64_t>{7, 1}));
   EXPECT_EQ(Get(0, 7), "seven");
   EXPECT_EQ(service().store().Newest(0)->bytes, 5u);
+}
+
+// The lease mailbox: a lease asked for ahead of the next save is answered in shared memory
+// (the request's id last), not with a message; a refusal is a "no" there, and the ordinary
+// request that follows says why.
+TEST_F(FlashServiceTest, ALeaseAskedForAheadIsAnsweredInTheMailbox) {
+  v1::ControlSnapshotMailbox ask;
+  ask.set_id(++id_);
+  service().Mailbox(0, ask);
+  const Sent handed = sent_.back();
+  ASSERT_EQ(handed.type(), "snapshot_mailbox") << handed.error();
+  ASSERT_GE(handed.fd, 0);
+  const size_t bytes = static_cast<size_t>(handed.at("bytes").number_value());
+  ASSERT_GE(bytes, 5 * sizeof(int64_t));
+  void* page = ::mmap(nullptr, bytes, PROT_READ, MAP_SHARED, handed.fd, 0);
+  ASSERT_NE(page, MAP_FAILED);
+  const auto* word = static_cast<const int64_t*>(page);
+  EXPECT_EQ(word[0], 0) << "a new mailbox holds no answer";
+
+  Save(0, 1, "one");
+  const Sent lease_one = sent_[sent_.size() - 2];  // the buffer step 1 was written in
+  const Sent first = Begin(0, 2, 16);
+  ASSERT_EQ(first.type(), "snapshot_lease");
+  ASSERT_EQ(::pwrite(first.fd, "two", 3, 0), 3);
+  Commit(0, 2);
+
+  const size_t before = sent_.size();
+  v1::ControlSnapshotBegin ahead;
+  ahead.set_id(++id_);
+  ahead.set_step(3);
+  ahead.set_bytes(5);
+  ahead.set_mailbox(true);
+  service().Begin(0, ahead);
+  EXPECT_EQ(sent_.size(), before) << "no message: the answer is in the mailbox";
+  EXPECT_EQ(word[0], ahead.id());
+  EXPECT_EQ(word[1], 1) << "granted";
+  EXPECT_EQ(word[2], 3) << "the step leased";
+  struct stat one {};
+  ASSERT_EQ(::fstat(lease_one.fd, &one), 0);
+  EXPECT_EQ(word[3], static_cast<int64_t>(one.st_ino)) << "step 1's buffer, handed out again";
+  EXPECT_EQ(word[4], one.st_size);
+  ASSERT_EQ(::pwrite(lease_one.fd, "three", 5, 0), 5);
+  Commit(0, 3);
+  EXPECT_EQ(Get(0, 3), "three");
+  EXPECT_EQ(Steps(0), (std::vector<int64_t>{3, 2}));
+
+  // A refusal (over the budget) is a "no" in the mailbox, and nothing changes.
+  ahead.set_id(++id_);
+  ahead.set_step(4);
+  ahead.set_bytes(static_cast<int64_t>(budget_) + 1);
+  service().Begin(0, ahead);
+  EXPECT_EQ(word[0], ahead.id());
+  EXPECT_EQ(word[1], 0) << "refused";
+  EXPECT_EQ(Steps(0), (std::vector<int64_t>{3, 2}));
+  // Asked for again, the mailbox is cleared for the new worker (its ids start again).
+  ask.set_id(++id_);
+  service().Mailbox(0, ask);
+  EXPECT_EQ(word[0], 0);
+  ::munmap(page, bytes);
 }
 
 }  // namespace
