@@ -25,6 +25,18 @@ _WORD = struct.Struct("<q")  # the lease mailbox: the id of the request answered
 _ANSWER = struct.Struct("<4q")  # then granted, step, the buffer's inode and size
 
 
+class _MailboxAnswer:
+    """The next save's lease, answered in the lease mailbox under request id `rid`: nothing
+    to wait for or drop (no message, no descriptor comes)."""
+    __slots__ = ("rid",)
+
+    def __init__(self, rid: int):
+        self.rid = rid
+
+    def drop(self):
+        pass
+
+
 class MemoryRefused(CheckpointError):
     """The agent did not take the snapshot (busy, or it does not fit its budget)."""
 
@@ -39,11 +51,12 @@ class AgentMemory:
 
     def __init__(self, controller):
         self.controller = controller
-        self._maps = {}  # (st_dev, st_ino) -> mmap of that buffer, kept from save to save
-        self._by_inode = {}  # st_ino -> the same mmap (the lease mailbox names buffers so)
+        # st_ino -> mmap of that buffer, kept from save to save (every buffer is a memfd of
+        # the agent: one device; the lease mailbox names a buffer by its inode too)
+        self._maps = {}
         self._said = set()
-        # The next save's lease: (PendingAnswer or the request's id when it is answered in
-        # the mailbox, step, group, bytes).
+        # The next save's lease: (PendingAnswer, or _MailboxAnswer when it is answered in the
+        # mailbox, step, group, bytes).
         self._ahead = None
         self._mailbox = None  # the agent's lease mailbox (lease_mailbox.h), mapped read-only
         self._mailbox_asked = False
@@ -149,7 +162,8 @@ class AgentMemory:
                         f'"bytes":{size},"group":{json.dumps(group)}'
                         + (',"mailbox":true' if mailbox is not None else ""))
         if mailbox is not None:
-            self._ahead = (self.controller.post(begin, before=commit), step, group, size)
+            rid = self.controller.post(begin, before=commit)
+            self._ahead = (_MailboxAnswer(rid), step, group, size)
             return
         self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
         if self.controller.closed:  # as post() says it: the commit did not reach the agent
@@ -164,11 +178,10 @@ class AgentMemory:
             return None
         pending, step, lease_group, lease_size = ahead
         if lease_group != group or lease_size < size:
-            if not isinstance(pending, int):
-                pending.drop()
+            pending.drop()
             return None
-        if isinstance(pending, int):
-            return self._mailbox_lease(pending, step, size)
+        if isinstance(pending, _MailboxAnswer):
+            return self._mailbox_lease(pending.rid, step, size)
         try:
             answer, fd = pending.wait(60.0)
         except OSError:
@@ -189,7 +202,7 @@ class AgentMemory:
         if _WORD.unpack_from(m, 0)[0] != rid:  # the id is written last: read it first
             return None
         granted, leased_step, inode, buffer_size = _ANSWER.unpack_from(m, 8)
-        buffer = self._by_inode.get(inode)
+        buffer = self._maps.get(inode)
         if (not granted or leased_step != step or buffer is None or len(buffer) < size
                 or len(buffer) != buffer_size):
             return None
@@ -212,24 +225,22 @@ class AgentMemory:
 
     def _drop_lease_ahead(self):
         ahead, self._ahead = getattr(self, "_ahead", None), None
-        if ahead is not None and not isinstance(ahead[0], int):
+        if ahead is not None:
             ahead[0].drop()
 
     def _mapping(self, fd: int, size: int):
         st = os.fstat(fd)
-        key = (st.st_dev, st.st_ino)
+        key = st.st_ino
         m = self._maps.get(key)
         if m is not None and len(m) >= size:
             return m
         if m is not None:
             for layout in self._layouts.values():
                 layout.forget(m)  # its views would keep the mapping open
-            self._by_inode.pop(st.st_ino, None)
             self._maps.pop(key).close()
         m = mmap.mmap(fd, st.st_size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0),
                       mmap.PROT_READ | mmap.PROT_WRITE)
         self._maps[key] = m
-        self._by_inode[st.st_ino] = m
         return m
 
     # ---- restoring ----
