@@ -5,7 +5,9 @@ schedule of faults hits it, then proof that nothing was lost.
 The job: `ftrun master` (a standalone rendezvous server, so that any agent may die) and three
 agents on loopback (dynamic rendezvous, --nnodes 2:3, one rank each) running
 scripts/demo/train.py with the ftrun Python helper, periodic checkpoints and a world-size-
-independent global batch. The faults, one after another as the training progresses:
+independent global batch. The faults, one after another as the training progresses (the
+ranks wait at each fault's step until it is injected, `train.py --hold`, so a fault that takes
+long on a loaded machine never lets the job run past the next one):
   kill-rank   SIGKILL of a rank (ftrun sees the exit; a survivor saves; the group restarts)
   stop-rank   SIGSTOP of a rank: a hang, caught by --hang-timeout
   kill-agent  SIGKILL of an agent; its node comes back a few seconds later, as a scheduler
@@ -220,6 +222,7 @@ class Job:
              "--log-dir", os.path.join(self.out, "logs"),
              *self.train_args(self.out), "--progress", os.path.join(self.out, "progress"),
              "--attempt-log", os.path.join(self.out, "attempts.jsonl"),
+             "--hold", self.hold_file(),
              "--hang-save-once", os.path.join(self.out, "hang-save")],
             stdout=stdout, stderr=logf, env=env)
         if slot == CONSOLE_SLOT:
@@ -244,6 +247,17 @@ class Job:
                     a.endswith(b"ftrun/standby.py") for a in args):
                 out.append(p)
         return out
+
+    def hold_file(self):
+        return os.path.join(self.out, "hold")
+
+    def hold(self, step):
+        """The ranks wait before `step` (None: no more) until told otherwise: a fault that
+        takes long (a flood under load) must not let the job run past the next fault."""
+        tmp = self.hold_file() + ".tmp"
+        with open(tmp, "w") as f:
+            f.write("" if step is None else str(step))
+        os.replace(tmp, self.hold_file())
 
     def progress(self):
         """(rank 0's pid, completed steps) of the newest progress line."""
@@ -624,20 +638,23 @@ def main():
     if reference is None:
         return 1
     job = Job(args, out)
+    # Faults at evenly spread points of the training, each once the job runs again; the job
+    # waits at each point until its fault is injected.
+    points = [int(args.steps * (0.1 + 0.75 * i / max(1, len(kinds)))) for i in range(len(kinds))]
+    job.hold(points[0] if points else None)
     job.start_master()
     for slot in range(3):
         job.start_agent(slot)
     failures = []
     injected = survived = 0
     pending_restart = None  # the slot of an agent to start again
-    # Faults at evenly spread points of the training, each once the job runs again.
-    points = [int(args.steps * (0.1 + 0.75 * i / max(1, len(kinds)))) for i in range(len(kinds))]
     deadline = started + args.timeout
-    for kind, at in zip(kinds, points):
+    for i, (kind, at) in enumerate(zip(kinds, points)):
         if not wait_for(lambda: job.progress()[1] >= at or job.master.poll() is not None,
                         deadline - time.monotonic(), f"step {at}"):
             failures.append(f"no progress to step {at}")
             break
+        job.hold(points[i + 1] if i + 1 < len(points) else None)
         if job.master.poll() is not None:
             failures.append(f"the job ended before the {kind} fault at step {at}")
             break
@@ -677,6 +694,7 @@ def main():
         else:
             failures.append(f"no progress after {kind}")
             break
+    job.hold(None)  # also after a failure above: the job may finish
     if pending_restart is not None and job.master.poll() is None:
         job.start_agent(pending_restart)
     if not wait_for(lambda: job.master.poll() is not None, deadline - time.monotonic(),

@@ -38,7 +38,7 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
               opts_.host, [this] { return group_.get(); }),
       hangs_(
           clock_, config_, channels_, opts_.host,
-          [this](uint64_t round, std::function<void(const std::string&)> done) {
+          [this](uint64_t round, std::function<void(const HangStacks&)> done) {
             stacks_.ForHang(round, std::move(done));
           },
           [this](const WorkerFailure& f) {

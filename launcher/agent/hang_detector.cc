@@ -18,7 +18,20 @@ HangDetector::HangDetector(Clock& clock, const LaunchConfig& config, const Worke
       host_(std::move(host)),
       dump_(std::move(dump)),
       on_hang_(std::move(on_hang)),
-      monitor_(clock.NewTimer()) {}
+      monitor_(clock.NewTimer()),
+      fallback_(clock.NewTimer()) {}
+
+HangChoice ChooseHungRank(const std::vector<int>& silent, const std::function<int(int)>& global_of,
+                          const std::vector<int>& differing, const std::set<int>& local_globals) {
+  const std::set<int> stuck(differing.begin(), differing.end());
+  for (int lr : silent) {
+    if (stuck.count(global_of(lr))) return {lr, false};
+  }
+  bool stuck_here = false;
+  for (int g : stuck) stuck_here |= local_globals.count(g) > 0;
+  if (!stuck.empty() && !stuck_here) return {-1, true};
+  return {silent.front(), false};
+}
 
 void HangDetector::Watch(const WorkerGroup* group) {
   Stop();
@@ -30,6 +43,7 @@ void HangDetector::Stop() {
   group_ = nullptr;
   hung_.clear();
   monitor_->Cancel();
+  fallback_->Cancel();
   ++epoch_;
 }
 
@@ -74,9 +88,29 @@ void HangDetector::Check() {
       "and treating it as a failure",
       ranks, config_.hang_timeout.count(), channel.rank(silent.front()).step);
   dump_(group_->assignment().round,
-        [this, epoch = epoch_, lr = silent.front(), ranks](const std::string& summary) {
-          if (epoch == epoch_ && group_) Declare(lr, ranks, summary);
+        [this, epoch = epoch_, silent, ranks](const HangStacks& stacks) {
+          if (epoch == epoch_ && group_) Decide(silent, ranks, stacks);
         });
+}
+
+void HangDetector::Decide(const std::vector<int>& silent, const std::string& ranks,
+                          const HangStacks& stacks) {
+  std::set<int> local_globals;
+  for (const auto& w : group_->workers()) local_globals.insert(w.rank);
+  const auto& workers = group_->workers();
+  const HangChoice choice = ChooseHungRank(
+      silent, [&](int lr) { return workers.at(lr).rank; }, stacks.differing, local_globals);
+  if (!choice.elsewhere) return Declare(choice.local_rank, ranks, stacks.summary);
+  LauncherLog()->info(
+      "rank(s) {} silent here wait where the others are; the stuck rank(s) {} run on another "
+      "node, whose agent declares the hang (here after another {:g}s if no fault comes)",
+      ranks, FoldRanks(stacks.differing), config_.hang_timeout.count());
+  fallback_->Start(ClockDuration(config_.hang_timeout),
+                   [this, epoch = epoch_, lr = silent.front(), ranks, stacks] {
+                     if (epoch != epoch_ || !group_) return;
+                     const auto& w = group_->workers().at(lr);
+                     if (w.process && !w.process->exited()) Declare(lr, ranks, stacks.summary);
+                   });
 }
 
 void HangDetector::Declare(int local_rank, const std::string& ranks, const std::string& summary) {

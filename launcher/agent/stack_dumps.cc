@@ -70,7 +70,7 @@ void StackDumps::OnOrder(uint64_t stacks_id) {
   });
 }
 
-void StackDumps::ForHang(uint64_t round, std::function<void(const std::string&)> done) {
+void StackDumps::ForHang(uint64_t round, std::function<void(const HangStacks&)> done) {
   auto alive = std::weak_ptr<bool>(alive_);
   coordinator_.GatherJobStacks(
       std::chrono::duration<double>(kJobDeadline),
@@ -99,7 +99,7 @@ void StackDumps::ForHang(uint64_t round, std::function<void(const std::string&)>
 }
 
 void StackDumps::Write(uint64_t round, std::vector<RankDump> dumps, const std::string& note,
-                       std::function<void(const std::string&)> done) {
+                       std::function<void(const HangStacks&)> done) {
   std::vector<int> ranks;
   for (const auto& d : dumps) ranks.push_back(d.rank);
   const std::string title =
@@ -110,14 +110,15 @@ void StackDumps::Write(uint64_t round, std::vector<RankDump> dumps, const std::s
   const std::string native_note =
       native ? "" : (Collector() ? Collector()->NativeNote() : "no control channel");
   StacksReport report = MakeStacksReport(dumps, title, native_note);
-  const std::string summary = report.merged.Summary();
+  HangStacks stacks{report.merged.Summary(), report.merged.DifferingRanks()};
+  const std::string& summary = stacks.summary;
   if (auto s = WriteStacksReport(stacks_dir_, StacksReportBase("hang", round), report); !s) {
     LauncherLog()->warn("merged stacks not written: {}", s.error().message);
   } else {
     LauncherLog()->warn("merged stacks: {} (report: {}, flame graph: {})", summary,
                         report.text_path, report.svg_path);
   }
-  done(summary);
+  done(stacks);
 }
 
 }  // namespace ftrun::launcher

@@ -3,7 +3,7 @@
 // the stacks of every rank — job-wide through the coordinator's rendezvous server when there
 // is one (every agent answers the order), else this node's — merges them, writes the report
 // (<stacks dir>/hang-<round>-<time>.txt and .svg) and hands back the one-line summary that
-// names the ranks stuck where the others are not.
+// names the ranks stuck where the others are not, and those ranks.
 //
 // Thread: loop only; nothing blocks (collections wait on timers, bounded by deadlines).
 // Ownership: borrows io, clock, config, channels and coordinator (they outlive it); reads
@@ -16,6 +16,7 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "common/clock.h"
 #include "launcher/agent/worker_channels.h"
@@ -26,6 +27,12 @@
 
 namespace ftrun::launcher {
 
+// What the merged stacks of a hang say.
+struct HangStacks {
+  std::string summary;         // one line: "rank(s) 3 stuck where the others are not (...)"
+  std::vector<int> differing;  // the ranks stuck where the others are not (empty: none)
+};
+
 class StackDumps {
  public:
   StackDumps(boost::asio::io_context& io, Clock& clock, const WorkerChannels& channels,
@@ -34,8 +41,8 @@ class StackDumps {
 
   // Listener::OnStacksOrder: this node's ranks answer order `stacks_id`.
   void OnOrder(uint64_t stacks_id);
-  // A hang in `round`: `done(summary)` once the report is written (or could not be).
-  void ForHang(uint64_t round, std::function<void(const std::string& summary)> done);
+  // A hang in `round`: `done(stacks)` once the report is written (or could not be).
+  void ForHang(uint64_t round, std::function<void(const HangStacks&)> done);
 
   // How long a collection may take on one node, and a job-wide one in all.
   static constexpr std::chrono::milliseconds kLocalDeadline{2500};
@@ -46,7 +53,7 @@ class StackDumps {
   std::vector<StackTarget> Targets() const;
   void Collect(std::function<void(std::vector<RankDump>)> done);
   void Write(uint64_t round, std::vector<RankDump> dumps, const std::string& note,
-             std::function<void(const std::string&)> done);
+             std::function<void(const HangStacks&)> done);
 
   boost::asio::io_context& io_;
   Clock& clock_;

@@ -62,6 +62,9 @@ def parse_args():
                    help="samples per step for the whole job, split among the ranks")
     p.add_argument("--progress", default=None, metavar="FILE",
                    help="rank 0 appends '<pid> <step>' here after each completed step")
+    p.add_argument("--hold", default=None, metavar="FILE",
+                   help="tests: before step S, wait while FILE holds a number <= S, so a fault "
+                   "driver's schedule is not outrun (progress is reported meanwhile)")
     p.add_argument("--attempt-log", default=None, metavar="FILE",
                    help="rank 0 appends one JSON line per attempt (world size, resume step)")
     return p.parse_args()
@@ -103,6 +106,25 @@ def agent_cpu_seconds():
     except (OSError, ValueError, IndexError):
         pass  # a thread that ended meanwhile: its time is left out
     return total / 1e9
+
+
+def wait_while_held(path, step, ft):
+    """--hold: wait before `step` while the number in `path` is <= step (no file, or no number
+    in it: no hold). The last completed step is reported every second meanwhile, so the wait
+    is not taken for a hang."""
+    reported = time.monotonic()
+    while True:
+        try:
+            with open(path) as f:
+                hold = int(f.read())
+        except (OSError, ValueError):
+            return
+        if hold > step:
+            return
+        time.sleep(0.01)
+        if step > 0 and time.monotonic() - reported >= 1:
+            ft.report(step - 1)
+            reported = time.monotonic()
 
 
 def checksum(weights):
@@ -188,6 +210,8 @@ def main():
                                                 agent_cpu_seconds())
     with ft.guard():
         for step in range(start, args.steps):
+            if args.hold:
+                wait_while_held(args.hold, step, ft)
             if attempt == 0 and rank == args.crash_rank and step == args.crash_step:
                 print(f"rank {rank}: injected crash at step {step}", flush=True)
                 os.kill(os.getpid(), signal.SIGKILL)
@@ -243,6 +267,11 @@ def main():
     if rank == 0:
         print(f"done: {args.steps} steps, final loss {loss.item():.4f}, "
               f"weights {result['checksum']}", flush=True)
+    # Ends here, before main()'s locals are freed: freeing the DDP module can hang torch 1.13
+    # for good (its reducer drops the gloo group with the GIL held, and the group's destructor
+    # waits for a gloo thread that waits for the GIL, pytorch#56297). All is written by now.
+    sys.stderr.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -100,13 +100,18 @@ def train(root, config):
 
 def write_final(root, rank, linear):
     """final-<rank>.json: the final weights of `linear`; then the rank leaves its process
-    group, as a finished script should: left to the interpreter's teardown, torch 1.13's gloo
-    group sometimes aborts the exit ("terminate called without an active exception"), which
-    turns a fault-free run into a failed rank."""
+    group and the process ends without the interpreter's teardown. Left to the teardown,
+    torch 1.13 can hang or abort the exit of a DDP rank: the DDP module's reducer drops the
+    last reference to the gloo group while holding the GIL, and the group's destructor joins
+    a gloo thread that is still freeing a tensor and waits for the GIL (pytorch#56297; seen
+    here under load). The weights and progress lines are on disk by then."""
     import torch.distributed as dist
     with open(os.path.join(root, f"final-{rank}.json"), "w") as f:
         json.dump({"w": linear.weight.flatten().tolist(), "b": linear.bias.tolist()}, f)
     dist.destroy_process_group()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def start_rank(root, config):

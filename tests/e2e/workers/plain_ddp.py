@@ -65,6 +65,9 @@ def main():
         with open(os.path.join(args.out, "result.0.json"), "w") as f:
             json.dump({"weights": weights.tolist()}, f)
     dist.destroy_process_group()
+    # Not returning: freeing the DDP module with main()'s locals can hang torch 1.13 for good
+    # (pytorch#56297: the reducer drops the gloo group with the GIL held).
+    os._exit(0)
 
 
 if __name__ == "__main__":
