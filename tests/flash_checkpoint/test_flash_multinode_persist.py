@@ -206,20 +206,23 @@ class MultiNodeExitPersistTest(Processes, unittest.TestCase):
         """Shard files named by their ranks without the "_<rank>." pattern (mp_rank_00.pt,
         ...): one node is SIGKILLed whole, the other agent then stores the step alone, from its
         own shards and its replicas of the lost node's, each under the name its rank gave it."""
-        master, a, b, logs = self.job({"hold_at": 8, "shard_name": "mp_rank_{rank:02d}.pt"})
+        # At debug level the agents log every replica stored (at info only a new holder).
+        master, a, b, logs = self.job({"hold_at": 8, "shard_name": "mp_rank_{rank:02d}.pt"},
+                                      extra=("--log-level", "debug"))
         wait_for(lambda: all("saved 8 True" in read(os.path.join(self.root, f"progress-{r}.txt"))
                              for r in range(4)), "every rank's save of step 8", 120)
 
         def holder():
-            """The node (0: a, 1: b) that holds replicas of both of the other node's shards."""
+            """The node (0: a, 1: b) that holds replicas of both of the other node's shards of
+            step 8 (an older step's replica is not enough: step 8's may still be on its way)."""
             for node, log in enumerate(logs):
                 text = read(log)
                 first = re.search(r"group_rank=(\d)", text)
                 others = (2, 3) if first and first.group(1) == "0" else (0, 1)
-                if first and all(f"replica of rank-{r} step=" in text for r in others):
+                if first and all(f"replica of rank-{r} step=8 stored" in text for r in others):
                     return node
             return None
-        wait_for(lambda: holder() is not None, "a node's replicas of the other's shards", 60)
+        wait_for(lambda: holder() is not None, "a node's replicas of the other's step 8", 60)
         survivor = holder()
         agents = (a, b)
         os.killpg(agents[1 - survivor].pid, signal.SIGKILL)  # that node: agent and workers
