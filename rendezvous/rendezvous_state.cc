@@ -355,7 +355,7 @@ void RendezvousState::Tick(TimePoint now) {
   if (phase_ == Phase::kForming) {
     TryCompleteRound(now);
     if (phase_ == Phase::kForming && now - forming_since_ >= spec_.join_timeout) {
-      Fail("the rendezvous did not complete within join_timeout=" +
+      Fail("the rendezvous did not complete within " + spec_.join_timeout_key + "=" +
            SecondsText(spec_.join_timeout) + ": " + std::to_string(nodes_.size()) +
            " node(s) joined, --nnodes is " + NodesSpec(spec_));
     }

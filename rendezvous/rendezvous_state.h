@@ -60,6 +60,7 @@ struct JobSpec {
   std::string master_addr;    // static: every round's MASTER_ADDR
   Duration last_call_timeout{30};
   Duration join_timeout{600};
+  std::string join_timeout_key = "join_timeout";  // the --rdzv-conf key it came from (errors)
   Duration liveness_timeout{15};
   Duration disconnect_grace{1};
   bool fault_save = true;       // a round that must stop first saves what it can

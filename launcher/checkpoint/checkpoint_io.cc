@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -267,7 +268,7 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
   std::ifstream in(path);
   unsigned long long recorded = 0;
   if (!(in >> recorded && recorded > step)) {
-    std::string tmp = path + ".tmp-" + std::to_string(getpid());
+    std::string tmp = path + ".tmp-" + UniqueSuffix();
     FileEntry unused;
     status = WriteNewFile(tmp, std::to_string(step) + "\n", &unused);
     if (!status) {
@@ -280,6 +281,11 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
   }
   close(lock);  // releases the lock
   return status;
+}
+
+std::string UniqueSuffix() {
+  static std::atomic<uint64_t> next{0};
+  return std::to_string(getpid()) + "-" + std::to_string(next.fetch_add(1));
 }
 
 Status LinkTo(const std::string& link, const std::string& target) {
@@ -295,9 +301,9 @@ Status LinkTo(const std::string& link, const std::string& target) {
   if (ec) return Error{"creating " + where.parent_path().string() + ": " + ec.message()};
   fs::path relative = fs::relative(target, where.parent_path(), ec);
   if (ec) relative = target;
-  std::string tmp = (where.parent_path() /
-                     ("." + where.filename().string() + ".link-" + std::to_string(getpid())))
-                        .string();
+  std::string tmp =
+      (where.parent_path() / ("." + where.filename().string() + ".link-" + UniqueSuffix()))
+          .string();
   unlink(tmp.c_str());
   if (symlink(relative.c_str(), tmp.c_str()) != 0) return Failed("linking", tmp);
   if (rename(tmp.c_str(), where.c_str()) != 0) {

@@ -48,6 +48,9 @@ Status WriteManifest(const std::string& dir, uint64_t step, int world_size,
 // hide a newer one); under an flock on the directory root, so that writers on several nodes
 // sharing root cannot lower it either.
 Status WriteTracker(const std::string& root, const std::string& name, uint64_t step);
+// A suffix for a temporary name that no other writer uses at the same time, in this process
+// (threads included: a per-process counter) or another ("<pid>-<n>").
+std::string UniqueSuffix();
 // Points `link` at `target` atomically (a relative symbolic link, as engine.py's _link). A
 // real file or directory already at `link` is left alone, with a warning.
 Status LinkTo(const std::string& link, const std::string& target);

@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <filesystem>
 #include <map>
 
@@ -48,9 +47,7 @@ Result<std::string> WriteCheckpoint(const CheckpointRequest& request) {
   fs::create_directories(request.root, ec);
   if (ec) return Error{"creating " + request.root + ": " + ec.message()};
   std::string step = std::to_string(request.step);
-  std::string tmp = request.root + "/.ftrun-step-" + step + ".tmp-" + std::to_string(getpid()) +
-                    "-" +
-                    std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
+  std::string tmp = request.root + "/.ftrun-step-" + step + ".tmp-" + UniqueSuffix();
   std::string final_dir = request.root + "/ftrun-step-" + step;
   if (mkdir(tmp.c_str(), 0755) != 0) return Failed("creating", tmp);
   Status written = WriteContents(tmp, request);

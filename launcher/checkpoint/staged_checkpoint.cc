@@ -6,7 +6,6 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <chrono>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -23,11 +22,6 @@ namespace {
 
 namespace fs = std::filesystem;
 using namespace checkpoint_io;
-
-std::string Unique() {
-  return std::to_string(getpid()) + "-" +
-         std::to_string(std::chrono::steady_clock::now().time_since_epoch().count());
-}
 
 std::string ShardGroup(int rank) { return "rank-" + std::to_string(rank); }
 
@@ -52,7 +46,7 @@ Status StagePart(const std::string& staging, const CheckpointPart& part, uint64_
   std::string dest = staging + "/" + PartDirName(part.group);
   std::error_code ec;
   if (fs::exists(dest + "/PART.json", ec)) return {};
-  std::string tmp = staging + "/.tmp-" + Unique();
+  std::string tmp = staging + "/.tmp-" + UniqueSuffix();
   if (mkdir(tmp.c_str(), 0755) != 0) return Failed("creating", tmp);
   Status status;
   if (auto files = WritePart(tmp, part, step); !files) {
@@ -104,7 +98,7 @@ Result<Files> ReadPart(const std::string& dir, uint64_t step) {
 Status Finish(const CheckpointRequest& request, const std::string& staging,
               const std::map<std::string, Files>& parts, const std::string& final_dir) {
   std::string tmp =
-      request.root + "/.ftrun-step-" + std::to_string(request.step) + ".tmp-" + Unique();
+      request.root + "/.ftrun-step-" + std::to_string(request.step) + ".tmp-" + UniqueSuffix();
   if (mkdir(tmp.c_str(), 0755) != 0) return Failed("creating", tmp);
   std::map<std::string, std::string> entries;
   Status status;

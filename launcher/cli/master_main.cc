@@ -58,6 +58,7 @@ int RunMaster(const std::vector<std::string>& argv) {
   // rendezvous' settings as an agent hosting the server does.
   LaunchConfig job;
   job.backend = RendezvousBackend::kDynamic;
+  job.backend_name = "c10d";
   job.run_id = a.rdzv_id;
   std::tie(job.min_nodes, job.max_nodes) = *nodes;
   job.nproc_per_node = a.nproc_per_node;

@@ -104,10 +104,7 @@ int RunLaunch(LaunchConfig& config, EnvMap env, const std::vector<std::string>& 
       "starting nnodes={}:{} nproc_per_node={} max_restarts={} run_id={} rdzv_backend={} "
       "entrypoint={} log_dir={}",
       config.min_nodes, config.max_nodes, config.nproc_per_node, config.max_restarts, config.run_id,
-      config.backend == RendezvousBackend::kStatic ? "static"
-      : config.backend == RendezvousBackend::kEtcd ? "etcd"
-                                                   : "c10d",
-      config.script, log_dir->disabled() ? "/dev/null" : log_dir->run_dir());
+      config.backend_name, config.script, log_dir->disabled() ? "/dev/null" : log_dir->run_dir());
 
   JobHooks job;
   job.watchdog_fifo = watchdog_fifo;

@@ -99,6 +99,7 @@ Status ParseRendezvous(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
     if (!ignored.empty()) c.warnings.push_back("--standalone: ignoring " + ignored);
     c.standalone = true;
     c.backend = RendezvousBackend::kDynamic;
+    c.backend_name = "c10d";
     c.endpoint_host = "localhost";
     c.endpoint_port = 0;
     c.run_id = RandomUuid4();
@@ -106,6 +107,7 @@ Status ParseRendezvous(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
   }
 
   const std::string& b = a.rdzv_backend;
+  c.backend_name = b;
   if (b == "static") {
     c.backend = RendezvousBackend::kStatic;
     if (a.rdzv_endpoint.empty()) {

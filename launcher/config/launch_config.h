@@ -63,6 +63,7 @@ struct LaunchConfig {
 
   // Rendezvous.
   RendezvousBackend backend = RendezvousBackend::kStatic;
+  std::string backend_name = "static";  // --rdzv-backend as given (etcd-v2 and etcd are kEtcd)
   bool standalone = false;
   std::string endpoint_host;                // static: --master-addr; dynamic: --rdzv-endpoint
   std::vector<std::string> etcd_endpoints;  // etcd: --rdzv-endpoint's members, as given

@@ -7,6 +7,9 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <filesystem>
+#include <fstream>
+
 #include "launcher/config/host.h"
 #include "tests/e2e/torch_support.h"
 #include "tests/support/test_support.h"
@@ -119,14 +122,17 @@ TEST(WarmRestartSpare, TheSparesStandbysAreReadyBeforeItsPromotionAndItsFirstSta
     for (const std::string& a : {"--warm-restart"s, "--event-log"s, dir / ("events-" + name)}) {
       argv.push_back(a);
     }
-    // Long enough for the spare's standbys to import torch before the job ends.
-    for (const std::string& a : {SourceDir() + "/tests/e2e/workers/plain_ddp.py", "--steps"s,
-                                 "400"s, "--step-time"s, "0.05"s, "--out"s, dir / "out"}) {
+    // Long enough for the spare's standbys to import torch before the job ends: on a loaded
+    // machine the job waits at step 300 until they have.
+    for (const std::string& a :
+         {SourceDir() + "/tests/e2e/workers/plain_ddp.py", "--steps"s, "400"s, "--step-time"s,
+          "0.05"s, "--out"s, dir / "out", "--hold"s, dir / "hold"}) {
       argv.push_back(a);
     }
     return std::make_unique<ChildRun>(FtrunBinary(), argv,
                                       std::map<std::string, std::string>{{"PYTHON_EXEC", kPython}});
   };
+  std::ofstream(dir / "hold") << "300";
   auto a = agent("a");
   ASSERT_TRUE(WaitFor([&] { return a->Err().find("joined the job") != std::string::npos; }, 20s))
       << a->Err();
@@ -142,6 +148,7 @@ TEST(WarmRestartSpare, TheSparesStandbysAreReadyBeforeItsPromotionAndItsFirstSta
   ASSERT_TRUE(WaitFor([&] { return ready() >= 2; }, 120s)) << spare->Err();
   EXPECT_NE(spare->Err().find("waiting as a spare round=0"), std::string::npos) << spare->Err();
   EXPECT_EQ(spare->Err().find("round started"), std::string::npos) << "promoted too early";
+  std::filesystem::remove(dir / "hold");
   b->Signal(SIGKILL);
   b->Wait(10s);
   auto ra = a->Wait(180s);

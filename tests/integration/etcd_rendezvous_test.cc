@@ -331,10 +331,11 @@ TEST_F(EtcdRendezvous, BelowMinTheJobEndsAfterTorchsRoundDeadline) {
     auto r = a.Wait(30s);
     EXPECT_FALSE(r.timed_out);
     EXPECT_EQ(r.exit_code, 1) << r.err;
-    EXPECT_NE(
-        r.err.find("did not complete within join_timeout=4s: 1 node(s) joined, --nnodes is 2"),
-        std::string::npos)
+    // The error names the key that set the deadline.
+    EXPECT_NE(r.err.find("did not complete within " + key + "=4s: 1 node(s) joined, --nnodes is 2"),
+              std::string::npos)
         << r.err;
+    EXPECT_NE(r.err.find("rdzv_backend=" + backend + " "), std::string::npos) << r.err;
   }
 }
 

@@ -17,6 +17,15 @@ import torch.distributed as dist
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 
+def held_before(path, step):
+    """Whether the number in `path` (no file, or no number: none) holds the job before step."""
+    try:
+        with open(path) as f:
+            return int(f.read()) <= step
+    except (OSError, ValueError):
+        return False
+
+
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=40)
@@ -24,6 +33,8 @@ def main():
     p.add_argument("--ckpt-every", type=int, default=5)
     p.add_argument("--step-time", type=float, default=0.0)
     p.add_argument("--out", required=True)
+    p.add_argument("--hold", default=None, metavar="FILE",
+                   help="wait before step S while FILE holds a number <= S (a test's pause)")
     args = p.parse_args()
     dist.init_process_group("gloo")
     torch.set_num_threads(1)
@@ -45,6 +56,8 @@ def main():
     print(f"rank {rank} attempt {attempt}: world_size={world} resuming at step {start}",
           flush=True)
     for step in range(start, args.steps):
+        while args.hold and held_before(args.hold, step):
+            time.sleep(0.01)
         g = torch.Generator().manual_seed(step)
         x = torch.randn(args.global_batch, 8, generator=g)
         y = x[:, :1] * 2.0 - x[:, 1:2]
