@@ -21,14 +21,14 @@ HangDetector::HangDetector(Clock& clock, const LaunchConfig& config, const Worke
       monitor_(clock.NewTimer()),
       fallback_(clock.NewTimer()) {}
 
-HangChoice ChooseHungRank(const std::vector<int>& silent, const std::function<int(int)>& global_of,
-                          const std::vector<int>& differing, const std::set<int>& local_globals) {
+HangChoice ChooseHungRank(const std::vector<int>& silent, const std::vector<int>& globals,
+                          const std::vector<int>& differing) {
   const std::set<int> stuck(differing.begin(), differing.end());
   for (int lr : silent) {
-    if (stuck.count(global_of(lr))) return {lr, false};
+    if (stuck.count(globals.at(lr))) return {lr, false};
   }
-  bool stuck_here = false;
-  for (int g : stuck) stuck_here |= local_globals.count(g) > 0;
+  const bool stuck_here =
+      std::any_of(globals.begin(), globals.end(), [&](int g) { return stuck.count(g) > 0; });
   if (!stuck.empty() && !stuck_here) return {-1, true};
   return {silent.front(), false};
 }
@@ -95,11 +95,11 @@ void HangDetector::Check() {
 
 void HangDetector::Decide(const std::vector<int>& silent, const std::string& ranks,
                           const HangStacks& stacks) {
-  std::set<int> local_globals;
-  for (const auto& w : group_->workers()) local_globals.insert(w.rank);
-  const auto& workers = group_->workers();
-  const HangChoice choice = ChooseHungRank(
-      silent, [&](int lr) { return workers.at(lr).rank; }, stacks.differing, local_globals);
+  std::vector<int> globals;  // the ranks come first in workers(), in local rank order
+  for (const auto& w : group_->workers()) {
+    if (w.local_rank >= 0) globals.push_back(w.rank);
+  }
+  const HangChoice choice = ChooseHungRank(silent, globals, stacks.differing);
   if (!choice.elsewhere) return Declare(choice.local_rank, ranks, stacks.summary);
   LauncherLog()->info(
       "rank(s) {} silent here wait where the others are; the stuck rank(s) {} run on another "

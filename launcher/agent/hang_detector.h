@@ -32,14 +32,14 @@ namespace ftrun::launcher {
 
 // The hang verdict of one node: the local rank to declare failed, or none because every
 // rank the merged stacks name as stuck (`differing`, global ranks) runs on another node.
-// `silent`: this node's silent local ranks, longest silent first (not empty); `global_of`:
-// a local rank's global rank; `local_globals`: the global ranks of all this node's workers.
+// `silent`: this node's silent local ranks, longest silent first (not empty); `globals`: the
+// global rank of each of this node's local ranks, indexed by local rank.
 struct HangChoice {
   int local_rank = -1;     // -1: none here
   bool elsewhere = false;  // the stuck ranks are another node's
 };
-HangChoice ChooseHungRank(const std::vector<int>& silent, const std::function<int(int)>& global_of,
-                          const std::vector<int>& differing, const std::set<int>& local_globals);
+HangChoice ChooseHungRank(const std::vector<int>& silent, const std::vector<int>& globals,
+                          const std::vector<int>& differing);
 
 class HangDetector {
  public:

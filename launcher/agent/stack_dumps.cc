@@ -111,11 +111,10 @@ void StackDumps::Write(uint64_t round, std::vector<RankDump> dumps, const std::s
       native ? "" : (Collector() ? Collector()->NativeNote() : "no control channel");
   StacksReport report = MakeStacksReport(dumps, title, native_note);
   HangStacks stacks{report.merged.Summary(), report.merged.DifferingRanks()};
-  const std::string& summary = stacks.summary;
   if (auto s = WriteStacksReport(stacks_dir_, StacksReportBase("hang", round), report); !s) {
     LauncherLog()->warn("merged stacks not written: {}", s.error().message);
   } else {
-    LauncherLog()->warn("merged stacks: {} (report: {}, flame graph: {})", summary,
+    LauncherLog()->warn("merged stacks: {} (report: {}, flame graph: {})", stacks.summary,
                         report.text_path, report.svg_path);
   }
   done(stacks);

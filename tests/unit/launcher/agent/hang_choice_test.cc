@@ -8,18 +8,17 @@ namespace ftrun::launcher {
 namespace {
 
 // Node of two local ranks holding global ranks 2 and 3.
-int GlobalOf(int local_rank) { return local_rank + 2; }
-const std::set<int> kHere = {2, 3};
+const std::vector<int> kGlobals = {2, 3};
 
 TEST(ChooseHungRank, WithoutAStuckRankTheLongestSilentIsDeclared) {
-  auto c = ChooseHungRank({1, 0}, GlobalOf, {}, kHere);
+  auto c = ChooseHungRank({1, 0}, kGlobals, {});
   EXPECT_EQ(c.local_rank, 1);
   EXPECT_FALSE(c.elsewhere);
 }
 
 TEST(ChooseHungRank, TheStuckRankIsDeclaredEvenWhenAnotherWasSilentLonger) {
   // Rank 2 waits in a collective for rank 3, which is stuck elsewhere in the code.
-  auto c = ChooseHungRank({0, 1}, GlobalOf, {3}, kHere);
+  auto c = ChooseHungRank({0, 1}, kGlobals, {3});
   EXPECT_EQ(c.local_rank, 1);
   EXPECT_FALSE(c.elsewhere);
 }
@@ -27,13 +26,13 @@ TEST(ChooseHungRank, TheStuckRankIsDeclaredEvenWhenAnotherWasSilentLonger) {
 TEST(ChooseHungRank, RanksWaitingForAnotherNodesStuckRankAreLeftHealthy) {
   // The stuck rank 0 runs on another node: ranks 2 and 3 only wait for it, and must stay
   // able to serve the fault-time save.
-  auto c = ChooseHungRank({0, 1}, GlobalOf, {0}, kHere);
+  auto c = ChooseHungRank({0, 1}, kGlobals, {0});
   EXPECT_EQ(c.local_rank, -1);
   EXPECT_TRUE(c.elsewhere);
 }
 
 TEST(ChooseHungRank, AStuckRankHereThatIsNotSilentYetLeavesTheLongestSilent) {
-  auto c = ChooseHungRank({0}, GlobalOf, {0, 3}, kHere);
+  auto c = ChooseHungRank({0}, kGlobals, {0, 3});
   EXPECT_EQ(c.local_rank, 0);
   EXPECT_FALSE(c.elsewhere);
 }
