@@ -64,6 +64,10 @@ RendezvousClient::RendezvousClient(boost::asio::io_context& io, ClientOptions op
   calls_->stub = v1::Rendezvous::NewStub(channel_);
 }
 
+void RendezvousClient::ReconnectNow() {
+  grpc::experimental::ChannelResetConnectionBackoff(channel_.get());
+}
+
 RendezvousClient::~RendezvousClient() {
   std::lock_guard lock(calls_->mu);
   calls_->alive = false;

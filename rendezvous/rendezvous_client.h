@@ -68,6 +68,9 @@ class RendezvousClient {
   void Watch(uint64_t known_version, Duration wait, Done done);
   void Report(const RoundReport& report, Done done);
   void Leave(Duration timeout, Done done);
+  // The channel tries the server again now instead of after its reconnect backoff (up to
+  // 1.2 s after a failed attempt); calls made from here on wait for that attempt.
+  void ReconnectNow();
   // For operators: the job and its nodes (an empty run id in the options: any job).
   void Status(std::function<void(const RpcOutcome&, const JobStatus&)> done);
   // The same, asking for a stack dump or what one collected (JobStatus::stacks).
