@@ -23,9 +23,10 @@ inline constexpr double kMaxSeconds = 1e9;
 std::optional<Error> CheckMaxSeconds(const std::string& what, double seconds);
 
 struct RendezvousConf {
-  Seconds timeout{900};           // static: how long agents wait for node 0
-  Seconds join_timeout{600};      // dynamic: a round must form within this
-  Seconds last_call_timeout{30};  // dynamic: extra wait once MIN nodes joined
+  Seconds timeout{900};                           // static: how long agents wait for node 0
+  Seconds join_timeout{600};                      // dynamic: a round must form within this
+  std::string join_timeout_key = "join_timeout";  // the key that set it (errors name it)
+  Seconds last_call_timeout{30};                  // dynamic: extra wait once MIN nodes joined
   Seconds close_timeout{30};
   Seconds heartbeat_timeout{5};
   Seconds keep_alive_interval{5};  // liveness: a node is lost after interval * max_attempt

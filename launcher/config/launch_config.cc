@@ -154,7 +154,10 @@ Status ParseRendezvous(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
     c.etcd_endpoints = std::move(*members);
     // torch's etcd backend bounds each rendezvous by `timeout` (torchrun passes 900 s); its
     // etcd-v2, like c10d and ftrun's etcd-v3, by join_timeout.
-    if (b == "etcd") c.rdzv.join_timeout = c.rdzv.timeout;
+    if (b == "etcd") {
+      c.rdzv.join_timeout = c.rdzv.timeout;
+      c.rdzv.join_timeout_key = "timeout";
+    }
     // A bad etcd key or file is a usage error (the environment's credentials come later).
     if (auto etcd = rendezvous::etcd::ResolveEtcdConf(c.rdzv, c.etcd_endpoints, {}); !etcd) {
       return etcd.error();

@@ -38,8 +38,7 @@ rendezvous::JobSpec JobSpecFrom(const LaunchConfig& c) {
       .master_addr = static_ranks ? c.master_addr : "",
       .last_call_timeout = c.rdzv.last_call_timeout,
       .join_timeout = static_ranks ? c.rdzv.timeout : c.rdzv.join_timeout,
-      // torch's etcd backend, like the static one, is bounded by `timeout`.
-      .join_timeout_key = static_ranks || c.backend_name == "etcd" ? "timeout" : "join_timeout",
+      .join_timeout_key = static_ranks ? "timeout" : c.rdzv.join_timeout_key,
       .liveness_timeout = c.rdzv.keep_alive_interval * c.rdzv.keep_alive_max_attempt,
       .fault_save = c.fault_save,
       .save_timeout = c.save_timeout,

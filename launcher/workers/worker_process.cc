@@ -42,6 +42,19 @@ struct ChildSetup {
 
   bp::error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&,
                                const char* const*) {
+    // The agent's signal handlers write into its loop's pipe, which the child shares until
+    // exec (the launcher's fork is not announced to that loop): a signal caught here would be
+    // taken for one of the agent's. exec resets caught signals to their default anyway.
+    for (int sig = 1; sig < NSIG; ++sig) {
+      struct sigaction old {};
+      if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN ||
+          old.sa_handler == SIG_DFL) {
+        continue;
+      }
+      struct sigaction dfl {};
+      dfl.sa_handler = SIG_DFL;
+      ::sigaction(sig, &dfl, nullptr);
+    }
     if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
     if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return {errno, bp::system_category()};
     // The agent may have died before prctl took effect; then nobody would ever kill us.
@@ -165,8 +178,14 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(boost::asio::io_cont
 
   bp::error_code ec;
   bp::posix::default_launcher launcher;
-  bp::basic_process<boost::asio::io_context::executor_type> proc =
-      launcher(io.get_executor(), ec, exe, spec.args, ChildSetup{::getpid(), envp.data()}, stdio);
+  // The launcher tells its executor's context about the fork (notify_fork), and the agent's
+  // loop must not hear it: before the fork its resolver service joins the thread of an
+  // in-flight getaddrinfo (the loop would wait for DNS), and the child would re-create its
+  // reactor and re-register every descriptor of the agent before exec. The handle is dropped
+  // below, so this context of the spawning thread's own only ever holds that one pidfd.
+  thread_local boost::asio::io_context fork_context;
+  bp::basic_process<boost::asio::io_context::executor_type> proc = launcher(
+      fork_context.get_executor(), ec, exe, spec.args, ChildSetup{::getpid(), envp.data()}, stdio);
   if (ec) {
     return Error{"cannot start '" + exe + "': " + ec.message()};
   }

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <filesystem>
 #include <stdexcept>
 
 #include "etcd/rpc.grpc.pb.h"
@@ -25,18 +26,39 @@ EtcdCluster::EtcdCluster(int members, std::optional<EtcdTlsFiles> tls,
     : tls_(std::move(tls)),
       client_tls_(std::move(client_tls)),
       io_(std::make_unique<boost::asio::io_context>()) {
-  for (int i = 0; i < members; ++i) {
-    Member m;
-    m.name = "m" + std::to_string(i);
-    m.client_port = TestPort();
-    m.peer_port = TestPort();
-    members_.push_back(std::move(m));
-  }
-  for (int i = 0; i < members; ++i) Start(i);
-  if (!WaitServing(std::chrono::seconds(20))) {
+  // A port picked free can be taken by another test before etcd binds it: etcd then exits at
+  // once, and the cluster starts again on other ports (a fresh data directory each time).
+  for (int attempt = 0;; ++attempt) {
+    members_.clear();
+    for (int i = 0; i < members; ++i) {
+      Member m;
+      m.name = "m" + std::to_string(i);
+      m.client_port = TestPort();
+      m.peer_port = TestPort();
+      members_.push_back(std::move(m));
+    }
+    for (int i = 0; i < members; ++i) {
+      std::filesystem::remove_all(dir_ / members_[i].name);
+      Start(i);
+    }
+    auto port_taken = [&] {
+      for (int i = 0; i < members; ++i) {
+        if (!Running(i) && Log(i).find("address already in use") != std::string::npos) return true;
+      }
+      return false;
+    };
+    bool taken = false;
+    const bool serving =
+        WaitFor([&] { return (taken = port_taken()) || Count(-1, "/").has_value(); },
+                std::chrono::seconds(20));
+    if (serving && !taken) return;
     std::string logs;
     for (int i = 0; i < members; ++i) logs += Log(i);
-    throw std::runtime_error("etcd did not start serving within 20 s:\n" + logs);
+    for (int i = 0; i < members; ++i) Kill(i);
+    clients_.clear();
+    if (!taken || attempt == 2) {
+      throw std::runtime_error("etcd did not start serving within 20 s:\n" + logs);
+    }
   }
 }
 
