@@ -172,7 +172,6 @@ void RemoteCoordinator::Contact() {
   LauncherLog()->info("the rendezvous server at {} answers again after {}", endpoint_,
                       Secs(Clock::now() - *outage_since_));
   outage_since_.reset();
-  last_try_since_.reset();
 }
 
 bool RemoteCoordinator::ServerLost(const RpcOutcome& out) {
@@ -193,14 +192,12 @@ bool RemoteCoordinator::ServerLost(const RpcOutcome& out) {
   }
   if (now - *outage_since_ <= opts_.lost_after) return false;
   // gRPC tries an unreachable server again only after its reconnect backoff, up to 1.2 s
-  // later: a server back in the window's last second would go unseen. So at the window's end
-  // the channel tries at once, and the calls retried in the next second see that attempt.
-  if (!last_try_since_) {
-    last_try_since_ = now;
+  // later: a server back in the window's last second would go unseen. So for a second after
+  // the window's end each retried call makes the channel try at once.
+  if (now - *outage_since_ < opts_.lost_after + std::chrono::seconds(1)) {
     client_.ReconnectNow();
     return false;
   }
-  if (now - *last_try_since_ < std::chrono::seconds(1)) return false;
   const std::string lost = "lost contact with the rendezvous server at " + endpoint_ + " for " +
                            Secs(opts_.lost_after) + ": " + out.message;
   if (succeeded_round_ && succeeded_round_ == follower_->started_round()) {

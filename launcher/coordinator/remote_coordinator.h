@@ -98,8 +98,7 @@ class RemoteCoordinator : public Coordinator {
   boost::asio::steady_timer join_timer_;
   boost::asio::steady_timer watch_timer_;
   rendezvous::TimePoint join_started_;
-  std::optional<rendezvous::TimePoint> outage_since_;    // the first failed call since an answer
-  std::optional<rendezvous::TimePoint> last_try_since_;  // the window ended; one last attempt
+  std::optional<rendezvous::TimePoint> outage_since_;  // the first failed call since an answer
   rendezvous::TimePoint last_wait_log_;
   int join_attempts_ = 0;
   bool joined_ = false;

@@ -47,11 +47,10 @@ EtcdCluster::EtcdCluster(int members, std::optional<EtcdTlsFiles> tls,
       }
       return false;
     };
-    bool taken = false;
-    const bool serving =
-        WaitFor([&] { return (taken = port_taken()) || Count(-1, "/").has_value(); },
-                std::chrono::seconds(20));
-    if (serving && !taken) return;
+    const bool ready = WaitFor([&] { return port_taken() || Count(-1, "/").has_value(); },
+                               std::chrono::seconds(20));
+    const bool taken = port_taken();
+    if (ready && !taken) return;
     std::string logs;
     for (int i = 0; i < members; ++i) logs += Log(i);
     for (int i = 0; i < members; ++i) Kill(i);

@@ -31,10 +31,12 @@ std::optional<ExitStatus> RunToExit(boost::asio::io_context& io, const ProcessSp
   auto p = WorkerProcess::Spawn(io, spec, [&](const ExitStatus& s) { status = s; });
   EXPECT_TRUE(p) << (p ? "" : p.error().message);
   if (!p) return std::nullopt;
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-  while (!status && std::chrono::steady_clock::now() < deadline) {
-    io.run_one_for(std::chrono::milliseconds(100));
-  }
+  testing::WaitFor(
+      [&] {
+        io.poll();
+        return status.has_value();
+      },
+      std::chrono::seconds(20));
   return status;
 }
 
