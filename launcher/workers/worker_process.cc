@@ -1,4 +1,5 @@
-// The one translation unit that includes Boost.Process (v2, header-only; slow to compile).
+// The one translation unit that includes Boost.Process (v2, header-only; slow to compile): for
+// finding a program on PATH; the child is started with fork and exec of our own (Spawn).
 #include "launcher/workers/worker_process.h"
 
 #include <fcntl.h>
@@ -12,8 +13,6 @@
 
 #include <boost/asio/posix/stream_descriptor.hpp>
 #include <boost/process/v2/environment.hpp>
-#include <boost/process/v2/process.hpp>
-#include <boost/process/v2/stdio.hpp>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -28,66 +27,79 @@ namespace bp = boost::process::v2;
 namespace ftrun::launcher {
 namespace {
 
-// Runs in the child between fork and exec, so only async-signal-safe calls (no allocation,
-// no logging): the parent is multi-threaded (gRPC).
-struct ChildSetup {
+// What the child needs between fork and exec, all prepared before the fork: the child makes
+// no allocation (the agent is multi-threaded: another thread may hold the allocator's lock at
+// the fork, and not every allocator hands the child a usable one: GCC 12's libasan does not).
+struct ChildPlan {
   pid_t parent;
-  const char* const* envp;
+  const char* exe;
+  char* const* argv;
+  char* const* envp;
+  int stdio[3];    // the descriptor to become fd 0, 1, 2 (-1: the agent's own)
+  rlim_t fd_soft;  // the open-file limit ftrun was started with (-1: unchanged)
+  int error_pipe;  // close-on-exec: the child's errno goes here if it cannot exec
+};
 
-  bp::error_code on_setup(bp::posix::default_launcher& launcher, const bp::filesystem::path&,
-                          const char* const*) {
-    launcher.env = envp;
-    return {};
-  }
-
-  bp::error_code on_exec_setup(bp::posix::default_launcher&, const bp::filesystem::path&,
-                               const char* const*) {
-    // The agent's signal handlers write into its loop's pipe, which the child shares until
-    // exec (the launcher's fork is not announced to that loop): a signal caught here would be
-    // taken for one of the agent's. exec resets caught signals to their default anyway.
-    for (int sig = 1; sig < NSIG; ++sig) {
-      struct sigaction old {};
-      if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN ||
-          old.sa_handler == SIG_DFL) {
-        continue;
-      }
-      struct sigaction dfl {};
-      dfl.sa_handler = SIG_DFL;
-      ::sigaction(sig, &dfl, nullptr);
+// The child, between fork and exec: async-signal-safe calls only.
+[[noreturn]] void ExecChild(const ChildPlan& plan) {
+  auto fail = [&plan] {
+    const int err = errno;
+    ssize_t ignored = ::write(plan.error_pipe, &err, sizeof err);
+    (void)ignored;
+    ::_exit(127);
+  };
+  // The agent's signal handlers write into its loop's pipe, which the child shares until
+  // exec: a signal caught here would be taken for one of the agent's. exec resets caught
+  // signals to their default anyway.
+  for (int sig = 1; sig < NSIG; ++sig) {
+    struct sigaction old {};
+    if (::sigaction(sig, nullptr, &old) != 0 || old.sa_handler == SIG_IGN ||
+        old.sa_handler == SIG_DFL) {
+      continue;
     }
-    if (::setpgid(0, 0) != 0) return {errno, bp::system_category()};
-    if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) return {errno, bp::system_category()};
-    // The agent may have died before prctl took effect; then nobody would ever kill us.
-    if (::getppid() != parent) ::_exit(127);
-    // The agent ignores SIGPIPE for its sockets; workers get the default back (as Python's
-    // subprocess restores it), and nothing blocked.
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
-    ::sigaction(SIGPIPE, &dfl, nullptr);
-    ::sigaction(SIGXFSZ, &dfl, nullptr);
-    sigset_t none;
-    ::sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    // Only fds 0-2 cross exec. Boost's own close_range pass skips descriptors below its
-    // internal error pipe, so mark everything above 2 close-on-exec here first.
-    if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
-      struct rlimit rl {};
-      rlim_t max_fd = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
-      if (max_fd > 65536) max_fd = 65536;
-      for (int fd = 3; fd < static_cast<int>(max_fd); ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
-    }
-    // The agent raised its own open-file limit (common/fd_limit.h); workers get the one ftrun
-    // was started with, as under torchrun (after the pass above, which needs the raised one).
-    if (const rlim_t soft = StartingFdSoftLimit(); soft != static_cast<rlim_t>(-1)) {
-      struct rlimit fds {};
-      if (::getrlimit(RLIMIT_NOFILE, &fds) == 0) {
-        fds.rlim_cur = soft;
-        ::setrlimit(RLIMIT_NOFILE, &fds);
-      }
-    }
-    return {};
+    ::sigaction(sig, &dfl, nullptr);
   }
-};
+  if (::setpgid(0, 0) != 0) fail();
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail();
+  // The agent may have died before prctl took effect; then nobody would ever kill us.
+  if (::getppid() != plan.parent) ::_exit(127);
+  // The agent ignores SIGPIPE for its sockets; workers get the default back (as Python's
+  // subprocess restores it), and nothing blocked.
+  struct sigaction dfl {};
+  dfl.sa_handler = SIG_DFL;
+  ::sigaction(SIGPIPE, &dfl, nullptr);
+  ::sigaction(SIGXFSZ, &dfl, nullptr);
+  sigset_t none;
+  ::sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int target = 0; target < 3; ++target) {
+    if (plan.stdio[target] >= 0 && plan.stdio[target] != target &&
+        ::dup2(plan.stdio[target], target) < 0) {
+      fail();
+    }
+  }
+  // Only fds 0-2 cross exec (the error pipe too, until exec succeeds: it is close-on-exec).
+  if (::close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) != 0) {
+    struct rlimit rl {};
+    rlim_t max_fd = ::getrlimit(RLIMIT_NOFILE, &rl) == 0 ? rl.rlim_cur : 1024;
+    if (max_fd > 65536) max_fd = 65536;
+    for (int fd = 3; fd < static_cast<int>(max_fd); ++fd) ::fcntl(fd, F_SETFD, FD_CLOEXEC);
+  }
+  // The agent raised its own open-file limit (common/fd_limit.h); workers get the one ftrun
+  // was started with, as under torchrun (after the pass above, which needs the raised one).
+  if (plan.fd_soft != static_cast<rlim_t>(-1)) {
+    struct rlimit fds {};
+    if (::getrlimit(RLIMIT_NOFILE, &fds) == 0) {
+      fds.rlim_cur = plan.fd_soft;
+      ::setrlimit(RLIMIT_NOFILE, &fds);
+    }
+  }
+  ::execve(plan.exe, plan.argv, plan.envp);
+  fail();
+  ::_exit(127);  // not reached (fail exits)
+}
 
 // The children started here and not reaped yet (loop only, like every WorkerProcess; the mutex
 // is for the odd helper started elsewhere).
@@ -166,33 +178,49 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(boost::asio::io_cont
     return Error{"cannot start '" + spec.program + "': not found in PATH"};
   }
   std::vector<std::string> env_strings = ToEnvStrings(spec.env);
-  std::vector<const char*> envp;
+  std::vector<char*> envp;
   envp.reserve(env_strings.size() + 1);
-  for (const auto& e : env_strings) envp.push_back(e.c_str());
+  for (auto& e : env_strings) envp.push_back(e.data());
   envp.push_back(nullptr);
+  std::vector<std::string> arg_strings{exe};  // argv[0]: the resolved path
+  arg_strings.insert(arg_strings.end(), spec.args.begin(), spec.args.end());
+  std::vector<char*> argv;
+  argv.reserve(arg_strings.size() + 1);
+  for (auto& a : arg_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
 
-  bp::process_stdio stdio{{}, {}, {}};
-  if (spec.stdout_fd >= 0) stdio.out = spec.stdout_fd;
-  if (spec.stderr_fd >= 0) stdio.err = spec.stderr_fd;
-  if (spec.stdin_fd >= 0) stdio.in = spec.stdin_fd;
-
-  bp::error_code ec;
-  bp::posix::default_launcher launcher;
-  // The launcher tells its executor's context about the fork (notify_fork), and the agent's
-  // loop must not hear it: before the fork its resolver service joins the thread of an
-  // in-flight getaddrinfo (the loop would wait for DNS), and the child would re-create its
-  // reactor and re-register every descriptor of the agent before exec. The handle is dropped
-  // below, so this context of the spawning thread's own only ever holds that one pidfd.
-  thread_local boost::asio::io_context fork_context;
-  bp::basic_process<boost::asio::io_context::executor_type> proc = launcher(
-      fork_context.get_executor(), ec, exe, spec.args, ChildSetup{::getpid(), envp.data()}, stdio);
-  if (ec) {
-    return Error{"cannot start '" + exe + "': " + ec.message()};
+  int error_pipe[2];
+  if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
+    return Error{"cannot start '" + exe + "': pipe2: " + std::strerror(errno)};
   }
-  pid_t pid = proc.id();
+  const ChildPlan plan{::getpid(),
+                       exe.c_str(),
+                       argv.data(),
+                       envp.data(),
+                       {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd},
+                       StartingFdSoftLimit(),
+                       error_pipe[1]};
+  // Our own fork and exec rather than Boost.Process's launcher, whose child announces the
+  // fork to an asio context (service_registry::notify_fork allocates) before exec.
+  const pid_t pid = ::fork();
+  if (pid == 0) ExecChild(plan);
+  const int fork_errno = errno;
+  ::close(error_pipe[1]);
+  if (pid < 0) {
+    ::close(error_pipe[0]);
+    return Error{"cannot start '" + exe + "': fork: " + std::strerror(fork_errno)};
+  }
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(error_pipe[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  ::close(error_pipe[0]);
+  if (n > 0) {  // it could not exec and has exited
+    ::waitpid(pid, nullptr, 0);
+    return Error{"cannot start '" + exe + "': " + std::strerror(child_errno)};
+  }
   SetStarted(pid, true);
-  // Boost's handle (and its pidfd) goes at once, before anything else is forked.
-  { auto boost_handle = proc.detach(); }
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));  // close-on-exec
   if (fd < 0) {
     const int err = errno;

@@ -2,8 +2,9 @@
 //
 // The child runs in its own process group, gets PR_SET_PDEATHSIG=SIGKILL (it never outlives
 // a SIGKILLed agent), default SIGPIPE, an empty signal mask, and inherits only fds 0-2.
-// Boost.Process v2 starts it; its exit is an event on the io_context (a pidfd): `on_exit` is
-// called exactly once, unless the object is destroyed first.
+// It is started with fork and exec (the child allocates nothing before exec: the agent is
+// multi-threaded); its exit is an event on the io_context (a pidfd): `on_exit` is called
+// exactly once, unless the object is destroyed first. The agent's io_context hears of no fork.
 //
 // Thread: loop only. Ownership: the owner keeps the object until on_exit has run; the
 // destructor never blocks and never kills (a child still running then keeps running, and a

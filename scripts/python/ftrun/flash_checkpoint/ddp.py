@@ -52,9 +52,13 @@ class DdpCheckpointer:
 
     def _target(self, step, path: str) -> dict:
         """Where the agent persists the snapshot of `step`."""
-        path = self._path(step, path)
-        return {"root": os.path.abspath(self.checkpoint_dir), "path": os.path.abspath(path),
-                "name": os.path.basename(path), "tracker": engine.TRACKER_FILE_NAME}
+        root = engine.absolute(self.checkpoint_dir)
+        if path:
+            path = os.path.abspath(path)
+        else:  # the default, built on the absolute root (no second normalisation)
+            path = os.path.join(root, str(int(step)), "rank_0.pt")
+        return {"root": root, "path": path, "name": os.path.basename(path),
+                "tracker": engine.TRACKER_FILE_NAME}
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
         """Saves state_dict as the checkpoint of `step`. Every rank calls it. `path` (default

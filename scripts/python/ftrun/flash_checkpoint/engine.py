@@ -33,6 +33,10 @@ def memory_store():
     """(AgentMemory, None) when this worker's ftrun agent keeps memory snapshots, else
     (None, why not)."""
     global _memory
+    mem = _memory
+    # Every save asks: the answer stands while this process's channel to the agent is open.
+    if mem is not None and not mem.controller.closed and mem.pid == os.getpid():
+        return mem, None
     if not os.environ.get("FTRUN_CONTROL_SOCKET"):
         return None, "not started by ftrun (no FTRUN_CONTROL_SOCKET)"
     if not os.environ.get("FTRUN_FLASH_MEMORY_BUDGET"):
@@ -43,6 +47,22 @@ def memory_store():
     if _memory is None or _memory.controller is not controller:
         _memory = AgentMemory(controller)
     return _memory, None
+
+
+_absolute = {}  # absolute path -> itself normalised
+
+
+def absolute(path: str) -> str:
+    """os.path.abspath(path), without normalising an absolute path again at every save (a
+    relative one depends on the working directory: it is resolved every time)."""
+    if not os.path.isabs(path):
+        return os.path.abspath(path)
+    done = _absolute.get(path)
+    if done is None:
+        if len(_absolute) > 64:
+            _absolute.clear()
+        done = _absolute[path] = os.path.normpath(path)
+    return done
 
 
 def disk_instead_of_memory(why: str):

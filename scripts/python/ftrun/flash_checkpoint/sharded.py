@@ -49,8 +49,9 @@ class ShardedCheckpointer:
 
     def _target(self, step, path: str) -> dict:
         """Where the agent persists this rank's shard of `step`."""
-        path = path or os.path.join(self.checkpoint_dir, str(step))
-        return {"root": os.path.abspath(self.checkpoint_dir), "path": os.path.abspath(path),
+        root = engine.absolute(self.checkpoint_dir)
+        path = os.path.abspath(path) if path else os.path.join(root, str(int(step)))
+        return {"root": root, "path": path,
                 "name": self.shard_file_name(), "tracker": self.tracker_name}
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):

@@ -1,13 +1,24 @@
-// WorkerProcess::Spawn forks without telling the agent's loop: a service of the loop's
-// io_context sees no fork event (before, the loop's resolver service joined the thread of an
-// in-flight getaddrinfo at every spawn, and the child re-registered the loop's descriptors).
+// WorkerProcess::Spawn: its fork is announced to no io_context (before, the loop's resolver
+// service joined the thread of an in-flight getaddrinfo at every spawn, and the child
+// re-registered the loop's descriptors); the child starts with its own process group, an
+// empty signal mask, default SIGPIPE and only fds 0-2; a program that cannot be executed is
+// an error naming it, and leaves no child behind.
 #include "launcher/workers/worker_process.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <boost/asio/io_context.hpp>
+#include <cerrno>
 #include <chrono>
+#include <fstream>
 #include <optional>
+#include <sstream>
+#include <string>
 
 #include "tests/support/test_support.h"
 
@@ -50,6 +61,72 @@ TEST(WorkerProcess, TheLoopIsNotToldAboutTheFork) {
   ASSERT_TRUE(status);
   EXPECT_EQ(status->code, 3);
   EXPECT_EQ(witness.events, 0);
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(WorkerProcess, TheChildStartsCleanInItsOwnProcessGroup) {
+  testing::TempDir dir;
+  const std::string out = dir.path() + "/out";
+  const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(out_fd, 0);
+  const int leaked = ::dup(2);  // not close-on-exec: the child must not get it all the same
+  ASSERT_GE(leaked, 3);
+  struct sigaction ignore {
+  }, old{};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGPIPE, &ignore, &old);
+  sigset_t blocked, previous;
+  ::sigemptyset(&blocked);
+  ::sigaddset(&blocked, SIGUSR2);
+  ::pthread_sigmask(SIG_BLOCK, &blocked, &previous);
+
+  boost::asio::io_context io;
+  ProcessSpec spec;
+  spec.program = "sh";  // found on PATH
+  spec.args = {"-c",
+               "echo pid=$$ pgrp=$(cut -d' ' -f5 /proc/$$/stat); "
+               "grep -E '^Sig(Blk|Ign)' /proc/self/status; echo fds=$(ls /proc/self/fd)"};
+  spec.env = {{"PATH", "/usr/bin:/bin"}};
+  spec.stdout_fd = out_fd;
+  auto status = RunToExit(io, spec);
+  ::sigaction(SIGPIPE, &old, nullptr);
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  ::close(leaked);
+  ::close(out_fd);
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->code, 0);
+  const std::string text = ReadAll(out);
+  std::istringstream lines(text);
+  std::string pid, pgrp;
+  lines >> pid >> pgrp;
+  EXPECT_EQ(pid.substr(4), pgrp.substr(5)) << text;  // its own process group
+  EXPECT_NE(text.find("SigBlk:\t0000000000000000"), std::string::npos) << text;
+  const auto ign = text.find("SigIgn:\t");
+  ASSERT_NE(ign, std::string::npos) << text;
+  const uint64_t ignored = std::stoull(text.substr(ign + 8, 16), nullptr, 16);
+  EXPECT_EQ(ignored & (uint64_t{1} << (SIGPIPE - 1)), 0u) << text;
+  EXPECT_NE(text.find("fds=0 1 2 3\n"), std::string::npos) << text;  // 3: ls's own listing
+}
+
+TEST(WorkerProcess, AProgramThatCannotBeExecutedIsAnErrorNamingItAndLeavesNoChild) {
+  testing::TempDir dir;
+  const std::string program = dir.path() + "/train";
+  std::ofstream(program) << "#!/bin/sh\nexit 0\n";
+  ::chmod(program.c_str(), 0600);  // not executable
+  boost::asio::io_context io;
+  ProcessSpec spec;
+  spec.program = program;
+  auto p = WorkerProcess::Spawn(io, spec, [](const ExitStatus&) {});
+  ASSERT_FALSE(p);
+  EXPECT_EQ(p.error().message, "cannot start '" + program + "': Permission denied");
+  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // the failed child was reaped
+  EXPECT_EQ(errno, ECHILD);
 }
 
 }  // namespace
