@@ -5,11 +5,12 @@ torch.save: under a real ftrun,
   * the restore of that state from the agent's memory, per GiB;
   * the agent's own memory (RssAnon: not the snapshots, which are shared memfd pages);
   * the cost of a MEMORY save after every step on the demo model (scripts/demo/train.py, 4
-    ranks): short blocks of steps with and without saves alternate inside the same jobs, and
-    the median of the pairs' ratios is printed with its spread and the load average (the
-    machine is shared: whole jobs compared with each other differ by more than the effect);
-    beside it the stable per-save costs: the blocking time of rank 0 (the rank that saves),
-    the agent's CPU per save and the CPU of all the processes per step.
+    ranks): short blocks of steps that save, only build the state dicts, or do neither
+    alternate inside the same jobs, and the median of the cycles' ratios is printed with its
+    spread and the load average (the machine is shared: whole jobs compared with each other
+    differ by more than the effect), split into torch's share (the state_dict() calls) and
+    ftrun's; beside it the stable per-save costs: the blocking time of rank 0 (the rank that
+    saves), the agent's CPU per save and the CPU of all the processes per step.
 Targets (issue 15): save <= 0.5 s/GiB and <= 1/4 of torch.save+fsync; restore <= 0.5 s/GiB;
 every-step saves < 3 % of the training throughput.
 """
@@ -52,17 +53,17 @@ def load_average() -> str:
         return " ".join(f.read().split()[:3])
 
 
-def every_step_cost(ftrun, jobs, block=25, pairs=24):
-    """The demo model's training loop (4 ranks) with and without a MEMORY save after every
-    step, measured in the same jobs: blocks of `block` steps alternate in ABBA order (with,
-    without, without, with, ...: a slow drift of the shared machine's load cancels), and each
-    neighbouring pair gives one ratio. The first pair of a job is left out (the first save
-    builds its layout and maps its buffers). Returns the pairs: (seconds with, seconds without,
-    the ranks' CPU + the agent's with / without, the agent's CPU with - without, rank 0's
-    blocking seconds in the block with, rank 0's CPU (all its threads) with - without), and
-    the load averages seen before and after."""
+def every_step_cost(ftrun, jobs, block=25, cycles=9):
+    """The demo model's training loop (4 ranks) in blocks of `block` steps that, after each
+    step, save the state to memory (S), only build its state dicts (D: what any checkpointer
+    needs, torch's share), or do neither (N), measured in the same jobs: cycles of six blocks,
+    S D N N D S (a slow drift of the shared machine's load cancels out of each ratio). The first
+    cycle of a job is left out (the first save builds its layout and maps its buffers). Returns
+    one dict per cycle, the figures summed over its two blocks of each kind (seconds, ranks'
+    CPU + the agent's, the agent's CPU, rank 0's blocking seconds, rank 0's CPU), and the load
+    averages seen before and after."""
     out, loads = [], [load_average()]
-    steps = block * 2 * pairs
+    steps = block * 6 * cycles
     for _ in range(jobs):
         d = tempfile.mkdtemp(prefix="ftrun-bench-flash-")
         _ftrun(ftrun, ["--nproc-per-node", "4", "--log-dir", os.path.join(d, "logs"),
@@ -75,16 +76,16 @@ def every_step_cost(ftrun, jobs, block=25, pairs=24):
                 results.append(json.load(f))
         subprocess.run(["rm", "-rf", d], check=False)
         blocks = results[0]["blocks"]
-        for i in range(2, len(blocks) - 1, 2):
-            pair = {}
-            for b in (i, i + 1):
-                saves, seconds, _, agent_cpu, save_seconds = blocks[b]
+        for first in range(6, len(blocks) - 5, 6):
+            cycle = {}
+            for b in range(first, first + 6):
+                kind, seconds, rank0_cpu, agent_cpu, save_seconds = blocks[b]
                 ranks_cpu = sum(r["blocks"][b][2] for r in results)
-                pair[saves] = (seconds, ranks_cpu + agent_cpu, agent_cpu, save_seconds,
-                               blocks[b][2])
-            out.append((pair[True][0], pair[False][0], pair[True][1], pair[False][1],
-                        pair[True][2] - pair[False][2], pair[True][3],
-                        pair[True][4] - pair[False][4]))
+                total = cycle.setdefault(kind, [0.0] * 5)
+                for i, v in enumerate((seconds, ranks_cpu + agent_cpu, agent_cpu, save_seconds,
+                                       rank0_cpu)):
+                    total[i] += v
+            out.append(cycle)
         loads.append(load_average())
     return out, loads
 
@@ -100,33 +101,49 @@ def spread(values, resamples=2000):
             medians[int(0.975 * resamples) - 1])
 
 
-def print_every_step_cost(ftrun, runs, block=25, pairs=24):
+def print_every_step_cost(ftrun, runs, block=25, cycles=9):
     jobs = max(runs, 2)
     print(f"  measuring every-step MEMORY saves on the demo model ({jobs} jobs)",
           file=sys.stderr, flush=True)
-    rows, loads = every_step_cost(ftrun, jobs, block, pairs)
-    cost, q1, q3, lo, hi = spread([with_ / without - 1 for with_, without, *_ in rows])
-    step_without = statistics.median(without for _, without, *_ in rows) / block
-    print(f"demo model, 4 ranks on {os.cpu_count()} CPUs, in {jobs} jobs: {len(rows)} pairs of "
-          f"{block}-step blocks with and without a MEMORY save every step (ABBA order); "
-          f"load average {loads[0]} before, {loads[-1]} after")
-    print(f"  every-step saves cost {100 * cost:+.1f} % of the training loop's time (median of "
-          f"the pairs' ratios; quartiles {100 * q1:+.1f} .. {100 * q3:+.1f} %, 95 % interval of "
-          f"the median {100 * lo:+.1f} .. {100 * hi:+.1f} %; target < 3 %)"
-          f"{'  ok' if hi < 0.03 else '  ok (median)' if cost < 0.03 else '  MISSED'}")
-    blocking = statistics.median(r[5] for r in rows) / block
-    cpu_with = statistics.median(r[2] for r in rows) / block
-    cpu_without = statistics.median(r[3] for r in rows) / block
-    agent = statistics.median(r[4] for r in rows) / block
-    extra = statistics.median(r[2] - r[3] for r in rows) / block
-    saver = statistics.median(r[6] for r in rows) / block
+    rows, loads = every_step_cost(ftrun, jobs, block, cycles)
+    steps = 2 * block  # of each kind in a cycle
+    print(f"demo model, 4 ranks on {os.cpu_count()} CPUs, in {jobs} jobs: {len(rows)} cycles of "
+          f"{block}-step blocks that save after every step (S), only build the state dicts "
+          f"(D) or neither (N), S D N N D S; load average {loads[0]} before, {loads[-1]} after")
+
+    def cost(a, b):
+        return spread([r[a][0] / r[b][0] - 1 for r in rows])
+
+    for what, a, b, target in (("every-step saves", "save", "none", " (target < 3 %)"),
+                               ("  the state dicts alone (torch's share)", "dicts", "none", ""),
+                               ("  the saves beyond the dicts (ftrun's share)", "save", "dicts",
+                                "")):
+        median, q1, q3, lo, hi = cost(a, b)
+        verdict = ""
+        if target:
+            verdict = "  ok" if hi < 0.03 else "  ok (median)" if median < 0.03 else "  MISSED"
+        print(f"  {what} cost {100 * median:+.1f} % of the training loop's time (median of the "
+              f"cycles' ratios; quartiles {100 * q1:+.1f} .. {100 * q3:+.1f} %, 95 % interval of "
+              f"the median {100 * lo:+.1f} .. {100 * hi:+.1f} %){target}{verdict}")
+
+    def per_step(kind, i):
+        return statistics.median(r[kind][i] for r in rows) / steps
+
+    step_without = per_step("none", 0)
+    blocking = per_step("save", 3)
+    dicts = per_step("dicts", 3)
+    agent = statistics.median(r["save"][2] - r["none"][2] for r in rows) / steps
+    saver = statistics.median(r["save"][4] - r["none"][4] for r in rows) / steps
+    extra = statistics.median(r["save"][1] - r["none"][1] for r in rows) / steps
+    cpu_without = per_step("none", 1)
     print(f"  a step takes {1e3 * step_without:.2f} ms without saves; a save blocks rank 0 "
-          f"{1e6 * blocking:.0f} us (state_dict() calls included: {100 * blocking / step_without:.1f} "
-          f"% of a step) and costs rank 0 {1e6 * saver:.0f} us of CPU (all its threads), the "
-          f"agent {1e6 * agent:.0f} us")
+          f"{1e6 * blocking:.0f} us ({1e6 * dicts:.0f} us of it the state_dict() calls; "
+          f"{100 * blocking / step_without:.1f} % of a step) and costs rank 0 {1e6 * saver:.0f} "
+          f"us of CPU (all its threads), the agent {1e6 * agent:.0f} us")
     print(f"  CPU per step, 4 ranks + agent: {1e6 * cpu_without:.0f} us without saves, "
-          f"{1e6 * cpu_with:.0f} us with: +{1e6 * extra:.0f} us, {100 * extra / cpu_without:+.1f} % "
-          "(what the saves cost the throughput while the ranks keep the CPUs busy)")
+          f"{1e6 * (cpu_without + extra):.0f} us with: {1e6 * extra:+.0f} us, "
+          f"{100 * extra / cpu_without:+.1f} % (what the saves cost the throughput while the "
+          "ranks keep the CPUs busy)")
 
 
 def run(ftrun, runs, sizes=(256, 1024)):

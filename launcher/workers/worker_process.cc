@@ -17,6 +17,8 @@
 #include <cstring>
 #include <mutex>
 #include <set>
+#include <string>
+#include <vector>
 
 #include "common/fd_limit.h"
 #include "common/log.h"
@@ -35,9 +37,9 @@ struct ChildPlan {
   const char* exe;
   char* const* argv;
   char* const* envp;
-  int stdio[3];    // the descriptor to become fd 0, 1, 2 (-1: the agent's own)
+  int stdio[3];    // the descriptor to become fd 0, 1, 2 (-1: the agent's own); none is 0-2
   rlim_t fd_soft;  // the open-file limit ftrun was started with (-1: unchanged)
-  int error_pipe;  // close-on-exec: the child's errno goes here if it cannot exec
+  int error_pipe;  // close-on-exec, not 0-2: the child's errno goes here if it cannot exec
 };
 
 // The child, between fork and exec: async-signal-safe calls only.
@@ -99,6 +101,99 @@ struct ChildPlan {
   ::execve(plan.exe, plan.argv, plan.envp);
   fail();
   ::_exit(127);  // not reached (fail exits)
+}
+
+// Waits for `pid` to exit (it has exited, or was just killed).
+void Reap(pid_t pid) {
+  while (::waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+  }
+}
+
+// Descriptors Spawn made for one fork, closed when it returns.
+struct OwnedFds {
+  std::vector<int> fds;
+  ~OwnedFds() {
+    for (int fd : fds) ::close(fd);
+  }
+  // `fd`, or a close-on-exec duplicate numbered 3 or above when it is one of 0-2 (so that
+  // the child's dup2 onto 0-2 never overwrites a descriptor it still needs); -1 on error.
+  int Above2(int fd) {
+    if (fd < 0 || fd > 2) return fd;
+    const int dup = ::fcntl(fd, F_DUPFD_CLOEXEC, 3);
+    if (dup >= 0) fds.push_back(dup);
+    return dup;
+  }
+};
+
+// Starts `exe` as `spec` says; its pid once it has exec'd. Blocks until then (the child
+// reports an exec failure through a close-on-exec pipe before it exits). Errors name `exe`.
+Result<pid_t> ForkExec(const std::string& exe, const ProcessSpec& spec) {
+  auto error = [&exe](const std::string& what, int err) {
+    return Error{"cannot start '" + exe + "': " + what + std::strerror(err)};
+  };
+  std::vector<std::string> env_strings = ToEnvStrings(spec.env);
+  std::vector<char*> envp;
+  envp.reserve(env_strings.size() + 1);
+  for (auto& e : env_strings) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> arg_strings{exe};  // argv[0]: the resolved path
+  arg_strings.insert(arg_strings.end(), spec.args.begin(), spec.args.end());
+  std::vector<char*> argv;
+  argv.reserve(arg_strings.size() + 1);
+  for (auto& a : arg_strings) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  OwnedFds owned;
+  int error_pipe[2];
+  if (::pipe2(error_pipe, O_CLOEXEC) != 0) return error("pipe2: ", errno);
+  owned.fds = {error_pipe[0], error_pipe[1]};
+  ChildPlan plan{::getpid(),
+                 exe.c_str(),
+                 argv.data(),
+                 envp.data(),
+                 {-1, -1, -1},
+                 StartingFdSoftLimit(),
+                 owned.Above2(error_pipe[1])};
+  const int wanted[3] = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
+  for (int target = 0; target < 3; ++target) {
+    plan.stdio[target] = wanted[target] == target ? -1 : owned.Above2(wanted[target]);
+    if (wanted[target] >= 0 && wanted[target] != target && plan.stdio[target] < 0) {
+      return error("fcntl: ", errno);
+    }
+  }
+  if (plan.error_pipe < 0) return error("fcntl: ", errno);
+  // Every signal stays blocked in the child until it has reset the agent's handlers (it is in
+  // the agent's process group until setpgid: a Ctrl-C there must not run them).
+  sigset_t all, previous;
+  ::sigfillset(&all);
+  ::pthread_sigmask(SIG_SETMASK, &all, &previous);
+  // Our own fork and exec rather than Boost.Process's launcher, whose child announces the
+  // fork to an asio context (service_registry::notify_fork allocates) before exec.
+  const pid_t pid = ::fork();
+  if (pid == 0) ExecChild(plan);
+  const int fork_errno = errno;
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  if (pid < 0) return error("fork: ", fork_errno);
+  ::close(plan.error_pipe);  // the child's end: EOF once it has exec'd
+  std::erase(owned.fds, plan.error_pipe);
+  if (plan.error_pipe != error_pipe[1]) {
+    ::close(error_pipe[1]);
+    std::erase(owned.fds, error_pipe[1]);
+  }
+  int child_errno = 0;
+  ssize_t n;
+  do {
+    n = ::read(error_pipe[0], &child_errno, sizeof child_errno);
+  } while (n < 0 && errno == EINTR);
+  const int read_errno = errno;
+  if (n == 0) return pid;
+  if (n < 0) {  // cannot tell whether it started: it must not run unwatched
+    ::kill(pid, SIGKILL);
+    Reap(pid);
+    return error("reading its exec status: ", read_errno);
+  }
+  Reap(pid);  // it could not exec and has exited
+  return error("", child_errno);
 }
 
 // The children started here and not reaped yet (loop only, like every WorkerProcess; the mutex
@@ -177,55 +272,15 @@ Result<std::unique_ptr<WorkerProcess>> WorkerProcess::Spawn(boost::asio::io_cont
   if (exe.empty()) {
     return Error{"cannot start '" + spec.program + "': not found in PATH"};
   }
-  std::vector<std::string> env_strings = ToEnvStrings(spec.env);
-  std::vector<char*> envp;
-  envp.reserve(env_strings.size() + 1);
-  for (auto& e : env_strings) envp.push_back(e.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> arg_strings{exe};  // argv[0]: the resolved path
-  arg_strings.insert(arg_strings.end(), spec.args.begin(), spec.args.end());
-  std::vector<char*> argv;
-  argv.reserve(arg_strings.size() + 1);
-  for (auto& a : arg_strings) argv.push_back(a.data());
-  argv.push_back(nullptr);
-
-  int error_pipe[2];
-  if (::pipe2(error_pipe, O_CLOEXEC) != 0) {
-    return Error{"cannot start '" + exe + "': pipe2: " + std::strerror(errno)};
-  }
-  const ChildPlan plan{::getpid(),
-                       exe.c_str(),
-                       argv.data(),
-                       envp.data(),
-                       {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd},
-                       StartingFdSoftLimit(),
-                       error_pipe[1]};
-  // Our own fork and exec rather than Boost.Process's launcher, whose child announces the
-  // fork to an asio context (service_registry::notify_fork allocates) before exec.
-  const pid_t pid = ::fork();
-  if (pid == 0) ExecChild(plan);
-  const int fork_errno = errno;
-  ::close(error_pipe[1]);
-  if (pid < 0) {
-    ::close(error_pipe[0]);
-    return Error{"cannot start '" + exe + "': fork: " + std::strerror(fork_errno)};
-  }
-  int child_errno = 0;
-  ssize_t n;
-  do {
-    n = ::read(error_pipe[0], &child_errno, sizeof child_errno);
-  } while (n < 0 && errno == EINTR);
-  ::close(error_pipe[0]);
-  if (n > 0) {  // it could not exec and has exited
-    ::waitpid(pid, nullptr, 0);
-    return Error{"cannot start '" + exe + "': " + std::strerror(child_errno)};
-  }
+  auto started = ForkExec(exe, spec);
+  if (!started) return started.error();
+  const pid_t pid = *started;
   SetStarted(pid, true);
   const int fd = static_cast<int>(::syscall(SYS_pidfd_open, pid, 0));  // close-on-exec
   if (fd < 0) {
     const int err = errno;
     ::kill(pid, SIGKILL);
-    ::waitpid(pid, nullptr, 0);  // it was just killed: returns at once
+    Reap(pid);  // it was just killed: returns at once
     SetStarted(pid, false);
     return Error{"cannot watch '" + exe + "' (pidfd_open): " + std::strerror(err)};
   }

@@ -30,7 +30,8 @@ class WorkerProcess : public ChildProcess {
  public:
   using ExitHandler = Spawner::ExitHandler;
 
-  // Starts the child. Errors (program not found, exec failure) name the program.
+  // Starts the child (argv[0]: the program's resolved path) and returns once it has exec'd.
+  // Errors (program not found, exec failure) name the program as given, or as resolved.
   static Result<std::unique_ptr<WorkerProcess>> Spawn(boost::asio::io_context& io,
                                                       const ProcessSpec& spec, ExitHandler on_exit);
   ~WorkerProcess() override;

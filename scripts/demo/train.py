@@ -48,9 +48,10 @@ def parse_args():
     p.add_argument("--crash-step", type=int, default=-1)
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
     p.add_argument("--flash-blocks", type=int, default=0, metavar="N",
-                   help="scripts/bench.py: with --flash, save only in half of the blocks of N "
-                   "steps (ABBA order: with, without, without, with, ...) and record each "
-                   "block's time, so both are measured in the same job")
+                   help="scripts/bench.py: with --flash, run blocks of N steps in cycles of "
+                   "six: saving, only building the state dicts, neither, neither, only "
+                   "building, saving (so a drift of the machine's load cancels), and record "
+                   "each block's time: all three are measured in the same job")
     # Fault injection for tests: a rank that stops making progress, and broken fault-time saves.
     p.add_argument("--hang-rank", type=int, default=-1)
     p.add_argument("--hang-step", type=int, default=-1)
@@ -68,6 +69,10 @@ def parse_args():
     p.add_argument("--attempt-log", default=None, metavar="FILE",
                    help="rank 0 appends one JSON line per attempt (world size, resume step)")
     return p.parse_args()
+
+
+# --flash-blocks: what each block of a cycle does after its steps.
+BLOCK_CYCLE = ("save", "dicts", "none", "none", "dicts", "save")
 
 
 def model_fn():
@@ -205,7 +210,8 @@ def main():
 
     loss = torch.tensor(0.0)
     save_seconds = 0.0  # blocking time of the --flash saves (state_dict() calls included)
-    blocks = []  # --flash-blocks: [saves?, seconds, CPU seconds, agent CPU seconds, save seconds]
+    # --flash-blocks: [kind, seconds, CPU seconds, agent CPU seconds, save seconds]
+    blocks = []
     loop_started, cpu_started, agent_started = (time.monotonic(), time.process_time(),
                                                 agent_cpu_seconds())
     with ft.guard():
@@ -219,7 +225,7 @@ def main():
                 print(f"rank {rank}: injected hang at step {step}", flush=True)
                 time.sleep(3600)
             if args.flash_blocks and (step - start) % args.flash_blocks == 0:
-                blocks.append([(step - start) // args.flash_blocks % 4 in (0, 3),
+                blocks.append([BLOCK_CYCLE[(step - start) // args.flash_blocks % 6],
                                time.perf_counter(), time.process_time(), agent_cpu_seconds(),
                                save_seconds])
             if args.global_batch:
@@ -238,11 +244,13 @@ def main():
                     f.write(f"{os.getpid()} {step}\n")
             if rank == 0 and ((step + 1) % 10 == 0 or step + 1 == args.steps):
                 print(f"step {step + 1}/{args.steps} loss {loss.item():.4f}", flush=True)
-            if flash is not None and (not blocks or blocks[-1][0]):
+            kind = blocks[-1][0] if blocks else "save"
+            if flash is not None and kind != "none":
                 saving = time.perf_counter()
-                flash.save_checkpoint(step, {"model": model.module.state_dict(),
-                                             "opt": opt.state_dict(), "step": step},
-                                      storage_type=StorageType.MEMORY)
+                state = {"model": model.module.state_dict(), "opt": opt.state_dict(),
+                         "step": step}
+                if kind == "save":
+                    flash.save_checkpoint(step, state, storage_type=StorageType.MEMORY)
                 save_seconds += time.perf_counter() - saving
             elif rank == 0 and args.ckpt_every > 0 and (step + 1) % args.ckpt_every == 0:
                 ftrun.save_checkpoint(root, step, write_state)

@@ -72,7 +72,7 @@ class DdpCheckpointer:
         False when the memory save was not taken (the message says why)."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
-        path = self._path(step, path)
+        given, path = path, self._path(step, path)
         step = int(step)
         self._persist = storage_type == StorageType.DISK
         mem, why = engine.memory_store()
@@ -86,7 +86,7 @@ class DdpCheckpointer:
             return True  # one copy per node: local rank 0's
         persist = storage_type == StorageType.DISK and self._rank == 0
         return engine.save_to_memory(mem, step, state_dict, "", self._comm.world_size,
-                                     self._target(step, path), persist)
+                                     self._target(step, given), persist)
 
     def load_checkpoint(self, resume_path=""):
         """The newest complete state dict under checkpoint_dir (the same step on every rank),

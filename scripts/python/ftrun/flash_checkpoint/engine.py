@@ -34,10 +34,12 @@ def memory_store():
     (None, why not)."""
     global _memory
     mem = _memory
-    # Every save asks: the answer stands while this process's channel to the agent is open.
-    if mem is not None and not mem.controller.closed and mem.pid == os.getpid():
+    # Every save asks: the answer stands while this process's channel to that agent is open.
+    path = os.environ.get("FTRUN_CONTROL_SOCKET")
+    if (mem is not None and mem.socket == path and not mem.controller.closed
+            and mem.pid == os.getpid()):
         return mem, None
-    if not os.environ.get("FTRUN_CONTROL_SOCKET"):
+    if not path:
         return None, "not started by ftrun (no FTRUN_CONTROL_SOCKET)"
     if not os.environ.get("FTRUN_FLASH_MEMORY_BUDGET"):
         return None, "this ftrun agent does not keep memory snapshots"
@@ -46,6 +48,7 @@ def memory_store():
         return None, "the ftrun agent cannot be reached"
     if _memory is None or _memory.controller is not controller:
         _memory = AgentMemory(controller)
+    _memory.socket = path
     return _memory, None
 
 

@@ -52,6 +52,7 @@ class AgentMemory:
     def __init__(self, controller):
         self.controller = controller
         self.pid = os.getpid()
+        self.socket = None  # the control socket's path it was found by (engine.memory_store)
         # st_ino -> mmap of that buffer, kept from save to save (every buffer is a memfd of
         # the agent: one device; the lease mailbox names a buffer by its inode too)
         self._maps = {}

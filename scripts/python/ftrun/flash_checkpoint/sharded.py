@@ -67,6 +67,7 @@ class ShardedCheckpointer:
         False when the memory save was not taken (the message says why)."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
+        given = path
         if not path:
             path = os.path.join(self.checkpoint_dir, str(step))
         step, name = int(step), self.shard_file_name()
@@ -79,7 +80,7 @@ class ShardedCheckpointer:
         taken = True
         if mem is not None:
             taken = engine.save_to_memory(mem, step, state_dict, self._group,
-                                          self._comm.world_size, self._target(step, path),
+                                          self._comm.world_size, self._target(step, given),
                                           disk and one_node)
             if not disk or one_node:
                 return taken

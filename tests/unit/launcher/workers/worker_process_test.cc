@@ -94,7 +94,11 @@ TEST(WorkerProcess, TheChildStartsCleanInItsOwnProcessGroup) {
                "grep -E '^Sig(Blk|Ign)' /proc/self/status; echo fds=$(ls /proc/self/fd)"};
   spec.env = {{"PATH", "/usr/bin:/bin"}};
   spec.stdout_fd = out_fd;
+  const int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(null_fd, 0);
+  spec.stdin_fd = null_fd;  // whatever the test's own stdin is
   auto status = RunToExit(io, spec);
+  ::close(null_fd);
   ::sigaction(SIGPIPE, &old, nullptr);
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   ::close(leaked);
@@ -125,8 +129,37 @@ TEST(WorkerProcess, AProgramThatCannotBeExecutedIsAnErrorNamingItAndLeavesNoChil
   auto p = WorkerProcess::Spawn(io, spec, [](const ExitStatus&) {});
   ASSERT_FALSE(p);
   EXPECT_EQ(p.error().message, "cannot start '" + program + "': Permission denied");
-  EXPECT_EQ(::waitpid(-1, nullptr, WNOHANG), -1);  // the failed child was reaped
-  EXPECT_EQ(errno, ECHILD);
+  const pid_t left = ::waitpid(-1, nullptr, WNOHANG);
+  const int err = errno;
+  EXPECT_EQ(left, -1);  // the failed child was reaped
+  EXPECT_EQ(err, ECHILD);
+}
+
+TEST(WorkerProcess, StdioGivenAsEachOthersDescriptorsIsNotMixedUp) {
+  testing::TempDir dir;
+  const std::string a = dir.path() + "/a", b = dir.path() + "/b";
+  // The test's own fds 1 and 2 become files for a moment; the child gets them swapped.
+  const int saved_out = ::dup(1), saved_err = ::dup(2);
+  ASSERT_GE(saved_out, 0);
+  ASSERT_GE(saved_err, 0);
+  const int fa = ::open(a.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  const int fb = ::open(b.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+  ::dup2(fa, 1);
+  ::dup2(fb, 2);
+  boost::asio::io_context io;
+  ProcessSpec spec;
+  spec.program = "/bin/sh";
+  spec.args = {"-c", "echo out; echo err >&2"};
+  spec.stdout_fd = 2;
+  spec.stderr_fd = 1;
+  auto status = RunToExit(io, spec);
+  ::dup2(saved_out, 1);
+  ::dup2(saved_err, 2);
+  for (int fd : {saved_out, saved_err, fa, fb}) ::close(fd);
+  ASSERT_TRUE(status);
+  EXPECT_EQ(status->code, 0);
+  EXPECT_EQ(ReadAll(b), "out\n");
+  EXPECT_EQ(ReadAll(a), "err\n");
 }
 
 }  // namespace
