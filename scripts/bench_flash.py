@@ -53,6 +53,10 @@ def load_average() -> str:
         return " ".join(f.read().split()[:3])
 
 
+# What every_step_cost sums per kind of block, in this order.
+SECONDS, ALL_CPU, AGENT_CPU, BLOCKED, RANK0_CPU = range(5)
+
+
 def every_step_cost(ftrun, jobs, block=25, cycles=9):
     """The demo model's training loop (4 ranks) in blocks of `block` steps that, after each
     step, save the state to memory (S), only build its state dicts (D: what any checkpointer
@@ -112,7 +116,7 @@ def print_every_step_cost(ftrun, runs, block=25, cycles=9):
           f"(D) or neither (N), S D N N D S; load average {loads[0]} before, {loads[-1]} after")
 
     def cost(a, b):
-        return spread([r[a][0] / r[b][0] - 1 for r in rows])
+        return spread([r[a][SECONDS] / r[b][SECONDS] - 1 for r in rows])
 
     for what, a, b, target in (("every-step saves", "save", "none", " (target < 3 %)"),
                                ("  the state dicts alone (torch's share)", "dicts", "none", ""),
@@ -129,13 +133,14 @@ def print_every_step_cost(ftrun, runs, block=25, cycles=9):
     def per_step(kind, i):
         return statistics.median(r[kind][i] for r in rows) / steps
 
-    step_without = per_step("none", 0)
-    blocking = per_step("save", 3)
-    dicts = per_step("dicts", 3)
-    agent = statistics.median(r["save"][2] - r["none"][2] for r in rows) / steps
-    saver = statistics.median(r["save"][4] - r["none"][4] for r in rows) / steps
-    extra = statistics.median(r["save"][1] - r["none"][1] for r in rows) / steps
-    cpu_without = per_step("none", 1)
+    def added(i):
+        return statistics.median(r["save"][i] - r["none"][i] for r in rows) / steps
+
+    step_without = per_step("none", SECONDS)
+    blocking = per_step("save", BLOCKED)
+    dicts = per_step("dicts", BLOCKED)
+    agent, saver, extra = added(AGENT_CPU), added(RANK0_CPU), added(ALL_CPU)
+    cpu_without = per_step("none", ALL_CPU)
     print(f"  a step takes {1e3 * step_without:.2f} ms without saves; a save blocks rank 0 "
           f"{1e6 * blocking:.0f} us ({1e6 * dicts:.0f} us of it the state_dict() calls; "
           f"{100 * blocking / step_without:.1f} % of a step) and costs rank 0 {1e6 * saver:.0f} "

@@ -42,14 +42,16 @@ struct ChildPlan {
   int error_pipe;  // close-on-exec, not 0-2: the child's errno goes here if it cannot exec
 };
 
+// The child could not get to exec: errno goes to the parent, the child exits.
+[[noreturn]] void FailChild(int error_pipe) {
+  const int err = errno;
+  ssize_t ignored = ::write(error_pipe, &err, sizeof err);
+  (void)ignored;
+  ::_exit(127);
+}
+
 // The child, between fork and exec: async-signal-safe calls only.
 [[noreturn]] void ExecChild(const ChildPlan& plan) {
-  auto fail = [&plan] {
-    const int err = errno;
-    ssize_t ignored = ::write(plan.error_pipe, &err, sizeof err);
-    (void)ignored;
-    ::_exit(127);
-  };
   // The agent's signal handlers write into its loop's pipe, which the child shares until
   // exec: a signal caught here would be taken for one of the agent's. exec resets caught
   // signals to their default anyway.
@@ -63,8 +65,8 @@ struct ChildPlan {
     dfl.sa_handler = SIG_DFL;
     ::sigaction(sig, &dfl, nullptr);
   }
-  if (::setpgid(0, 0) != 0) fail();
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) fail();
+  if (::setpgid(0, 0) != 0) FailChild(plan.error_pipe);
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) FailChild(plan.error_pipe);
   // The agent may have died before prctl took effect; then nobody would ever kill us.
   if (::getppid() != plan.parent) ::_exit(127);
   // The agent ignores SIGPIPE for its sockets; workers get the default back (as Python's
@@ -79,7 +81,7 @@ struct ChildPlan {
   for (int target = 0; target < 3; ++target) {
     if (plan.stdio[target] >= 0 && plan.stdio[target] != target &&
         ::dup2(plan.stdio[target], target) < 0) {
-      fail();
+      FailChild(plan.error_pipe);
     }
   }
   // Only fds 0-2 cross exec (the error pipe too, until exec succeeds: it is close-on-exec).
@@ -99,8 +101,7 @@ struct ChildPlan {
     }
   }
   ::execve(plan.exe, plan.argv, plan.envp);
-  fail();
-  ::_exit(127);  // not reached (fail exits)
+  FailChild(plan.error_pipe);
 }
 
 // Waits for `pid` to exit (it has exited, or was just killed).
@@ -114,6 +115,10 @@ struct OwnedFds {
   std::vector<int> fds;
   ~OwnedFds() {
     for (int fd : fds) ::close(fd);
+  }
+  void Close(int fd) {
+    ::close(fd);
+    std::erase(fds, fd);
   }
   // `fd`, or a close-on-exec duplicate numbered 3 or above when it is one of 0-2 (so that
   // the child's dup2 onto 0-2 never overwrites a descriptor it still needs); -1 on error.
@@ -147,13 +152,11 @@ Result<pid_t> ForkExec(const std::string& exe, const ProcessSpec& spec) {
   int error_pipe[2];
   if (::pipe2(error_pipe, O_CLOEXEC) != 0) return error("pipe2: ", errno);
   owned.fds = {error_pipe[0], error_pipe[1]};
-  ChildPlan plan{::getpid(),
-                 exe.c_str(),
-                 argv.data(),
-                 envp.data(),
-                 {-1, -1, -1},
-                 StartingFdSoftLimit(),
-                 owned.Above2(error_pipe[1])};
+  const int write_end = owned.Above2(error_pipe[1]);
+  if (write_end < 0) return error("fcntl: ", errno);
+  if (write_end != error_pipe[1]) owned.Close(error_pipe[1]);  // the parent must hold one only
+  ChildPlan plan{::getpid(),   exe.c_str(),           argv.data(), envp.data(),
+                 {-1, -1, -1}, StartingFdSoftLimit(), write_end};
   const int wanted[3] = {spec.stdin_fd, spec.stdout_fd, spec.stderr_fd};
   for (int target = 0; target < 3; ++target) {
     plan.stdio[target] = wanted[target] == target ? -1 : owned.Above2(wanted[target]);
@@ -161,7 +164,6 @@ Result<pid_t> ForkExec(const std::string& exe, const ProcessSpec& spec) {
       return error("fcntl: ", errno);
     }
   }
-  if (plan.error_pipe < 0) return error("fcntl: ", errno);
   // Every signal stays blocked in the child until it has reset the agent's handlers (it is in
   // the agent's process group until setpgid: a Ctrl-C there must not run them).
   sigset_t all, previous;
@@ -174,12 +176,7 @@ Result<pid_t> ForkExec(const std::string& exe, const ProcessSpec& spec) {
   const int fork_errno = errno;
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   if (pid < 0) return error("fork: ", fork_errno);
-  ::close(plan.error_pipe);  // the child's end: EOF once it has exec'd
-  std::erase(owned.fds, plan.error_pipe);
-  if (plan.error_pipe != error_pipe[1]) {
-    ::close(error_pipe[1]);
-    std::erase(owned.fds, error_pipe[1]);
-  }
+  owned.Close(write_end);  // the child's end: EOF once it has exec'd
   int child_errno = 0;
   ssize_t n;
   do {

@@ -47,16 +47,14 @@ class DdpCheckpointer:
                                    lambda step: self._target(step, path(step) if path else ""),
                                    lambda: self._persist)
 
-    def _path(self, step, path: str) -> str:
-        return path or os.path.join(self.checkpoint_dir, str(step), "rank_0.pt")
+    def _path(self, step, path: str, root: str = "") -> str:
+        return path or os.path.join(root or self.checkpoint_dir, str(step), "rank_0.pt")
 
     def _target(self, step, path: str) -> dict:
         """Where the agent persists the snapshot of `step`."""
         root = engine.absolute(self.checkpoint_dir)
-        if path:
-            path = os.path.abspath(path)
-        else:  # the default, built on the absolute root (no second normalisation)
-            path = os.path.join(root, str(int(step)), "rank_0.pt")
+        # The default is built on the absolute root: nothing to normalise again.
+        path = os.path.abspath(path) if path else self._path(int(step), "", root)
         return {"root": root, "path": path, "name": os.path.basename(path),
                 "tracker": engine.TRACKER_FILE_NAME}
 

@@ -2,6 +2,7 @@
 into the agent's memory, the fault-time save, restoring from memory) and the job's
 collectives. Checkpoints on storage are storage.py's; its names are re-exported here.
 """
+import functools
 import os
 import sys
 import threading
@@ -52,20 +53,13 @@ def memory_store():
     return _memory, None
 
 
-_absolute = {}  # absolute path -> itself normalised
+_normalised = functools.lru_cache(maxsize=64)(os.path.normpath)
 
 
 def absolute(path: str) -> str:
     """os.path.abspath(path), without normalising an absolute path again at every save (a
     relative one depends on the working directory: it is resolved every time)."""
-    if not os.path.isabs(path):
-        return os.path.abspath(path)
-    done = _absolute.get(path)
-    if done is None:
-        if len(_absolute) > 64:
-            _absolute.clear()
-        done = _absolute[path] = os.path.normpath(path)
-    return done
+    return _normalised(path) if os.path.isabs(path) else os.path.abspath(path)
 
 
 def disk_instead_of_memory(why: str):

@@ -47,10 +47,15 @@ class ShardedCheckpointer:
                                    lambda step: self._target(step, path(step) if path else ""),
                                    lambda: self._persist and one_node, group)
 
+    @staticmethod
+    def _step_dir(step, root: str) -> str:
+        """The default directory of a step's checkpoint."""
+        return os.path.join(root, str(step))
+
     def _target(self, step, path: str) -> dict:
         """Where the agent persists this rank's shard of `step`."""
         root = engine.absolute(self.checkpoint_dir)
-        path = os.path.abspath(path) if path else os.path.join(root, str(int(step)))
+        path = os.path.abspath(path) if path else self._step_dir(int(step), root)
         return {"root": root, "path": path,
                 "name": self.shard_file_name(), "tracker": self.tracker_name}
 
@@ -67,9 +72,7 @@ class ShardedCheckpointer:
         False when the memory save was not taken (the message says why)."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
-        given = path
-        if not path:
-            path = os.path.join(self.checkpoint_dir, str(step))
+        given, path = path, path or self._step_dir(step, self.checkpoint_dir)
         step, name = int(step), self.shard_file_name()
         mem, why = engine.memory_store()
         disk = storage_type == StorageType.DISK
