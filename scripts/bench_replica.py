@@ -10,7 +10,8 @@ first copy into each fresh buffer also pays for its pages, shown apart):
     the save does not wait for the copy.
 Rows: N MiB on each node (both copies at once, competing for the CPUs of one machine), and
 1 GiB on one node only (the other's state is 1 MiB): one copy at a time, as each node's own
-copy runs on its own CPUs in a real cluster.
+copy runs on its own CPUs in a real cluster; and that row again with the copy streamed over
+gRPC (FTRUN_FLASH_REPLICA_DIRECT=0, the path TLS jobs take), side by side.
 Target (issue 15): the copy of up to 1 GiB per node complete within 1 s of the save returning.
 """
 import datetime
@@ -35,12 +36,14 @@ def _free_port():
         return s.getsockname()[1]
 
 
-def _job(ftrun, mib, saves, replicas, only_rank=-1):
-    """One two-node job; (per-save JSON records, {(rank, step): stored wall time})."""
+def _job(ftrun, mib, saves, replicas, only_rank=-1, direct=True):
+    """One two-node job; (per-save JSON records, {(rank, step): stored wall time}).
+    direct=False: the copies stream over gRPC (FTRUN_FLASH_REPLICA_DIRECT=0)."""
     d = tempfile.mkdtemp(prefix="ftrun-bench-replica-", dir="/var/tmp")
     port = _free_port()
     conf = "last_call_timeout=1"
     env = dict(os.environ)
+    env["FTRUN_FLASH_REPLICA_DIRECT"] = "1" if direct else "0"
     env.pop("FTRUN_CONTROL_SOCKET", None)
     procs, logs = [], []
     master = subprocess.Popen([ftrun, "master", "--port", str(port), "--nnodes", "2",
@@ -89,13 +92,17 @@ def _job(ftrun, mib, saves, replicas, only_rank=-1):
 def run(ftrun, runs):
     print()
     print("flash-checkpoint replicas, 2 agents on loopback, 1 rank each, median over saves "
-          "after the first two (min, max); first 2: the copies into fresh buffers")
+          "after the first two (min, max); first 2: the copies into fresh buffers; gRPC: 1 node, "
+          "the copy streamed over gRPC instead of the direct path")
     print(f"{'state per node':<16}{'save, no replicas':>26}{'save, replicas':>26}"
           f"{'copy done after return':>26}{'first 2':>14}{'target':>10}")
-    for mib, only in ((256, -1), (1024, -1), (1024, 0)):
+    medians = {}
+    for mib, only, direct in ((256, -1, True), (1024, -1, True), (1024, 0, True),
+                              (1024, 0, False)):
         saves = 5
-        with_r, stored = _job(ftrun, mib, saves, 2, only)
-        without, _ = _job(ftrun, mib, saves, 1, only)
+        with_r, stored = _job(ftrun, mib, saves, 2, only, direct)
+        if direct:
+            without, _ = _job(ftrun, mib, saves, 1, only)
         big = [r for r in with_r if only in (-1, r["rank"])]
         lags = [stored[r["rank"], r["step"]] - r["returned"] for r in big
                 if r["step"] > 1 and (r["rank"], r["step"]) in stored]
@@ -115,8 +122,17 @@ def run(ftrun, runs):
         else:
             verdict = "  MISSED"
         label = f"{mib} MiB" + (" each" if only == -1 else ", 1 node")
+        if not direct:
+            label = f"{mib} MiB, gRPC"  # 1 node, the copy streamed
+            b_without = []
+        if lags:
+            medians[direct] = statistics.median(lags)
         print(label.ljust(16) + cell(b_without).rjust(26) + cell(b_with).rjust(26)
               + cell(lags).rjust(26)
               + (f"{max(first):.3f}s" if first else "-").rjust(14) + "<= 1 s".rjust(10) + verdict
               + (f" ({missing} copies never logged)" if missing else ""))
+    if len(medians) == 2:
+        print(f"1 GiB on 1 node, copy done after return: direct path {medians[True]:.3f}s, gRPC "
+              f"stream {medians[False]:.3f}s (FTRUN_FLASH_REPLICA_DIRECT=0): ratio "
+              f"{medians[True] / medians[False]:.2f}")
     del runs  # one job per size: each already gives saves-2 samples per rank

@@ -4,19 +4,45 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/impl/rpc_method.h>
 #include <grpcpp/support/sync_stream.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
 #include <cerrno>
+#include <csignal>
 #include <cstring>
 
+#include "common/endpoint.h"
 #include "common/log.h"
 #include "ftrun/v1/replica.grpc.pb.h"
 #include "launcher/replica/crc32c.h"
+#include "launcher/replica/replica_data_port.h"
+#include "launcher/replica/replica_direct_send.h"
 #include "launcher/replica/replica_wire.h"
 
 namespace ftrun::launcher {
+ReplicaPusher::InFlight::InFlight(ReplicaPusher* s, grpc::ClientContext* ctx) : self(s) {
+  std::lock_guard lock(self->mu_);
+  self->in_flight_ = ctx;
+  if (self->stop_) self->CancelInFlight();
+}
+
+ReplicaPusher::InFlight::~InFlight() {
+  std::lock_guard lock(self->mu_);
+  self->in_flight_ = nullptr;
+}
+
+void ReplicaPusher::WatchDataConnection(int fd) {
+  std::lock_guard lock(mu_);
+  in_flight_fd_ = fd;
+  if (stop_) CancelInFlight();
+}
+
+void ReplicaPusher::CancelInFlight() {
+  if (in_flight_ != nullptr) in_flight_->TryCancel();
+  if (in_flight_fd_ >= 0) shutdown(in_flight_fd_, SHUT_RDWR);
+}
 
 ReplicaPusher::ReplicaPusher(boost::asio::io_context& io, Options options, Copied copied)
     : io_(io), opts_(std::move(options)), copied_(std::move(copied)), thread_([this] { Run(); }) {}
@@ -28,7 +54,7 @@ ReplicaPusher::~ReplicaPusher() {
     stop_ = true;
     pending_.clear();
     // An exiting agent does not wait for a slow peer's deadline.
-    if (in_flight_ != nullptr) in_flight_->TryCancel();
+    CancelInFlight();
   }
   wake_.notify_all();
   thread_.join();
@@ -84,6 +110,12 @@ void ReplicaPusher::Offer(SnapshotView view) {
 }
 
 void ReplicaPusher::Run() {
+  // sendfile to a receiver that went away raises SIGPIPE at the sending thread: here it is an
+  // error (EPIPE) to report, never a signal.
+  sigset_t pipe;
+  sigemptyset(&pipe);
+  sigaddset(&pipe, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe, nullptr);
   for (;;) {
     Pending next;
     std::vector<std::string> targets;
@@ -133,22 +165,60 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   // One channel per copy: copies are seconds apart, and a replaced peer gets a fresh one.
   auto channel =
       grpc::CreateCustomChannel(target, rendezvous::MakeChannelCredentials(opts_.tls), args);
-  grpc::ClientContext ctx;
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10) +
                         std::chrono::seconds(p.bytes >> 26);
+  v1::ReplicaHeader header;
+  header.set_key(key);
+  header.set_group(p.group);
+  header.set_step(p.step);
+  header.set_bytes(p.bytes);
+  header.set_from(opts_.from);
+  header.set_name(p.name);
+  if (!opts_.tls.enabled() && opts_.direct) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(deadline);
+    v1::ReplicaReservation reservation;
+    grpc::Status reserved;
+    {
+      InFlight in_flight(this, &ctx);
+      reserved = v1::Replica::NewStub(channel)->Reserve(&ctx, header, &reservation);
+    }
+    const std::string what =
+        "copy of " + p.group + " step " + std::to_string(p.step) + " to " + target;
+    if (reserved.ok()) {
+      auto endpoint = ParseEndpoint(target, -1, "replica target");
+      if (!endpoint || reservation.ticket().size() != ReplicaDataPort::kTicketBytes ||
+          reservation.port() <= 0 || reservation.port() > 65535) {
+        *error = what + " failed: the receiver's reservation is malformed";
+        return Outcome::kFailed;
+      }
+      const DirectResult sent = SendDirect(
+          endpoint->host, reservation.port(), reservation.ticket(), *p.fd, p.bytes, deadline,
+          [&] { return LastChecksum(p, data, deadline); },
+          [this](int fd) { WatchDataConnection(fd); });
+      switch (sent.outcome) {
+        case DirectOutcome::kStored:
+          return Outcome::kCopied;
+        case DirectOutcome::kGivenUp:
+          return Outcome::kSuperseded;
+        case DirectOutcome::kFailed:
+          *error = what + " failed: " + sent.detail;
+          return p.generation->load() != p.expected ? Outcome::kSuperseded : Outcome::kFailed;
+        case DirectOutcome::kNotConnected:
+          // Streamed instead (the receiver revokes the reservation when the stream's header
+          // comes): a network may let only the replica port through.
+          LauncherLog()->debug("replicas: {} streams over gRPC: {}", what, sent.detail);
+          break;
+      }
+    } else if (reserved.error_code() != grpc::StatusCode::UNIMPLEMENTED) {
+      *error = what + " failed: " + reserved.error_message();
+      return Outcome::kFailed;
+    }
+    // Otherwise a receiver without the direct path: the stream.
+  }
+  grpc::ClientContext ctx;
   ctx.set_deadline(deadline);
-  struct InFlight {
-    ReplicaPusher* self;
-    InFlight(ReplicaPusher* s, grpc::ClientContext* c) : self(s) {
-      std::lock_guard lock(self->mu_);
-      self->in_flight_ = c;
-      if (self->stop_) c->TryCancel();
-    }
-    ~InFlight() {
-      std::lock_guard lock(self->mu_);
-      self->in_flight_ = nullptr;
-    }
-  } in_flight(this, &ctx);
+  InFlight in_flight(this, &ctx);
   v1::ReplicaAck ack;
   // Raw messages (replica_wire.h): the data is sent from the mapping without a copy.
   const grpc::internal::RpcMethod method(ReplicaPushMethod(),
@@ -157,13 +227,7 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
       grpc::internal::ClientWriterFactory<grpc::ByteBuffer>::Create(channel.get(), method, &ctx,
                                                                     &ack));
   v1::ReplicaChunk fields;
-  auto* header = fields.mutable_header();
-  header->set_key(key);
-  header->set_group(p.group);
-  header->set_step(p.step);
-  header->set_bytes(p.bytes);
-  header->set_from(opts_.from);
-  header->set_name(p.name);
+  *fields.mutable_header() = header;
   size_t offset = 0;
   bool open = true;
   do {
@@ -172,14 +236,8 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
     offset += n;
     fields.set_last(offset == data.size());
     if (fields.last()) {
-      auto crc = CommitCrc(p, deadline);
-      if (!crc) crc = Crc32c(data);  // none computed at the commit: the bytes as sent
-      // If no Begin handed the buffer out since the snapshot was offered, no worker wrote into
-      // what was sent so far. Otherwise the copy may be torn. (gRPC reads the last bytes after
-      // this check: one changed in between makes the receiver's checksum differ from the
-      // commit's, and the receiver refuses the copy.)
-      std::atomic_thread_fence(std::memory_order_seq_cst);
-      if (p.generation->load() != p.expected) {
+      auto crc = LastChecksum(p, data, deadline);
+      if (!crc) {
         ctx.TryCancel();
         writer->Finish();
         return Outcome::kSuperseded;
@@ -198,6 +256,20 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
     return Outcome::kFailed;
   }
   return Outcome::kCopied;
+}
+
+std::optional<uint32_t> ReplicaPusher::LastChecksum(const Pending& p,
+                                                    std::span<const std::byte> data,
+                                                    std::chrono::system_clock::time_point until) {
+  auto crc = CommitCrc(p, until);
+  if (!crc) crc = Crc32c(data);  // none computed at the commit: the bytes as sent
+  // If no Begin handed the buffer out since the snapshot was offered, no worker wrote into
+  // what was sent so far. Otherwise the copy may be torn. (The last bytes may leave after
+  // this check: one changed in between makes the receiver's checksum differ from the
+  // commit's, and the receiver refuses the copy.)
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (p.generation->load() != p.expected) return std::nullopt;
+  return crc;
 }
 
 }  // namespace ftrun::launcher

@@ -1,7 +1,11 @@
 // ReplicaPusher: copies this node's newest shard snapshots to other nodes' agents (the
 // sending half of flash checkpoint replicas; replica.proto, ftrun-flash-checkpoint(7)).
 //
-// Offer hands it a committed snapshot; one thread of its own streams it, in chunks
+// Offer hands it a committed snapshot; one thread of its own sends it. Without TLS it takes
+// the direct path: Reserve on the control channel, then the bytes from the memfd to the
+// receiver's data port by sendfile (replica.proto, replica_direct_send.h; one copy of each
+// byte on loopback). With TLS, FTRUN_FLASH_REPLICA_DIRECT=0, to a receiver without the
+// direct path, or when its data port cannot be reached, it streams it over gRPC, in chunks
 // (Options::chunk_bytes, 4 MiB: small enough that the receiver's work overlaps the sending)
 // sent straight from the snapshot's mapping (replica_wire.h: no copy of the bytes, and memory
 // stays bounded whatever the size), to every current target. The last message carries the
@@ -16,9 +20,9 @@
 // and skipped; the next Offer tries it again. The training process never waits for any of this.
 //
 // The snapshot's buffer is not pinned (the worker's next saves are never refused because of
-// a copy): the pusher reads through its own descriptor and mapping, and before the last
-// message it checks that the buffer was not handed out again meanwhile (its generation,
-// SnapshotView); if it was, the copy is cancelled (the receiver keeps its previous replica)
+// a copy): the pusher reads through its own descriptor and mapping, and before the checksum
+// that ends the copy it checks that the buffer was not handed out again meanwhile (its generation,
+// SnapshotView); if it was, the copy is given up (the receiver keeps its previous replica)
 // and the newer snapshot, already pending, goes next.
 //
 // Thread: SetTargets/Offer/destructor on the loop; the copy thread reports each outcome by
@@ -52,6 +56,7 @@ class ReplicaPusher {
     rendezvous::TlsConfig tls;
     std::string tls_target_name;  // the name the peers' certificates carry ("" : their address)
     size_t chunk_bytes = size_t{4} << 20;
+    bool direct = true;  // try the direct path first (never with TLS)
   };
   // On the loop, after each copy to each target: seconds from Offer to the peer's answer.
   using Copied = std::function<void(const std::string& target, const std::string& group,
@@ -81,9 +86,24 @@ class ReplicaPusher {
     std::chrono::steady_clock::time_point offered;
   };
   enum class Outcome { kCopied, kFailed, kSuperseded };
+  // Marks what the copy thread is blocked in (a call, a data connection), under mu_, so the
+  // destructor can cut it short.
+  struct InFlight {
+    InFlight(ReplicaPusher* self, grpc::ClientContext* ctx);
+    ~InFlight();
+    ReplicaPusher* self;
+  };
+  void WatchDataConnection(int fd);  // the direct path's socket (-1: closed)
+  void CancelInFlight();             // under mu_
   void Run();
   // The commit checksum of p, waited for (until it settles, the copy's deadline or stop).
   std::optional<uint32_t> CommitCrc(const Pending& p, std::chrono::system_clock::time_point until);
+  // The checksum the copy's end carries; nullopt when the buffer was handed out again since
+  // the offer (the copy may be torn: it is given up).
+  std::optional<uint32_t> LastChecksum(const Pending& p, std::span<const std::byte> data,
+                                       std::chrono::system_clock::time_point until);
+  // One copy to one target: the direct path (replica.proto, Reserve) unless the job uses TLS
+  // or the receiver does not offer it, else the stream (Push).
   Outcome Push(const std::string& target, const std::string& key, const Pending& p,
                std::span<const std::byte> data, std::string* error);
 
@@ -98,6 +118,7 @@ class ReplicaPusher {
   std::vector<std::string> targets_;
   std::string key_;
   grpc::ClientContext* in_flight_ = nullptr;
+  int in_flight_fd_ = -1;  // the direct path's data connection
   // Touched on the loop only (set and checked there): outcomes posted by the copy thread may
   // reach the loop after the pusher is gone.
   std::shared_ptr<bool> alive_ =

@@ -16,6 +16,7 @@
 #include "ftrun/v1/replica.grpc.pb.h"
 #include "launcher/checkpoint/checkpoint_io.h"
 #include "launcher/replica/crc32c.h"
+#include "launcher/replica/replica_data_port.h"
 #include "launcher/replica/replica_wire.h"
 
 namespace ftrun::launcher {
@@ -37,12 +38,10 @@ bool ValidFileName(const std::string& n) {
   return n.empty() || (n.size() <= kMaxName && checkpoint_io::PlainFileName(n));
 }
 
-// What the loop decided about a copy's header.
+// What was decided about a copy's header: the buffer to write it into, or the refusal.
 struct Admission {
-  grpc::StatusCode code = grpc::StatusCode::OK;
-  std::string error;
   std::optional<ReplicaWrite> write;
-  bool abandoned = false;  // the receiving thread gave up: the loop aborts the write
+  grpc::Status refusal;
 };
 
 }  // namespace
@@ -58,6 +57,13 @@ class ReplicaServer::Service final : public grpc::Service {
         new grpc::internal::ClientStreamingHandler<Service, grpc::ByteBuffer, v1::ReplicaAck>(
             [](Service* s, grpc::ServerContext* ctx, grpc::ServerReader<grpc::ByteBuffer>* reader,
                v1::ReplicaAck* ack) { return s->Push(ctx, reader, ack); },
+            this)));
+    // Typed: the generated stub's name and messages (the sender calls it through the stub).
+    AddMethod(new grpc::internal::RpcServiceMethod(
+        "/ftrun.v1.Replica/Reserve", grpc::internal::RpcMethod::NORMAL_RPC,
+        new grpc::internal::RpcMethodHandler<Service, v1::ReplicaHeader, v1::ReplicaReservation>(
+            [](Service* s, grpc::ServerContext* ctx, const v1::ReplicaHeader* header,
+               v1::ReplicaReservation* out) { return s->Reserve(ctx, header, out); },
             this)));
   }
 
@@ -84,25 +90,10 @@ class ReplicaServer::Service final : public grpc::Service {
     if (!fields->header) {
       return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, "a copy starts with its header");
     }
-    const v1::ReplicaHeader header = *fields->header;
-    if (!ValidGroup(header.group()) || header.bytes() == 0 || header.from().size() > kMaxName ||
-        header.key().size() > rendezvous::kMaxSecretBytes || !ValidFileName(header.name())) {
-      return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT,
-                     "bad header (group " + rendezvous::Printable(header.group(), 40) +
-                         ", file name " + rendezvous::Printable(header.name(), 40) + ")");
-    }
-    auto admitted = Admit(ctx, header);
-    if (!admitted) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
-    if (admitted->code != grpc::StatusCode::OK) {
-      return Refused(peer, admitted->code, admitted->error);
-    }
-    ReplicaWrite write = *admitted->write;
-    if (write.fresh) {
-      // The pages of a new buffer in one call (the kernel allocates and maps them in bulk):
-      // touched one fault at a time by the copy, they cost a fresh buffer's copy about twice
-      // the time of a reused one. Best effort: without it the copy faults them in.
-      madvise(write.data().data(), write.bytes, MADV_POPULATE_WRITE);
-    }
+    auto admitted = Admit(ctx, peer, *fields->header);
+    if (!admitted.write) return admitted.refusal;
+    ReplicaWrite write = *admitted.write;
+    write.PopulateIfFresh();
     auto failed = [&](grpc::StatusCode code, const std::string& why) {
       const uint64_t id = write.id;
       write.buffer.reset();  // so the group's next copy may have this buffer at once
@@ -151,15 +142,7 @@ class ReplicaServer::Service final : public grpc::Service {
         "replica of {} step={}: {} bytes received in {:.3f}s (copying and checksumming {:.3f}s)",
         write.group, write.step, write.bytes, seconds,
         std::chrono::duration<double>(copying).count());
-    auto finished =
-        OnLoop(ctx, [o = owner_, id = write.id, sent, crc, seconds, group = write.group] {
-          Status s = o->store_.Finish(id, sent, crc);
-          if (s && o->stored_) {
-            auto views = o->store_.Complete(group);
-            if (!views.empty()) o->stored_(views.front(), seconds);
-          }
-          return s;
-        });
+    auto finished = Finish(write, sent, crc, seconds, [ctx] { return ctx->IsCancelled(); });
     if (!finished) return failed(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
     if (!*finished)
       return Refused(peer, grpc::StatusCode::INVALID_ARGUMENT, finished->error().message);
@@ -167,38 +150,37 @@ class ReplicaServer::Service final : public grpc::Service {
     return grpc::Status::OK;
   }
 
- private:
-  static grpc::Status Refused(const std::string& peer, grpc::StatusCode code,
-                              const std::string& why) {
-    LauncherLog()->warn("replica copy from {} refused: {}", peer, why);
-    return grpc::Status(code, why);
+  // Replica.Reserve: the header admitted as Push admits its first message; the copy's bytes
+  // then come on the data port (ReplicaDataPort) with the ticket answered here.
+  grpc::Status Reserve(grpc::ServerContext* ctx, const v1::ReplicaHeader* header,
+                       v1::ReplicaReservation* out) {
+    if (!owner_->data_) {
+      return grpc::Status(grpc::StatusCode::UNIMPLEMENTED, "no direct path here: use Push");
+    }
+    const std::string peer = rendezvous::Printable(ctx->peer(), 64);
+    auto admitted = Admit(ctx, peer, *header);
+    if (!admitted.write) return admitted.refusal;
+    auto ticket = owner_->data_->Expect(std::move(*admitted.write), peer);
+    if (!ticket) return grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent is stopping");
+    out->set_ticket(*ticket);
+    out->set_port(owner_->data_->port());
+    return grpc::Status::OK;
   }
 
-  // The key check and the store's Begin, on the loop; nullopt when the loop does not answer
-  // before the call is cancelled or the server stops (then the loop aborts what it began).
-  std::optional<Admission> Admit(grpc::ServerContext* ctx, const v1::ReplicaHeader& header) {
-    auto state = std::make_shared<Admission>();
-    auto answer = OnLoop(ctx, [o = owner_, header, state] {
-      if (o->key_.empty() || !rendezvous::SecretsEqual(o->key_, header.key())) {
-        state->code = grpc::StatusCode::PERMISSION_DENIED;
-        state->error = "wrong replica key";
-      } else if (auto w = o->store_.Begin(header.group(), header.step(), header.bytes(),
-                                          header.from(), header.name());
-                 !w) {
-        state->code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-        state->error = w.error().message;
-      } else {
-        state->write = std::move(*w);
-      }
-      return true;
-    });
-    if (!answer) {
-      Post([o = owner_, state] {
-        if (state->write) o->store_.Abort(state->write->id);
-      });
-      return std::nullopt;
-    }
-    return *state;
+  // A copy that arrived whole, on the loop: the store's verdict (nullopt when the loop does not
+  // answer before `cancelled` or the server stops).
+  template <class Cancelled>
+  std::optional<Status> Finish(const ReplicaWrite& write, uint32_t sent, uint32_t received,
+                               double seconds, Cancelled cancelled) {
+    return OnLoop(cancelled,
+                  [o = owner_, id = write.id, sent, received, seconds, group = write.group] {
+                    Status s = o->store_.Finish(id, sent, received);
+                    if (s && o->stored_) {
+                      auto views = o->store_.Complete(group);
+                      if (!views.empty()) o->stored_(views.front(), seconds);
+                    }
+                    return s;
+                  });
   }
 
   // Runs `f` on the loop unless the server is gone by then (its handlers may outlive a call
@@ -210,14 +192,77 @@ class ReplicaServer::Service final : public grpc::Service {
     });
   }
 
-  template <class F>
-  auto OnLoop(grpc::ServerContext* ctx, F f) -> std::optional<decltype(f())> {
+ private:
+  static grpc::Status Refused(const std::string& peer, grpc::StatusCode code,
+                              const std::string& why) {
+    LauncherLog()->warn("replica copy from {} refused: {}", peer, why);
+    return grpc::Status(code, why);
+  }
+
+  // A copy's header checked, then the key and the store's Begin on the loop: the write, or the
+  // refusal to answer (UNAVAILABLE when the loop does not answer before the call is cancelled
+  // or the server stops; then the loop aborts what it began).
+  Admission Admit(grpc::ServerContext* ctx, const std::string& peer,
+                  const v1::ReplicaHeader& header) {
+    if (!ValidGroup(header.group()) || header.bytes() == 0 || header.from().size() > kMaxName ||
+        header.key().size() > rendezvous::kMaxSecretBytes || !ValidFileName(header.name())) {
+      return Admission{
+          .write = std::nullopt,
+          .refusal = Refused(peer, grpc::StatusCode::INVALID_ARGUMENT,
+                             "bad header (group " + rendezvous::Printable(header.group(), 40) +
+                                 ", file name " + rendezvous::Printable(header.name(), 40) + ")")};
+    }
+    struct Decision {
+      std::optional<ReplicaWrite> write;
+      grpc::StatusCode code = grpc::StatusCode::OK;
+      std::string error;
+    };
+    auto state = std::make_shared<Decision>();
+    auto answer =
+        OnLoop([ctx] { return ctx->IsCancelled(); },
+               [o = owner_, header, state] {
+                 if (o->key_.empty() || !rendezvous::SecretsEqual(o->key_, header.key())) {
+                   state->code = grpc::StatusCode::PERMISSION_DENIED;
+                   state->error = "wrong replica key";
+                   return true;
+                 }
+                 // A direct copy of the group admitted but never sent (its sender could not connect
+                 // and fell back to Push, or died) gives way to this newer one.
+                 if (o->data_) {
+                   for (uint64_t id : o->data_->Revoke(header.group())) o->store_.Abort(id);
+                 }
+                 if (auto w = o->store_.Begin(header.group(), header.step(), header.bytes(),
+                                              header.from(), header.name());
+                     !w) {
+                   state->code = grpc::StatusCode::RESOURCE_EXHAUSTED;
+                   state->error = w.error().message;
+                 } else {
+                   state->write = std::move(*w);
+                 }
+                 return true;
+               });
+    if (!answer) {
+      Post([o = owner_, state] {
+        if (state->write) o->store_.Abort(state->write->id);
+      });
+      return Admission{
+          .write = std::nullopt,
+          .refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent is stopping")};
+    }
+    if (!state->write)
+      return Admission{.write = std::nullopt, .refusal = Refused(peer, state->code, state->error)};
+    return Admission{.write = std::move(state->write), .refusal = grpc::Status::OK};
+  }
+
+  // f() on the loop, waited for; nullopt when `cancelled()` or the server stops first.
+  template <class Cancelled, class F>
+  auto OnLoop(Cancelled cancelled, F f) -> std::optional<decltype(f())> {
     using R = decltype(f());
     auto promise = std::make_shared<std::promise<R>>();
     auto future = promise->get_future();
     Post([promise, f = std::move(f)]() mutable { promise->set_value(f()); });
     while (future.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
-      if (ctx->IsCancelled() || owner_->stopping_) return std::nullopt;
+      if (cancelled() || owner_->stopping_) return std::nullopt;
     }
     try {
       return future.get();
@@ -267,13 +312,34 @@ Result<int> ReplicaServer::Start(const std::string& listen_host) {
   quota.SetMaxThreads(kMaxThreads);
   builder.SetResourceQuota(quota);
   builder.RegisterService(service_.get());
+  if (!opts_.tls.enabled() && opts_.direct) {
+    // Made before the server, which may call Reserve as soon as it starts.
+    data_ = std::make_unique<ReplicaDataPort>(
+        ReplicaDataPort::Hooks{
+            .finish =
+                [this](const ReplicaWrite& write, uint32_t sent, uint32_t received,
+                       double seconds) {
+                  auto s = service_->Finish(write, sent, received, seconds, [] { return false; });
+                  if (s) return *s;
+                  service_->Post([this, id = write.id] { store_.Abort(id); });
+                  return Status{Error{"the agent is stopping"}};
+                },
+            .abort = [this](uint64_t id) { service_->Post([this, id] { store_.Abort(id); }); }},
+        ReplicaDataPort::Options{.ticket_ttl = opts_.ticket_ttl});
+    if (auto data_port = data_->Listen(listen_host); !data_port) {
+      // Copies still work, streamed over the replica port.
+      LauncherLog()->warn("replica copies will stream over gRPC: {}", data_port.error().message);
+      data_.reset();
+    }
+  }
   server_ = builder.BuildAndStart();
   if (!server_ || port_ <= 0) {
     server_.reset();
+    data_.reset();
     return Error{"the flash-checkpoint replica service cannot listen on " + addr};
   }
-  LauncherLog()->info("replica service listening addr={}:{} tls={}", listen_host, port_,
-                      opts_.tls.enabled() ? "on" : "off");
+  LauncherLog()->info("replica service listening addr={}:{} tls={} data_port={}", listen_host,
+                      port_, opts_.tls.enabled() ? "on" : "off", data_ ? data_->port() : 0);
   return port_;
 }
 
@@ -282,6 +348,12 @@ void ReplicaServer::Shutdown() {
   // Receiving threads notice stopping_ within 100 ms; in-flight reads are cancelled.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server_->Wait();
+  // After the server: no Reserve hands out a ticket any more.
+  if (data_) data_->Shutdown();
 }
+
+uint64_t ReplicaServer::direct_copies() const { return data_ ? data_->received() : 0; }
+int ReplicaServer::data_port() const { return data_ ? data_->port() : 0; }
+size_t ReplicaServer::open_reservations() const { return data_ ? data_->outstanding() : 0; }
 
 }  // namespace ftrun::launcher

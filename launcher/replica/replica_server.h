@@ -8,6 +8,9 @@
 // straight into the store's memfd and their CRC-32C computed as they arrive, and the copy
 // becomes the group's newest replica only when that checksum equals the sender's. A refused
 // or broken copy leaves the group's previous replica intact and is logged in one bounded line.
+// Without TLS a copy's bytes take the direct path instead (Reserve admits the header exactly
+// as above and answers a ticket for the data port, replica_data_port.h, which reads them
+// straight into the memfd); with TLS, or from a sender that does not know Reserve, Push.
 // Memory: besides the store's buffers, gRPC's receive buffers of the copies in flight (their
 // stream windows); Start makes glibc keep freed ones in the heap (mallopt), and each copy's end
 // hands the heap's free memory back (malloc_trim): process-wide settings of the agent.
@@ -20,6 +23,7 @@
 
 #include <atomic>
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <functional>
 #include <memory>
 #include <string>
@@ -31,6 +35,9 @@
 namespace grpc {
 class Server;
 }
+namespace ftrun::launcher {
+class ReplicaDataPort;
+}
 
 namespace ftrun::launcher {
 
@@ -38,6 +45,9 @@ class ReplicaServer {
  public:
   struct Options {
     rendezvous::TlsConfig tls;
+    // Offer the direct path (Reserve and a data port; never with TLS). Off: copies take Push.
+    bool direct = true;
+    std::chrono::milliseconds ticket_ttl{10000};  // a Reserve's ticket is valid this long
   };
   // Runs on the loop after a copy became the newest replica of its group (logs, tests).
   using Stored = std::function<void(const ReplicaView&, double seconds)>;
@@ -57,6 +67,11 @@ class ReplicaServer {
   void Shutdown();
 
   int port() const { return port_; }
+  // The direct path's data port (0: none), and its tickets not yet presented.
+  int data_port() const;
+  size_t open_reservations() const;
+  // Copies stored through the direct path (replica_data_port.h); 0 without it.
+  uint64_t direct_copies() const;
 
  private:
   class Service;
@@ -67,6 +82,7 @@ class ReplicaServer {
   Options opts_;
   std::unique_ptr<Service> service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<ReplicaDataPort> data_;  // the direct path's port (null with TLS)
   std::atomic<bool> stopping_{false};
   // Read and cleared on the loop only: work posted by a receiving thread that gave up waiting
   // may reach the loop after the server is gone.

@@ -7,10 +7,14 @@ namespace ftrun::launcher {
 ReplicaService::ReplicaService(boost::asio::io_context& io, Options options)
     : opts_(std::move(options)),
       store_(opts_.budget_bytes),
-      server_(io, store_, ReplicaServer::Options{.tls = opts_.tls}),
+      server_(io, store_,
+              ReplicaServer::Options{
+                  .tls = opts_.tls, .direct = opts_.direct, .ticket_ttl = opts_.ticket_ttl}),
       pusher_(io,
-              ReplicaPusher::Options{
-                  .from = opts_.host, .tls = opts_.tls, .tls_target_name = opts_.tls_target_name},
+              ReplicaPusher::Options{.from = opts_.host,
+                                     .tls = opts_.tls,
+                                     .tls_target_name = opts_.tls_target_name,
+                                     .direct = opts_.direct},
               [this](const std::string& target, const std::string& group, uint64_t step,
                      const Status& outcome,
                      double seconds) { Copied(target, group, step, outcome, seconds); }) {
@@ -66,13 +70,20 @@ Result<std::unique_ptr<ReplicaService>> MakeReplicaService(boost::asio::io_conte
   }
   auto security = rendezvous::ResolveSecurity(config.rdzv, env);
   if (!security) return security.error();
+  // An escape hatch (a network that lets only the replica port through; comparing the paths).
+  const auto direct = Lookup(env, "FTRUN_FLASH_REPLICA_DIRECT").value_or("1");
+  if (direct != "0" && direct != "1") {
+    return Error{"FTRUN_FLASH_REPLICA_DIRECT must be 0 or 1, not '" +
+                 rendezvous::Printable(direct, 40) + "'"};
+  }
   ReplicaService::Options o{
       .budget_bytes = FlashMemoryBudget(config),
       .copies = config.flash_replicas,
       .host = host,
       .tls = security->tls,
       // The peers' certificates are the job's, issued for the rendezvous endpoint.
-      .tls_target_name = security->tls.enabled() ? config.endpoint_host : ""};
+      .tls_target_name = security->tls.enabled() ? config.endpoint_host : "",
+      .direct = direct == "1"};
   return std::make_unique<ReplicaService>(io, std::move(o));
 }
 

@@ -37,6 +37,8 @@ class ReplicaService {
     std::string host;           // this node's name in the peers' logs
     rendezvous::TlsConfig tls;
     std::string tls_target_name;
+    bool direct = true;  // offer the direct path to senders (ReplicaServer::Options)
+    std::chrono::milliseconds ticket_ttl{10000};
   };
 
   ReplicaService(boost::asio::io_context& io, Options options);

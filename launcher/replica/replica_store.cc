@@ -1,5 +1,7 @@
 #include "launcher/replica/replica_store.h"
 
+#include <sys/mman.h>
+
 #include <utility>
 
 #include "common/log.h"
@@ -15,6 +17,9 @@ class ReplicaBuffer : public MemfdBuffer {
 };
 
 std::span<std::byte> ReplicaWrite::data() const { return {buffer->data(), bytes}; }
+void ReplicaWrite::PopulateIfFresh() const {
+  if (fresh) madvise(buffer->data(), bytes, MADV_POPULATE_WRITE);
+}
 std::span<const std::byte> ReplicaView::data() const { return {buffer->data(), bytes}; }
 int ReplicaView::fd() const { return buffer->fd(); }
 

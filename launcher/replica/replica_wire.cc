@@ -129,4 +129,16 @@ Result<uint32_t> CopyReplicaChunkData(grpc::ByteBuffer& message, std::span<std::
   return crc;
 }
 
+std::array<std::byte, 4> EncodeCrcTrailer(uint32_t crc) {
+  std::array<std::byte, 4> out;
+  for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<std::byte>(crc >> (8 * i));
+  return out;
+}
+
+uint32_t DecodeCrcTrailer(std::span<const std::byte, 4> trailer) {
+  uint32_t crc = 0;
+  for (size_t i = trailer.size(); i-- > 0;) crc = crc << 8 | std::to_integer<uint32_t>(trailer[i]);
+  return crc;
+}
+
 }  // namespace ftrun::launcher

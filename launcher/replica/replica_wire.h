@@ -15,6 +15,7 @@
 
 #include <grpcpp/support/byte_buffer.h>
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <optional>
@@ -51,6 +52,10 @@ struct ReplicaChunkFields {
 Result<ReplicaChunkFields> ParseReplicaChunk(grpc::ByteBuffer& message);
 // Copies the data field of `message` (already parsed: out.size() == its data_bytes) into out;
 // the CRC-32C of those bytes continuing from `crc` (crc32c.h), computed in the same pass.
+// The direct path's trailer (replica.proto, Reserve): a CRC-32C as 4 bytes, little-endian.
+std::array<std::byte, 4> EncodeCrcTrailer(uint32_t crc);
+uint32_t DecodeCrcTrailer(std::span<const std::byte, 4> trailer);
+
 Result<uint32_t> CopyReplicaChunkData(grpc::ByteBuffer& message, std::span<std::byte> out,
                                       uint32_t crc = 0);
 

@@ -1,157 +1,21 @@
 // Two agents' replica services on loopback, real gRPC, one real loop thread: a shard
 // snapshot is copied, forged or broken copies are refused, and a receiver that disappears
-// mid-copy costs the sender nothing but a log line.
-#include <grpcpp/grpcpp.h>
-#include <gtest/gtest.h>
+// mid-copy costs the sender nothing but a log line. Each test runs twice: with the copies on
+// the direct path (Direct) and streamed over gRPC, as a TLS job's are (Stream).
+#include "tests/unit/launcher/replica/replica_channel_fixture.h"
 
-#include <boost/asio/executor_work_guard.hpp>
-#include <boost/asio/io_context.hpp>
-#include <boost/asio/post.hpp>
-#include <future>
-#include <thread>
-
-#include "ftrun/v1/replica.grpc.pb.h"
-#include "launcher/replica/crc32c.h"
-#include "launcher/replica/replica_service.h"
-#include "tests/support/test_support.h"
-#include "tests/unit/launcher/checkpoint/snapshot_test_util.h"
-
-namespace ftrun::launcher {
+namespace ftrun::launcher::replica_testing {
 namespace {
 
-using namespace std::chrono_literals;
-using ftrun::testing::WaitFor;
-using testing::Pattern;
-using testing::Save;
-
-constexpr uint64_t kMiB = uint64_t{1} << 20;
-const char* kKey = "0123456789abcdef0123456789abcdef";
-
-class ReplicaChannelTest : public ::testing::Test {
+class ReplicaChannelPathTest : public ReplicaChannelTest,
+                               public ::testing::WithParamInterface<bool> {
  protected:
-  template <class F>
-  auto OnLoop(F f) -> decltype(f()) {
-    std::packaged_task<decltype(f())()> task(std::move(f));
-    auto result = task.get_future();
-    boost::asio::post(io_, [&task] { task(); });
-    return result.get();
-  }
-
-  ReplicaChannelTest() : work_(io_.get_executor()), loop_([this] { io_.run(); }) {}
-  ~ReplicaChannelTest() override {
-    OnLoop([this] {
-      a_.reset();
-      b_.reset();
-      return true;
-    });
-    work_.reset();
-    loop_.join();
-  }
-
-  std::unique_ptr<ReplicaService> Service(const std::string& host, uint64_t budget = 64 * kMiB) {
-    return OnLoop([&] {
-      ReplicaService::Options o;
-      o.budget_bytes = budget;
-      o.copies = 2;
-      o.host = host;
-      auto s = std::make_unique<ReplicaService>(io_, o);
-      auto port = s->Listen("127.0.0.1");
-      EXPECT_TRUE(port) << (port ? "" : port.error().message);
-      s->OnCopied([this](const std::string&, const std::string& group, uint64_t step,
-                         const Status& outcome, double) {
-        std::lock_guard lock(mu_);
-        copies_.push_back(group + "@" + std::to_string(step) + (outcome ? " ok" : " failed"));
-      });
-      return s;
-    });
-  }
-
-  // Nodes a (group rank 0) and b (1) in one round.
-  void Round(ReplicaService& a, ReplicaService& b, const std::string& key = kKey) {
-    OnLoop([&] {
-      rendezvous::NodeAssignment r;
-      r.round = 1;
-      r.group_world_size = 2;
-      r.replica_key = key;
-      r.replica_peers = {"127.0.0.1:" + std::to_string(a.server().port()),
-                         "127.0.0.1:" + std::to_string(b.server().port())};
-      r.group_rank = 0;
-      a.RoundStarted(r);
-      r.group_rank = 1;
-      b.RoundStarted(r);
-      return true;
-    });
-  }
-
-  // A committed snapshot of shard `group` at `step` on this node.
-  SnapshotView Snapshot(uint64_t step, const std::string& content,
-                        const std::string& group = "rank-0") {
-    Save(snapshots_, 0, step, content);
-    auto view = *snapshots_.Newest(0);
-    view.meta.group = group;
-    return view;
-  }
-
-  std::optional<ReplicaView> Newest(ReplicaService& s, const std::string& group) {
-    return OnLoop([&]() -> std::optional<ReplicaView> {
-      auto views = s.store().Complete(group);
-      if (views.empty()) return std::nullopt;
-      return views.front();
-    });
-  }
-
-  bool WaitForStep(ReplicaService& s, const std::string& group, uint64_t step) {
-    return WaitFor(
-        [&] {
-          auto v = Newest(s, group);
-          return v && v->step == step;
-        },
-        20s);
-  }
-
-  std::vector<std::string> Copies() {
-    std::lock_guard lock(mu_);
-    return copies_;
-  }
-
-  boost::asio::io_context io_;
-  std::optional<boost::asio::executor_work_guard<boost::asio::io_context::executor_type>> work_;
-  std::thread loop_;
-  SnapshotStore snapshots_{1, 600 * kMiB};
-  std::unique_ptr<ReplicaService> a_, b_;
-  std::mutex mu_;
-  std::vector<std::string> copies_;
+  ReplicaChannelPathTest() { direct_ = GetParam(); }
 };
+INSTANTIATE_TEST_SUITE_P(Paths, ReplicaChannelPathTest, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "Direct" : "Stream"; });
 
-// A raw client: what a stranger (or a broken sender) can send.
-grpc::Status RawPush(int port, const std::string& key, const std::string& data, bool finish,
-                     uint64_t bytes = 0, std::optional<uint32_t> crc = std::nullopt,
-                     const std::string& name = "") {
-  auto stub = v1::Replica::NewStub(
-      grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + 10s);
-  v1::ReplicaAck ack;
-  auto writer = stub->Push(&ctx, &ack);
-  v1::ReplicaChunk chunk;
-  chunk.mutable_header()->set_key(key);
-  chunk.mutable_header()->set_group("rank-0");
-  chunk.mutable_header()->set_step(99);
-  chunk.mutable_header()->set_bytes(bytes ? bytes : data.size());
-  chunk.mutable_header()->set_name(name);
-  chunk.set_data(data);
-  chunk.set_last(finish);
-  chunk.set_crc32c(crc.value_or(Crc32c(testing::AsBytes(data))));
-  writer->Write(chunk);
-  if (!finish) {
-    ctx.TryCancel();  // the sender is gone mid-copy
-    return writer->Finish();
-  }
-  writer->WritesDone();
-  return writer->Finish();
-}
-
-TEST_F(ReplicaChannelTest, AShardSnapshotIsCopiedToTheNextNode) {
+TEST_P(ReplicaChannelPathTest, AShardSnapshotIsCopiedToTheNextNode) {
   a_ = Service("node-a");
   b_ = Service("node-b");
   Round(*a_, *b_);
@@ -170,6 +34,8 @@ TEST_F(ReplicaChannelTest, AShardSnapshotIsCopiedToTheNextNode) {
   EXPECT_EQ(std::memcmp(replica.data().data(), content.data(), content.size()), 0);
   ASSERT_TRUE(WaitFor([&] { return !Copies().empty(); }, 10s));
   EXPECT_EQ(Copies().front(), "rank-0@4 ok");
+  // It came on the path under test (counted before the receiver answered the sender).
+  EXPECT_EQ(b_->server().direct_copies(), GetParam() ? 1u : 0u);
   // A DDP copy ("" group) is not sent: every node restores it from any other already.
   auto ddp = Snapshot(5, "ddp", "");
   OnLoop([&] {
@@ -179,7 +45,7 @@ TEST_F(ReplicaChannelTest, AShardSnapshotIsCopiedToTheNextNode) {
   EXPECT_FALSE(WaitFor([&] { return Copies().size() > 1; }, 300ms));
 }
 
-TEST_F(ReplicaChannelTest, NewestWinsWhileACopyIsInFlight) {
+TEST_P(ReplicaChannelPathTest, NewestWinsWhileACopyIsInFlight) {
   a_ = Service("node-a");
   b_ = Service("node-b");
   Round(*a_, *b_);
@@ -202,7 +68,7 @@ TEST_F(ReplicaChannelTest, NewestWinsWhileACopyIsInFlight) {
   EXPECT_LE(Copies().size(), 2u) << "old snapshots were queued, not replaced";
 }
 
-TEST_F(ReplicaChannelTest, ASnapshotOverwrittenDuringItsCopyIsNotStoredAndSavesAreNotRefused) {
+TEST_P(ReplicaChannelPathTest, ASnapshotOverwrittenDuringItsCopyIsNotStoredAndSavesAreNotRefused) {
   a_ = Service("node-a");
   b_ = Service("node-b");
   Round(*a_, *b_);
@@ -234,7 +100,7 @@ TEST_F(ReplicaChannelTest, ASnapshotOverwrittenDuringItsCopyIsNotStoredAndSavesA
   EXPECT_EQ(Copies(), std::vector<std::string>{"rank-0@2 ok"});
 }
 
-TEST_F(ReplicaChannelTest, TheCommitChecksumIsSentSoBytesChangedSinceAreRefused) {
+TEST_P(ReplicaChannelPathTest, TheCommitChecksumIsSentSoBytesChangedSinceAreRefused) {
   a_ = Service("node-a");
   b_ = Service("node-b");
   Round(*a_, *b_);
@@ -252,7 +118,7 @@ TEST_F(ReplicaChannelTest, TheCommitChecksumIsSentSoBytesChangedSinceAreRefused)
   EXPECT_FALSE(Newest(*b_, "rank-0")) << "the receiver kept a corrupt copy";
 }
 
-TEST_F(ReplicaChannelTest, ACopyWaitsForACommitChecksumStillBeingComputed) {
+TEST_P(ReplicaChannelPathTest, ACopyWaitsForACommitChecksumStillBeingComputed) {
   a_ = Service("node-a");
   b_ = Service("node-b");
   Round(*a_, *b_);
@@ -270,7 +136,7 @@ TEST_F(ReplicaChannelTest, ACopyWaitsForACommitChecksumStillBeingComputed) {
   EXPECT_EQ(Copies().front(), "rank-0@7 ok");
 }
 
-TEST_F(ReplicaChannelTest, ACopyWithoutTheJobsKeyIsRefusedAndStoresNothing) {
+TEST_P(ReplicaChannelPathTest, ACopyWithoutTheJobsKeyIsRefusedAndStoresNothing) {
   b_ = Service("node-b");
   a_ = Service("node-a");
   Round(*a_, *b_);
@@ -284,7 +150,7 @@ TEST_F(ReplicaChannelTest, ACopyWithoutTheJobsKeyIsRefusedAndStoresNothing) {
   EXPECT_EQ(Newest(*b_, "rank-0")->step, 99u);
 }
 
-TEST_F(ReplicaChannelTest, ACopyNamingItsShardFileOutsideItsDirectoryIsRefused) {
+TEST_P(ReplicaChannelPathTest, ACopyNamingItsShardFileOutsideItsDirectoryIsRefused) {
   b_ = Service("node-b");
   a_ = Service("node-a");
   Round(*a_, *b_);
@@ -300,7 +166,7 @@ TEST_F(ReplicaChannelTest, ACopyNamingItsShardFileOutsideItsDirectoryIsRefused) 
   EXPECT_EQ(Newest(*b_, "rank-0")->name, "shard.pt");
 }
 
-TEST_F(ReplicaChannelTest, ABrokenCopyLeavesThePreviousReplica) {
+TEST_P(ReplicaChannelPathTest, ABrokenCopyLeavesThePreviousReplica) {
   b_ = Service("node-b");
   a_ = Service("node-a");
   Round(*a_, *b_);
@@ -325,7 +191,7 @@ TEST_F(ReplicaChannelTest, ABrokenCopyLeavesThePreviousReplica) {
   ASSERT_TRUE(WaitFor([&] { return RawPush(port, kKey, "again", true).ok(); }, 10s));
 }
 
-TEST_F(ReplicaChannelTest, ACopyWhoseChecksumDiffersIsRefusedAndThePreviousReplicaKept) {
+TEST_P(ReplicaChannelPathTest, ACopyWhoseChecksumDiffersIsRefusedAndThePreviousReplicaKept) {
   b_ = Service("node-b");
   a_ = Service("node-a");
   Round(*a_, *b_);
@@ -341,7 +207,7 @@ TEST_F(ReplicaChannelTest, ACopyWhoseChecksumDiffersIsRefusedAndThePreviousRepli
             "complete");
 }
 
-TEST_F(ReplicaChannelTest, ACopyOverTheReceiversBudgetIsRefusedWholeAndTheSenderGoesOn) {
+TEST_P(ReplicaChannelPathTest, ACopyOverTheReceiversBudgetIsRefusedWholeAndTheSenderGoesOn) {
   a_ = Service("node-a");
   b_ = Service("node-b", kMiB);
   Round(*a_, *b_);
@@ -362,7 +228,7 @@ TEST_F(ReplicaChannelTest, ACopyOverTheReceiversBudgetIsRefusedWholeAndTheSender
   EXPECT_TRUE(WaitForStep(*b_, "rank-0", 2));
 }
 
-TEST_F(ReplicaChannelTest, AReceiverThatDisappearsMidCopyCostsTheSenderALogLine) {
+TEST_P(ReplicaChannelPathTest, AReceiverThatDisappearsMidCopyCostsTheSenderALogLine) {
   a_ = Service("node-a");
   b_ = Service("node-b", 512 * kMiB);
   Round(*a_, *b_);
@@ -396,4 +262,4 @@ TEST_F(ReplicaChannelTest, AReceiverThatDisappearsMidCopyCostsTheSenderALogLine)
 }
 
 }  // namespace
-}  // namespace ftrun::launcher
+}  // namespace ftrun::launcher::replica_testing
