@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -155,8 +156,12 @@ std::vector<uint64_t> ReplicaDataPort::Revoke(const std::string& group) {
   return ids;
 }
 
-std::optional<ReplicaDataPort::Ticketed> ReplicaDataPort::Claim(const std::string& ticket) {
+std::optional<ReplicaDataPort::Ticketed> ReplicaDataPort::Claim(int fd, const std::string& ticket) {
   std::lock_guard lock(mu_);
+  // Under the same lock as the claim: an eviction never picks a connection that holds one.
+  for (auto& c : connections_) {
+    if (c.first == fd) c.second = true;
+  }
   // Every outstanding ticket is compared, in constant time each: the answer's timing tells a
   // stranger nothing about any ticket.
   auto found = tickets_.end();
@@ -211,8 +216,12 @@ bool ReplicaDataPort::Admit(int fd) {
   if (stopping_ || connections_.size() >= 2 * kMaxConnections) return false;
   if (connections_.size() >= kMaxConnections) {
     // Full: the oldest connection still without a ticket makes room (its thread ends at once).
-    auto idle = std::find_if(connections_.begin(), connections_.end(),
-                             [](const auto& c) { return !c.second; });
+    // (One whose ticket has arrived but not yet been read is not idle.)
+    auto idle = std::find_if(connections_.begin(), connections_.end(), [](const auto& c) {
+      int queued = 0;
+      return !c.second &&
+             (ioctl(c.first, FIONREAD, &queued) != 0 || queued < static_cast<int>(kTicketBytes));
+    });
     if (idle == connections_.end()) return false;
     shutdown(idle->first, SHUT_RDWR);
     idle->second = true;  // not chosen again while its thread winds down
@@ -283,7 +292,7 @@ void ReplicaDataPort::Receive(int fd, std::string peer) {
   std::optional<Ticketed> t;
   if (ReadAll(fd, std::as_writable_bytes(std::span(ticket)), start + kTicketTime).got ==
       kTicketBytes) {
-    t = Claim(ticket);
+    t = Claim(fd, ticket);
   }
   if (!t) {
     const std::string why = "no valid ticket";
@@ -294,12 +303,6 @@ void ReplicaDataPort::Receive(int fd, std::string peer) {
     }
     Reply(fd, DataPortCode::kNoTicket, why);
     return;
-  }
-  {
-    std::lock_guard lock(mu_);
-    for (auto& c : connections_) {
-      if (c.first == fd) c.second = true;
-    }
   }
   ReplicaWrite& w = t->write;
   auto give_up = [&](const std::string& why, bool quietly) {
@@ -331,7 +334,8 @@ void ReplicaDataPort::Receive(int fd, std::string peer) {
     if (offset == data.size() && r.got == 0 && r.clean_end) {
       give_up("given up by its sender", true);
     } else {
-      give_up("refused: the sender stopped after " + std::to_string(offset + r.got) + " of " +
+      const size_t got = offset + (offset == data.size() ? r.got : 0);
+      give_up("refused: the sender stopped after " + std::to_string(got) + " of " +
                   std::to_string(data.size() + sizeof trailer) + " bytes",
               false);
     }

@@ -8,12 +8,13 @@
 // Reserve, after the job's replica key was checked (copies of a TLS job take Push: their bytes
 // never come here). A ticket is 128 random bits, single-use, compared in constant time, and
 // expires after Options::ticket_ttl; a newer copy of the same group admitted before it was
-// presented revokes it (a sender that could not connect falls back to Push at once). An
-// expired or revoked ticket's copy is aborted (the group's previous replica kept).
-// Limits: a connection has 2 s in all to present its ticket; then the copy has until 10 s +
-// 1 s per 64 MiB after that (the sender's deadline), with no read waiting more than 10 s
-// before the checksum. At most kMaxConnections connections wait for a ticket or receive at
-// once: when full, the oldest one still without a ticket is dropped for a newcomer, so idle
+// presented revokes it (a sender that could not reach this port streams the copy instead).
+// An expired or revoked ticket's copy is aborted (the group's previous replica kept).
+// Limits: a connection has 2 s in all to present its ticket; the copy then has until 10 s +
+// 1 s per 64 MiB after the connection came (later than the sender's deadline, which began
+// before), with no read waiting more than 10 s before the checksum. At most kMaxConnections
+// connections wait for a ticket or receive at once: when full, the oldest one without a
+// ticket (neither presented nor waiting to be read) is dropped for a newcomer, so idle
 // strangers cannot keep a sender out; beyond twice that, newcomers are closed. Refusals are
 // logged at warn at most once per 10 s (else at debug), never with what the peer sent.
 //
@@ -94,7 +95,8 @@ class ReplicaDataPort {
   // Makes room for one more connection; false: none can be made.
   bool Admit(int fd);
   void Receive(int fd, std::string peer);
-  std::optional<Ticketed> Claim(const std::string& ticket);
+  // The copy `ticket` admits, taken from the table; the connection `fd` is marked as holding it.
+  std::optional<Ticketed> Claim(int fd, const std::string& ticket);
   // Aborts the copies of `dropped` (their tickets already removed), saying why.
   void Drop(std::vector<Ticketed> dropped, const char* why);
   // Aborts the copies whose tickets expired (all of them when `all`).
@@ -111,8 +113,9 @@ class ReplicaDataPort {
   mutable std::mutex mu_;
   bool stopping_ = false;
   std::vector<std::pair<std::string, Ticketed>> tickets_;  // few: one per group at most
-  // The open connections' sockets in the order they came, each with whether it presented a
-  // ticket; Shutdown (and eviction) shuts them down, their threads close them.
+  // The open connections' sockets in the order they came, each with whether it may no longer
+  // be evicted (it presented a ticket, or was evicted already); Shutdown (and eviction) shuts
+  // them down, their threads close them.
   std::vector<std::pair<int, bool>> connections_;
   std::chrono::steady_clock::time_point last_warned_{};
   std::thread acceptor_;  // joins each connection's thread

@@ -33,10 +33,10 @@ ReplicaPusher::InFlight::~InFlight() {
   self->in_flight_ = nullptr;
 }
 
-void ReplicaPusher::WatchDataConnection(int fd) {
+bool ReplicaPusher::WatchDataConnection(int fd) {
   std::lock_guard lock(mu_);
   in_flight_fd_ = fd;
-  if (stop_) CancelInFlight();
+  return !stop_;
 }
 
 void ReplicaPusher::CancelInFlight() {
@@ -76,6 +76,7 @@ void ReplicaPusher::SetTargets(std::vector<std::string> targets, std::string key
   std::lock_guard lock(mu_);
   targets_ = std::move(targets);
   key_ = std::move(key);
+  unreachable_.clear();
 }
 
 void ReplicaPusher::Offer(SnapshotView view) {
@@ -165,8 +166,8 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   // One channel per copy: copies are seconds apart, and a replaced peer gets a fresh one.
   auto channel =
       grpc::CreateCustomChannel(target, rendezvous::MakeChannelCredentials(opts_.tls), args);
-  const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10) +
-                        std::chrono::seconds(p.bytes >> 26);
+  auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10) +
+                  std::chrono::seconds(p.bytes >> 26);
   v1::ReplicaHeader header;
   header.set_key(key);
   header.set_group(p.group);
@@ -174,7 +175,12 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   header.set_bytes(p.bytes);
   header.set_from(opts_.from);
   header.set_name(p.name);
-  if (!opts_.tls.enabled() && opts_.direct) {
+  bool direct = !opts_.tls.enabled() && opts_.direct;
+  if (direct) {
+    std::lock_guard lock(mu_);
+    direct = !unreachable_.contains(target);
+  }
+  if (direct) {
     grpc::ClientContext ctx;
     ctx.set_deadline(deadline);
     v1::ReplicaReservation reservation;
@@ -195,7 +201,7 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
       const DirectResult sent = SendDirect(
           endpoint->host, reservation.port(), reservation.ticket(), *p.fd, p.bytes, deadline,
           [&] { return LastChecksum(p, data, deadline); },
-          [this](int fd) { WatchDataConnection(fd); });
+          [this](int fd) { return WatchDataConnection(fd); });
       switch (sent.outcome) {
         case DirectOutcome::kStored:
           return Outcome::kCopied;
@@ -205,9 +211,19 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
           *error = what + " failed: " + sent.detail;
           return p.generation->load() != p.expected ? Outcome::kSuperseded : Outcome::kFailed;
         case DirectOutcome::kNotConnected:
-          // Streamed instead (the receiver revokes the reservation when the stream's header
-          // comes): a network may let only the replica port through.
-          LauncherLog()->debug("replicas: {} streams over gRPC: {}", what, sent.detail);
+          // Streamed instead, with a deadline of its own (the receiver revokes the reservation
+          // when the stream's header comes), and so are this round's next copies to the
+          // target: a network may let only the replica port through.
+          LauncherLog()->info(
+              "replicas: the data port of {} cannot be reached ({}); copies to "
+              "it stream over gRPC this round",
+              target, sent.detail);
+          {
+            std::lock_guard lock(mu_);
+            unreachable_.insert(target);
+          }
+          deadline = std::chrono::system_clock::now() + std::chrono::seconds(10) +
+                     std::chrono::seconds(p.bytes >> 26);
           break;
       }
     } else if (reserved.error_code() != grpc::StatusCode::UNIMPLEMENTED) {

@@ -36,6 +36,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <thread>
@@ -93,7 +94,7 @@ class ReplicaPusher {
     ~InFlight();
     ReplicaPusher* self;
   };
-  void WatchDataConnection(int fd);  // the direct path's socket (-1: closed)
+  bool WatchDataConnection(int fd);  // the direct path's socket (-1: closed); false: stopping
   void CancelInFlight();             // under mu_
   void Run();
   // The commit checksum of p, waited for (until it settles, the copy's deadline or stop).
@@ -116,6 +117,7 @@ class ReplicaPusher {
   bool stop_ = false;
   std::map<std::string, Pending> pending_;  // per group: the newest not yet sent
   std::vector<std::string> targets_;
+  std::set<std::string> unreachable_;  // targets whose data port was not reached this round
   std::string key_;
   grpc::ClientContext* in_flight_ = nullptr;
   int in_flight_fd_ = -1;  // the direct path's data connection
