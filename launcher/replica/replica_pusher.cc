@@ -166,8 +166,12 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   // One channel per copy: copies are seconds apart, and a replaced peer gets a fresh one.
   auto channel =
       grpc::CreateCustomChannel(target, rendezvous::MakeChannelCredentials(opts_.tls), args);
-  auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(10) +
-                  std::chrono::seconds(p.bytes >> 26);
+  // replica.proto: a copy gets 10 s + 1 s per 64 MiB.
+  auto copy_deadline = [&] {
+    return std::chrono::system_clock::now() + std::chrono::seconds(10) +
+           std::chrono::seconds(p.bytes >> 26);
+  };
+  auto deadline = copy_deadline();
   v1::ReplicaHeader header;
   header.set_key(key);
   header.set_group(p.group);
@@ -222,8 +226,7 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
             std::lock_guard lock(mu_);
             unreachable_.insert(target);
           }
-          deadline = std::chrono::system_clock::now() + std::chrono::seconds(10) +
-                     std::chrono::seconds(p.bytes >> 26);
+          deadline = copy_deadline();
           break;
       }
     } else if (reserved.error_code() != grpc::StatusCode::UNIMPLEMENTED) {

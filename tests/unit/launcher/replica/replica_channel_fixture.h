@@ -108,6 +108,12 @@ class ReplicaChannelTest : public ::testing::Test {
     });
   }
 
+  // The bytes of the group's newest replica ("" : none).
+  std::string NewestBytes(ReplicaService& s, const std::string& group) {
+    auto v = Newest(s, group);
+    return v ? std::string(reinterpret_cast<const char*>(v->data().data()), v->bytes) : "";
+  }
+
   bool WaitForStep(ReplicaService& s, const std::string& group, uint64_t step) {
     return WaitFor(
         [&] {

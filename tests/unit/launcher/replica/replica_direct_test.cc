@@ -8,6 +8,8 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <cstring>
+
 #include "launcher/replica/replica_data_port.h"
 #include "launcher/replica/replica_wire.h"
 #include "tests/unit/launcher/replica/replica_channel_fixture.h"
@@ -42,9 +44,8 @@ std::string Trailer(uint32_t crc) {
 
 int Code(DataPortCode c) { return static_cast<int>(c); }
 
-// Writes `wire` to the data port on loopback, then reads its answer until it closes
-// (nullopt: it closed without one).
-std::optional<Answer> SendToDataPort(int port, const std::string& wire) {
+// A connection to `port` on loopback whose reads give up after 10 s.
+int ConnectLoopback(int port) {
   const int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   sockaddr_in a{};
   a.sin_family = AF_INET;
@@ -52,7 +53,14 @@ std::optional<Answer> SendToDataPort(int port, const std::string& wire) {
   a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   const timeval ten{.tv_sec = 10, .tv_usec = 0};
   setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &ten, sizeof ten);
-  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+  EXPECT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0) << std::strerror(errno);
+  return fd;
+}
+
+// Writes `wire` to the data port on loopback, then reads its answer until it closes
+// (nullopt: it closed without one).
+std::optional<Answer> SendToDataPort(int port, const std::string& wire) {
+  const int fd = ConnectLoopback(port);
   EXPECT_EQ(send(fd, wire.data(), wire.size(), MSG_NOSIGNAL), static_cast<ssize_t>(wire.size()));
   shutdown(fd, SHUT_WR);  // what was not sent will not come
   std::string reply;
@@ -156,10 +164,7 @@ TEST_F(ReplicaChannelTest, DirectBytesWhoseChecksumDiffersOrThatStopShortLeaveTh
   EXPECT_FALSE(SendToDataPort(data_port, reservation.ticket() + other));
   ASSERT_TRUE(WaitFor([&] { return Reserve(port, kKey, 8, &reservation).ok(); }, 10s));
   EXPECT_FALSE(SendToDataPort(data_port, reservation.ticket() + "alt"));
-  auto kept = Newest(*b_, "rank-0");
-  ASSERT_TRUE(kept);
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(kept->data().data()), kept->bytes),
-            "complete");
+  EXPECT_EQ(NewestBytes(*b_, "rank-0"), "complete");
   ASSERT_TRUE(WaitFor([&] { return RawPush(port, kKey, "again", true).ok(); }, 10s));
 }
 
@@ -188,8 +193,7 @@ TEST_F(ReplicaChannelTest, ANewerCopyOfTheGroupRevokesAReservationNeverSent) {
   // Its sender could not reach the data port and streams the copy instead: admitted at once,
   // not refused as "a copy of the group already arriving" until the ticket expires.
   ASSERT_TRUE(RawPush(port, kKey, "streamed", true).ok());
-  EXPECT_EQ(std::string(reinterpret_cast<const char*>(Newest(*b_, "rank-0")->data().data()), 8),
-            "streamed");
+  EXPECT_EQ(NewestBytes(*b_, "rank-0"), "streamed");
   auto late = SendToDataPort(b_->server().data_port(), first.ticket() + "lost" + Trailer(0));
   ASSERT_TRUE(late);
   EXPECT_EQ(late->code, Code(DataPortCode::kNoTicket));
@@ -202,14 +206,7 @@ TEST_F(ReplicaChannelTest, IdleConnectionsToTheDataPortDoNotKeepACopyOut) {
   // Strangers hold every connection slot without ever sending a ticket.
   std::vector<int> idle;
   for (size_t i = 0; i < ReplicaDataPort::kMaxConnections; ++i) {
-    idle.push_back(socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(b_->server().data_port()));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    const timeval ten{.tv_sec = 10, .tv_usec = 0};
-    setsockopt(idle.back(), SOL_SOCKET, SO_RCVTIMEO, &ten, sizeof ten);
-    ASSERT_EQ(connect(idle.back(), reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    idle.push_back(ConnectLoopback(b_->server().data_port()));
   }
   auto view = Snapshot(5, Pattern(2 * kMiB, 'i'));
   OnLoop([&] {
