@@ -203,12 +203,24 @@ size_t ReplicaDataPort::outstanding() const {
   return tickets_.size();
 }
 
-bool ReplicaDataPort::WarnNow() {
-  std::lock_guard lock(mu_);
-  const auto now = Clock::now();
-  if (now - last_warned_ < std::chrono::seconds(10)) return false;
-  last_warned_ = now;
-  return true;
+void ReplicaDataPort::LogRefusal(const std::string& peer, const std::string& why) {
+  bool warn = false;
+  {
+    std::lock_guard lock(mu_);
+    const auto now = Clock::now();
+    warn = now - last_warned_ >= std::chrono::seconds(10);
+    if (warn) last_warned_ = now;
+  }
+  LauncherLog()->log(warn ? spdlog::level::warn : spdlog::level::debug,
+                     "replica data connection from {} refused: {}", peer, why);
+}
+
+void ReplicaDataPort::Forget(int fd) {
+  {
+    std::lock_guard lock(mu_);
+    std::erase_if(connections_, [fd](const auto& e) { return e.first == fd; });
+  }
+  close(fd);
 }
 
 bool ReplicaDataPort::Admit(int fd) {
@@ -259,25 +271,19 @@ void ReplicaDataPort::Accept() {
     std::string peer = PeerName(addr);
     if (!Admit(fd)) {
       close(fd);
-      if (WarnNow()) LauncherLog()->warn("replica data connection from {} refused: busy", peer);
+      LogRefusal(peer, "busy");
       continue;
     }
     Connection& c = connections.emplace_back();
     try {
       c.thread = std::thread([this, fd, peer, done = &c.done] {
         Receive(fd, peer);
-        {
-          std::lock_guard lock(mu_);
-          std::erase_if(connections_, [fd](const auto& e) { return e.first == fd; });
-        }
-        close(fd);
+        Forget(fd);
         *done = true;
       });
     } catch (const std::system_error& e) {
       LauncherLog()->warn("replica data connection from {} dropped: {}", peer, e.what());
-      std::lock_guard lock(mu_);
-      std::erase_if(connections_, [fd](const auto& e) { return e.first == fd; });
-      close(fd);
+      Forget(fd);
       connections.pop_back();
     }
   }
@@ -296,11 +302,7 @@ void ReplicaDataPort::Receive(int fd, std::string peer) {
   }
   if (!t) {
     const std::string why = "no valid ticket";
-    if (WarnNow()) {
-      LauncherLog()->warn("replica data connection from {} refused: {}", peer, why);
-    } else {
-      LauncherLog()->debug("replica data connection from {} refused: {}", peer, why);
-    }
+    LogRefusal(peer, why);
     Reply(fd, DataPortCode::kNoTicket, why);
     return;
   }

@@ -101,8 +101,11 @@ class ReplicaDataPort {
   void Drop(std::vector<Ticketed> dropped, const char* why);
   // Aborts the copies whose tickets expired (all of them when `all`).
   void Expire(bool all);
-  // Whether a refusal may be logged at warn (at most once per 10 s).
-  bool WarnNow();
+  // Logs a refused connection: at warn at most once per 10 s, else at debug.
+  void LogRefusal(const std::string& peer, const std::string& why);
+  // Drops `fd` from the open connections, then closes it (never shut down after: its number
+  // may be reused).
+  void Forget(int fd);
 
   Hooks hooks_;
   Options opts_;

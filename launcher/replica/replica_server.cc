@@ -4,7 +4,6 @@
 #include <grpcpp/impl/rpc_service_method.h>
 #include <grpcpp/support/method_handler.h>
 #include <malloc.h>
-#include <sys/mman.h>
 
 #include <boost/asio/post.hpp>
 #include <chrono>
@@ -212,35 +211,28 @@ class ReplicaServer::Service final : public grpc::Service {
                              "bad header (group " + rendezvous::Printable(header.group(), 40) +
                                  ", file name " + rendezvous::Printable(header.name(), 40) + ")")};
     }
-    struct Decision {
-      std::optional<ReplicaWrite> write;
-      grpc::StatusCode code = grpc::StatusCode::OK;
-      std::string error;
-    };
-    auto state = std::make_shared<Decision>();
-    auto answer =
-        OnLoop([ctx] { return ctx->IsCancelled(); },
-               [o = owner_, header, state] {
-                 if (o->key_.empty() || !rendezvous::SecretsEqual(o->key_, header.key())) {
-                   state->code = grpc::StatusCode::PERMISSION_DENIED;
-                   state->error = "wrong replica key";
-                   return true;
-                 }
-                 // A direct copy of the group admitted but never sent (its sender could not connect
-                 // and fell back to Push, or died) gives way to this newer one.
-                 if (o->data_) {
-                   for (uint64_t id : o->data_->Revoke(header.group())) o->store_.Abort(id);
-                 }
-                 if (auto w = o->store_.Begin(header.group(), header.step(), header.bytes(),
-                                              header.from(), header.name());
-                     !w) {
-                   state->code = grpc::StatusCode::RESOURCE_EXHAUSTED;
-                   state->error = w.error().message;
-                 } else {
-                   state->write = std::move(*w);
-                 }
-                 return true;
-               });
+    auto state = std::make_shared<Admission>();
+    auto answer = OnLoop(
+        [ctx] { return ctx->IsCancelled(); },
+        [o = owner_, header, state] {
+          if (o->key_.empty() || !rendezvous::SecretsEqual(o->key_, header.key())) {
+            state->refusal = grpc::Status(grpc::StatusCode::PERMISSION_DENIED, "wrong replica key");
+            return true;
+          }
+          // A direct copy of the group admitted but never sent (its sender could not connect
+          // and fell back to Push, or died) gives way to this newer one.
+          if (o->data_) {
+            for (uint64_t id : o->data_->Revoke(header.group())) o->store_.Abort(id);
+          }
+          auto w = o->store_.Begin(header.group(), header.step(), header.bytes(), header.from(),
+                                   header.name());
+          if (w) {
+            state->write = std::move(*w);
+          } else {
+            state->refusal = grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, w.error().message);
+          }
+          return true;
+        });
     if (!answer) {
       Post([o = owner_, state] {
         if (state->write) o->store_.Abort(state->write->id);
@@ -249,9 +241,10 @@ class ReplicaServer::Service final : public grpc::Service {
           .write = std::nullopt,
           .refusal = grpc::Status(grpc::StatusCode::UNAVAILABLE, "the agent is stopping")};
     }
-    if (!state->write)
-      return Admission{.write = std::nullopt, .refusal = Refused(peer, state->code, state->error)};
-    return Admission{.write = std::move(state->write), .refusal = grpc::Status::OK};
+    if (!state->write) {
+      Refused(peer, state->refusal.error_code(), state->refusal.error_message());
+    }
+    return std::move(*state);
   }
 
   // f() on the loop, waited for; nullopt when `cancelled()` or the server stops first.
