@@ -87,8 +87,8 @@ std::optional<int64_t> Agent::NewestStep(bool completed) const {
 std::optional<int64_t> Agent::NewestSnapshot() const {
   std::optional<int64_t> newest;
   for (int lr = 0; lr < config_.nproc_per_node; ++lr) {
-    if (auto view = flash_.store().Newest(lr)) {
-      const auto step = static_cast<int64_t>(view->step);
+    if (auto held = flash_.NewestStep(lr)) {
+      const auto step = static_cast<int64_t>(*held);
       if (!newest || step > *newest) newest = step;
     }
   }

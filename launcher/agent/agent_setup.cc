@@ -53,6 +53,10 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
                   }}),
       fault_timer_(clock_.NewTimer()) {
   if (opts_.replicas) flash_.SetReplicas(&opts_.replicas->store());
+  // With replicas every save is copied: the agent reads each one.
+  flash_.SetLending(config_.flash_loan && !opts_.replicas);
+  flash_.SetOnReclaimed(
+      [this](int lr, uint64_t step) { events_.CheckpointTaken(lr, static_cast<int64_t>(step)); });
   coordinator_->SetFlashInventory([this] {
     return FlashInventory(flash_.store(), opts_.replicas ? &opts_.replicas->store() : nullptr);
   });

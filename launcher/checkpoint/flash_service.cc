@@ -62,6 +62,7 @@ void FlashService::Refuse(int local_rank, int64_t id, int64_t step, const std::s
 }
 
 void FlashService::Begin(int local_rank, const v1::ControlSnapshotBegin& r) {
+  Reclaim(local_rank);
   auto box = r.mailbox() ? mailboxes_.find(local_rank) : mailboxes_.end();
   LeaseMailbox* mailbox = box == mailboxes_.end() ? nullptr : box->second.get();
   // In the mailbox a refusal is only "no": the worker asks again on the channel, and that
@@ -85,6 +86,7 @@ void FlashService::Begin(int local_rank, const v1::ControlSnapshotBegin& r) {
       store_.Begin(local_rank, static_cast<uint64_t>(r.step()), static_cast<size_t>(r.bytes()));
   if (!lease) return refuse(lease.error().message, false);
   begun_group_[local_rank] = r.group();
+  if (mailbox != nullptr && MaybeLend(local_rank, r, *mailbox, lease->fd)) return;
   if (mailbox != nullptr && mailbox->Grant(r.id(), lease->step, lease->fd)) return;
   bool sent = send_(local_rank,
                     JsonMessage("snapshot_lease")
@@ -98,6 +100,7 @@ void FlashService::Begin(int local_rank, const v1::ControlSnapshotBegin& r) {
 }
 
 void FlashService::Mailbox(int local_rank, const v1::ControlSnapshotMailbox& r) {
+  Reclaim(local_rank);
   auto& mailbox = mailboxes_[local_rank];
   if (mailbox == nullptr) {
     auto created = LeaseMailbox::Create();
@@ -118,6 +121,8 @@ void FlashService::Mailbox(int local_rank, const v1::ControlSnapshotMailbox& r) 
 }
 
 void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
+  Reclaim(local_rank);
+  persisting_[local_rank] = r.persist();
   SnapshotMeta meta;
   meta.group = begun_group_[local_rank];
   meta.checksum = CommitChecksum::Pending();
@@ -164,6 +169,7 @@ void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
 }
 
 void FlashService::Steps(int local_rank, const v1::ControlSnapshotSteps& r) {
+  Reclaim(local_rank);
   std::set<uint64_t, std::greater<>> steps;
   for (int lr = 0; lr < store_.local_ranks(); ++lr) {
     for (const auto& view : store_.Complete(lr)) {
@@ -191,6 +197,7 @@ std::optional<SnapshotView> FlashService::Find(const std::string& group, uint64_
 }
 
 void FlashService::Get(int local_rank, const v1::ControlSnapshotGet& r) {
+  Reclaim(local_rank);
   auto sources = std::make_shared<std::vector<Source>>();
   if (r.step() >= 0) {
     const auto step = static_cast<uint64_t>(r.step());
@@ -269,7 +276,10 @@ void FlashService::HandOver(int local_rank, int64_t id, const std::string& group
   }
 }
 
-void FlashService::WorkerExited(int local_rank) { store_.Abort(local_rank); }
+void FlashService::WorkerExited(int local_rank) {
+  Reclaim(local_rank);
+  store_.Abort(local_rank);
+}
 
 void FlashService::MaybePersist(const SnapshotView& view, const std::string& reason) {
   const SnapshotTarget& target = view.meta.target;
@@ -394,6 +404,9 @@ void FlashService::Persisted(const std::string& key, uint64_t step, bool shared,
 }
 
 void FlashService::PersistForExit(std::function<void()> done) {
+  // The workers are gone (exited, or sent SIGKILL when the node is excluded): no save under a
+  // loan can follow the records taken back here.
+  for (int lr = 0; lr < store_.local_ranks(); ++lr) Reclaim(lr);
   for (int lr = 0; lr < store_.local_ranks(); ++lr) {
     if (auto view = store_.Newest(lr)) MaybePersist(*view, "failure");
   }

@@ -11,6 +11,14 @@
 // (which steps of a copy are complete here, and the step the rendezvous decided the round
 // restores: SetRestoreStep) -> "snapshot_get" hands the buffer over for reading.
 //
+// Every-step saves of the one copy: a lease asked for ahead with `loan` may come with a loan
+// of both of the rank's buffers (lease_mailbox.h, SnapshotStore::Lend): the worker's next saves
+// send nothing, and the agent reclaims the buffers, taking the newest save the worker recorded
+// as a commit, before anything else the rank asks about snapshots, when it exits, and before
+// the snapshots are persisted for a failed job. Lent only when the rank's last save was not
+// to be persisted at once and when no replicas are kept (SetLending): a lent rank's
+// snapshot cannot be read, and a replica must read it after every save.
+//
 // Checksums: at each commit the snapshot's CRC-32C is computed off the loop
 // (SnapshotChecksummer) and kept with it (SnapshotMeta::checksum). "snapshot_get" checks the
 // bytes against it (off the loop) before handing them over: a snapshot changed in memory
@@ -99,12 +107,29 @@ class FlashService {
     restore_shards_ = shards;
   }
 
+  // Whether buffers may be lent for every-step saves (default: yes).
+  void SetLending(bool allowed) { lending_ = allowed; }
+  // Runs (on the loop) when a save made under a loan becomes the rank's newest snapshot, as
+  // a commit does.
+  void SetOnReclaimed(std::function<void(int local_rank, uint64_t step)> f) {
+    on_reclaimed_ = std::move(f);
+  }
+  // The step of the rank's newest snapshot, also while its buffers are lent (then the newest
+  // save recorded, which the agent has not taken back yet: for reports only).
+  std::optional<uint64_t> NewestStep(int local_rank) const;
+
   // Persists queued or being written (for tests and metrics).
   int persists_in_flight() const { return in_flight_; }
   const SnapshotStore& store() const { return store_; }
 
  private:
   void Refuse(int local_rank, int64_t id, int64_t step, const std::string& error, bool busy);
+  // Ends the rank's loan, if any, with the newest save its worker recorded (then checksummed
+  // as a commit is).
+  void Reclaim(int local_rank);
+  // Lends the rank's buffers with the lease just begun, when allowed; false: lease only.
+  bool MaybeLend(int local_rank, const v1::ControlSnapshotBegin& request, LeaseMailbox& mailbox,
+                 int lease_fd);
   // Queues the checkpoint of `view`'s copy at its step, if it is complete and not stored yet.
   void MaybePersist(const SnapshotView& view, const std::string& reason);
   // Stages the shards held here (own and replicas) of every step of a job whose shards span
@@ -130,6 +155,9 @@ class FlashService {
   std::map<std::string, uint64_t> stored_;
   std::map<int, std::string> begun_group_;  // the group of each rank's save in progress
   std::map<int, std::unique_ptr<LeaseMailbox>> mailboxes_;  // by local rank
+  std::map<int, bool> persisting_;  // whether the rank's last commit asked to be persisted
+  bool lending_ = true;
+  std::function<void(int, uint64_t)> on_reclaimed_;
   int in_flight_ = 0;
   const ReplicaStore* replicas_ = nullptr;
   std::optional<int64_t> restore_copy_, restore_shards_;

@@ -1,5 +1,7 @@
 #include "launcher/checkpoint/snapshot_store.h"
 
+#include <sys/stat.h>
+
 #include <algorithm>
 #include <utility>
 
@@ -70,6 +72,7 @@ Result<SnapshotLease> SnapshotStore::Begin(int local_rank, uint64_t step, size_t
                  ")"};
   }
   if (bytes == 0) return Error{what + ": a snapshot needs at least one byte"};
+  if (rank->lent) return Error{what + ": its buffers are lent to the worker"};
   Abort(local_rank);
   Slot& slot = rank->slots[WriteSlot(*rank)];
   if (slot.buffer && slot.buffer.use_count() > 1) {
@@ -132,6 +135,72 @@ Status SnapshotStore::Commit(int local_rank, uint64_t step, SnapshotMeta meta,
   return {};
 }
 
+Status SnapshotStore::Lend(int local_rank) {
+  Rank* rank = RankAt(local_rank);
+  if (rank == nullptr || !rank->begun || rank->newest < 0) {
+    return Error{"local rank " + std::to_string(local_rank) +
+                 " has no begun save after a complete one: nothing to lend"};
+  }
+  for (const Slot& slot : rank->slots) {
+    if (!slot.buffer || slot.buffer.use_count() > 1) {
+      return Error{"a buffer of local rank " + std::to_string(local_rank) + " is being read"};
+    }
+  }
+  // The newest snapshot's generation is not raised: the worker writes that buffer only after
+  // recording a save in the other one, and then Reclaim replaces or drops the snapshot (and
+  // raises both), so a checksum of it still being computed stays good until then.
+  rank->lent = true;
+  LauncherLog()->debug("memory snapshot buffers of local rank {} lent after step {}", local_rank,
+                       rank->slots[rank->newest].step);
+  return {};
+}
+
+bool SnapshotStore::Lent(int local_rank) const {
+  const Rank* rank = RankAt(local_rank);
+  return rank != nullptr && rank->lent;
+}
+
+Status SnapshotStore::Reclaim(int local_rank, const std::optional<Recorded>& newest) {
+  Rank* rank = RankAt(local_rank);
+  if (rank == nullptr || !rank->lent) return {};
+  rank->lent = false;
+  // No save under the loan: the snapshot before it is whole (see the header), and the lease
+  // that came with the loan is an ordinary one still.
+  if (!newest) return {};
+  rank->begun.reset();
+  const SnapshotMeta before = rank->slots[rank->newest].meta;
+  int index = -1;
+  for (int i = 0; i < 2; ++i) {
+    struct stat st {};
+    if (::fstat(rank->slots[i].buffer->fd(), &st) == 0 &&
+        static_cast<uint64_t>(st.st_ino) == newest->inode) {
+      index = i;
+    }
+  }
+  for (Slot& slot : rank->slots) {
+    slot.complete = false;
+    slot.buffer->generation()->fetch_add(1, std::memory_order_seq_cst);
+  }
+  if (index < 0 || newest->bytes == 0 || newest->bytes > rank->slots[index].buffer->size()) {
+    rank->newest = -1;
+    return Error{"the save local rank " + std::to_string(local_rank) +
+                 " recorded under its loan names no buffer of its own or more bytes than it "
+                 "holds: the rank has no memory snapshot now (its worker may have written "
+                 "both buffers)"};
+  }
+  Slot& slot = rank->slots[index];
+  slot.step = newest->step;
+  slot.bytes = newest->bytes;
+  slot.meta = before;
+  slot.meta.checksum = CommitChecksum::Pending();
+  slot.meta.target.path = newest->path;
+  slot.complete = true;
+  rank->newest = index;
+  LauncherLog()->debug("memory snapshot of local rank {} at step {} complete ({} bytes, lent)",
+                       local_rank, slot.step, slot.bytes);
+  return {};
+}
+
 bool SnapshotStore::Busy(int local_rank) const {
   const Rank* rank = RankAt(local_rank);
   if (rank == nullptr) return false;
@@ -158,14 +227,20 @@ SnapshotView SnapshotStore::ViewOf(int local_rank, const Slot& slot) {
 
 std::optional<SnapshotView> SnapshotStore::Newest(int local_rank) const {
   const Rank* rank = RankAt(local_rank);
-  if (rank == nullptr || rank->newest < 0) return std::nullopt;
+  if (rank == nullptr || rank->newest < 0 || rank->lent) return std::nullopt;
   return ViewOf(local_rank, rank->slots[rank->newest]);
+}
+
+std::optional<uint64_t> SnapshotStore::NewestStep(int local_rank) const {
+  const Rank* rank = RankAt(local_rank);
+  if (rank == nullptr || rank->newest < 0) return std::nullopt;
+  return rank->slots[rank->newest].step;
 }
 
 std::vector<SnapshotView> SnapshotStore::Complete(int local_rank) const {
   std::vector<SnapshotView> views;
   const Rank* rank = RankAt(local_rank);
-  if (rank == nullptr || rank->newest < 0) return views;
+  if (rank == nullptr || rank->newest < 0 || rank->lent) return views;
   views.push_back(ViewOf(local_rank, rank->slots[rank->newest]));
   const Slot& older = rank->slots[1 - rank->newest];
   if (older.complete) views.push_back(ViewOf(local_rank, older));

@@ -13,6 +13,15 @@
 // when a save needs more): first touches of fresh shared memory are slow. Each memfd is sealed
 // against shrinking, so a worker holding the descriptor cannot make the agent's mapping fault.
 //
+// A loan (every-step saves of the one copy, lease_mailbox.h): Lend, right after a Begin, gives
+// the worker both buffers: it saves into them alternately and records each save itself,
+// without a Begin or Commit here. While lent, neither buffer is readable (Newest and Complete
+// leave the rank out): the worker may be writing either. Reclaim ends the loan with the
+// newest save the worker recorded (it becomes the newest snapshot; the other buffer may hold
+// half a save and is not complete), or with none (the snapshot before the loan stays the
+// newest: the worker writes its buffer only after recording a save in the other one; and the
+// save begun with the loan may still be committed).
+//
 // Memory budget: the sum of every buffer's size, for the whole store. A Begin that would
 // exceed it fails naming --flash-memory-budget / FTRUN_FLASH_MEMORY_BUDGET and the sizes, and
 // changes nothing. Pages are allocated when first written (by the worker), not by Begin.
@@ -128,12 +137,30 @@ class SnapshotStore {
   Status Commit(int local_rank, uint64_t step, SnapshotMeta meta,
                 std::optional<uint64_t> begun = std::nullopt,
                 std::optional<size_t> bytes = std::nullopt);
+  // Lends both of the rank's buffers to its worker (see above). Errors (nothing lent): no save
+  // begun, no newest snapshot (the second buffer), or a buffer being read.
+  Status Lend(int local_rank);
+  bool Lent(int local_rank) const;
+  // The worker's newest save under the loan: the buffer it wrote (by inode), its step and
+  // size, and where it is persisted (the rest of the target as with the save before the loan).
+  struct Recorded {
+    uint64_t inode = 0;
+    uint64_t step = 0;
+    size_t bytes = 0;
+    std::string path;
+  };
+  // Ends the rank's loan (nothing when none), with the worker's newest recorded save, or
+  // none. Errors: a record that names neither buffer, or more bytes than its buffer: then
+  // neither buffer is a complete snapshot any more (the worker may have written both).
+  Status Reclaim(int local_rank, const std::optional<Recorded>& newest);
   // Whether the rank's next Begin would fail because its buffer is being read (pinned).
   bool Busy(int local_rank) const;
   // Abandons the rank's begun save, if any (e.g. its worker died).
   void Abort(int local_rank);
 
   std::optional<SnapshotView> Newest(int local_rank) const;
+  // The step of the rank's newest snapshot, also while lent (not readable then).
+  std::optional<uint64_t> NewestStep(int local_rank) const;
   // The rank's complete snapshots, newest first: the newest and, until the next Begin hands
   // its buffer out, the one before it (so a job whose ranks' newest steps differ after a
   // crash mid-save can still restore one step on all of them).
@@ -155,6 +182,7 @@ class SnapshotStore {
     Slot slots[2];
     int newest = -1;                // index of the newest complete snapshot, -1 for none
     std::optional<uint64_t> begun;  // the step of the save in progress (in slots[1-newest])
+    bool lent = false;              // both slots are the worker's (Lend)
   };
   Rank* RankAt(int local_rank);
   const Rank* RankAt(int local_rank) const;

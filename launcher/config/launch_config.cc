@@ -299,6 +299,13 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
     if (!bytes) return bytes.error();
     c.flash_memory_budget = *bytes;
   }
+  if (auto loan = Lookup(env, "FTRUN_FLASH_LOAN"); loan) {
+    if (*loan != "0" && *loan != "1") {
+      return Error{"FTRUN_FLASH_LOAN must be 0 or 1, not '" + rendezvous::Printable(*loan, 40) +
+                   "'"};
+    }
+    c.flash_loan = *loan == "1";
+  }
   {
     const auto env_replicas = Lookup(env, "FTRUN_FLASH_REPLICAS");
     const bool given = !a.flash_replicas.empty();

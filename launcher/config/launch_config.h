@@ -56,6 +56,9 @@ struct LaunchConfig {
   // 1: no replicas). The replicas a node keeps count against a budget of its own, of
   // flash_memory_budget's size.
   int flash_replicas = 2;
+  // FTRUN_FLASH_LOAN (0/1): whether every-step saves may take a loan of both buffers
+  // (FlashService). 0 keeps a message per save (comparing the two; bench.py).
+  bool flash_loan = true;
   // After a failure the surviving workers run on this long, to save (MindIO TTP) and exit by
   // themselves, before they are stopped; 0: stop them at once. Set by the msrun personality.
   std::chrono::duration<double> survivor_grace{0};

@@ -84,6 +84,11 @@ def train(root, config):
             control.connect().report(step)  # a line ahead of the commit
         elif doomed:
             os.kill(os.getpid(), signal.SIGKILL)
+        if config.get("loan_report"):
+            from ftrun.flash_checkpoint import engine
+            mem, _ = engine.memory_store()
+            if mem is not None and mem._loan is not None:
+                progress.write(f"lent {step}\n")  # this save goes under a loan
         saved = cp.save_checkpoint(step, {"model": model.state_dict(), "opt": opt.state_dict(),
                                           "step": step, "rank": rank, "ballast": ballast},
                                    storage_type=storage)
@@ -94,7 +99,8 @@ def train(root, config):
     if config.get("mailbox_report"):
         from ftrun.flash_checkpoint import engine
         mem, _ = engine.memory_store()
-        progress.write(f"mailbox {mem.mailbox_leases} of {config['steps'] - start}\n")
+        progress.write(f"mailbox {mem.mailbox_leases} loan {mem.loan_saves} of "
+                       f"{config['steps'] - start}\n")
     write_final(root, rank, model)
 
 
@@ -288,18 +294,21 @@ class FlashMemoryTest(unittest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")),
                          "a job that succeeded writes no MEMORY save to disk")
 
-    def test_saves_every_step_take_their_lease_from_the_mailbox_and_a_kill_loses_nothing(self):
+    def test_saves_every_step_take_a_loan_of_both_buffers_and_a_kill_loses_nothing(self):
         # A pause after each save, as a training step takes: the agent has written the next
-        # lease into the mailbox by the time the save begins, and the save takes it from there
-        # (every save of an attempt but its first, which sets the buffers up).
+        # lease into the mailbox by the time the save begins, with a loan of both buffers
+        # from the third save on (the first two set the buffers up), and from then on the
+        # saves tell the agent nothing: the kill leaves the newest save recorded in the
+        # mailbox, which the agent takes back when the rank exits.
         done = run_job(self.root, {"kill_at": 11, "pause": 0.03, "mailbox_report": True})
         self.assertEqual(done.returncode, 0, done.stdout)
         self.assert_resumed_without_loss(self.root, done.stdout)
         report = [l.split() for l in progress(self.root, 0) if l.startswith("mailbox")]
         self.assertEqual(len(report), 1, progress(self.root, 0))
-        leases, saves = int(report[0][1]), int(report[0][3])
+        leases, loans, saves = int(report[0][1]), int(report[0][3]), int(report[0][5])
         self.assertGreaterEqual(saves, 10)
-        self.assertGreaterEqual(leases, saves - 3, report)  # a slow moment may miss one or two
+        self.assertGreaterEqual(leases, 1, report)  # the one that came with the loan
+        self.assertGreaterEqual(loans, saves - 4, report)  # a slow moment may miss one
 
     def test_two_jobs_on_one_node_keep_their_own_snapshots(self):
         other = tempfile.mkdtemp(prefix="ftrun-flash-other-")
@@ -325,21 +334,35 @@ class FlashMemoryTest(unittest.TestCase):
         self.assert_resumed_without_loss(self.root, done.stdout, "sharded")
         self.assertIn("from memory", done.stdout)
 
+    # Both with a message per save (FTRUN_FLASH_LOAN=0) and under a loan of both buffers (a
+    # pause after each save, as a training step takes, lets the loan come with the third).
+    SAVE_PATHS = (("messages", {}, {"FTRUN_FLASH_LOAN": "0"}), ("loan", {"pause": 0.03}, {}))
+
+    def killed(self, kill_at, kill_how):
+        """Runs a job whose rank 0 is killed at `kill_at` (`kill_how`) on each save path;
+        yields the job's output once it resumed without loss and its first attempt's step."""
+        for name, config, env in self.SAVE_PATHS:
+            with self.subTest(name):
+                shutil.rmtree(self.root, ignore_errors=True)
+                done = run_job(self.root, dict(config, kill_at=kill_at, kill_rank=0,
+                                               kill_how=kill_how, loan_report=True), env=env)
+                self.assertEqual(done.returncode, 0, done.stdout)
+                lent = f"lent {kill_at}" in progress(self.root, 0)
+                self.assertEqual(lent, name == "loan", progress(self.root, 0))
+                yield done, self.assert_resumed_without_loss(self.root, done.stdout)
+
     def test_a_rank_killed_in_the_middle_of_a_save_leaves_the_previous_snapshot(self):
-        done = run_job(self.root, {"kill_at": 7, "kill_rank": 0, "kill_how": "mid_save"})
-        self.assertEqual(done.returncode, 0, done.stdout)
-        resumed = self.assert_resumed_without_loss(self.root, done.stdout)
-        self.assertEqual(resumed, 7, "step 7 was never committed: step 6 is restored")
-        self.assertIn("ftrun: restored step 6 from memory", done.stdout)
+        for done, resumed in self.killed(7, "mid_save"):
+            self.assertEqual(resumed, 7, "step 7 was never committed: step 6 is restored")
+            self.assertIn("ftrun: restored step 6 from memory", done.stdout)
 
     def test_a_rank_killed_as_its_save_returns_keeps_that_step(self):
-        # The commit waits for no answer: the agent reads what the dead rank sent before it
-        # handles the exit, so the step the rank was told is saved is the one restored.
-        done = run_job(self.root, {"kill_at": 9, "kill_rank": 0, "kill_how": "after_save"})
-        self.assertEqual(done.returncode, 0, done.stdout)
-        resumed = self.assert_resumed_without_loss(self.root, done.stdout)
-        self.assertEqual(resumed, 10, "step 9's save returned before the kill")
-        self.assertIn("ftrun: restored step 9 from memory", done.stdout)
+        # The commit waits for no answer: the agent reads what the dead rank sent (or recorded
+        # under a loan) before it handles the exit, so the step the rank was told is saved is
+        # the one restored.
+        for done, resumed in self.killed(9, "after_save"):
+            self.assertEqual(resumed, 10, "step 9's save returned before the kill")
+            self.assertIn("ftrun: restored step 9 from memory", done.stdout)
 
     def test_a_job_that_fails_for_good_is_persisted_and_a_new_job_resumes(self):
         failed = run_job(self.root, {"kill_at": 10}, restarts=0)

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 import torch
@@ -202,23 +203,60 @@ def worker(root):
     print("layout worker ok", flush=True)
 
 
+def loan_worker(root):
+    """Under ftrun: every-step saves that take a loan of both buffers, interrupted by what a
+    restore asks the agent (the steps it holds: that ends the loan in the agent); each save
+    after it is still the agent's newest, and the agent holds it as saved. Prints 'loan
+    worker ok'."""
+    from ftrun.flash_checkpoint import engine, sources
+    from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType
+    cp = DdpCheckpointer(os.path.join(root, "flash"))
+    mem, why = engine.memory_store()
+    if mem is None:
+        raise SystemExit(f"no agent memory: {why}")
+    states = {}
+    for step in range(12):
+        states[step] = demo_state(step)
+        if not cp.save_checkpoint(step, states[step], storage_type=StorageType.MEMORY):
+            raise SystemExit(f"save {step} refused")
+        if step in (5, 8):
+            lent = mem.loan_saves
+            held, _ = sources.inventory(mem, "")  # a restore's question, mid-training
+            if not lent or held[:1] != [step]:
+                raise SystemExit(f"after save {step} ({lent} under a loan) the agent holds "
+                                 f"{held}")
+        time.sleep(0.01)  # a step's time: the next lease (and loan) is in the mailbox
+    held = mem.steps("")
+    if held[:1] != [11] or not same(mem.load(11, "", 1), states[11]):
+        raise SystemExit(f"the agent holds {held}, not step 11 as saved")
+    print(f"loan worker ok ({mem.loan_saves} saves under a loan)", flush=True)
+
+
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
 class LayoutUnderFtrunTest(unittest.TestCase):
-    def test_every_save_restores_as_saved_while_the_structure_changes(self):
+    def run_worker(self, kind):
         with tempfile.TemporaryDirectory() as root:
             env = dict(os.environ, PYTHON_EXEC="/usr/bin/python3")
             env.pop("FTRUN_CONTROL_SOCKET", None)
             done = subprocess.run([FTRUN, "--standalone", "--nproc-per-node", "1",
                                    "--log-dir", os.path.join(root, "logs"), "--no-python",
-                                   "/usr/bin/python3", __file__, "worker", root],
+                                   "/usr/bin/python3", __file__, kind, root],
                                   env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                   text=True, timeout=120)
             self.assertEqual(done.returncode, 0, done.stdout)
-            self.assertIn("layout worker ok", done.stdout)
+            return done.stdout
+
+    def test_every_save_restores_as_saved_while_the_structure_changes(self):
+        self.assertIn("layout worker ok", self.run_worker("worker"))
+
+    def test_a_restores_question_mid_training_loses_no_save_made_under_a_loan(self):
+        self.assertIn("loan worker ok", self.run_worker("loan_worker"))
 
 
 if __name__ == "__main__":
     if sys.argv[1:2] == ["worker"]:
         worker(sys.argv[2])
+    elif sys.argv[1:2] == ["loan_worker"]:
+        loan_worker(sys.argv[2])
     else:
         unittest.main()

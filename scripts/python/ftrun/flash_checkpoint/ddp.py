@@ -70,13 +70,13 @@ class DdpCheckpointer:
         False when the memory save was not taken (the message says why)."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
-        given, path = path, self._path(step, path)
         step = int(step)
         self._persist = storage_type == StorageType.DISK
         mem, why = engine.memory_store()
         if mem is None:
             if storage_type == StorageType.MEMORY:
                 engine.disk_instead_of_memory(why)
+            path = self._path(step, path)
             engine.save_one_copy(self._comm, self.checkpoint_dir, step, os.path.basename(path),
                                  state_dict, path)
             return True
@@ -84,7 +84,7 @@ class DdpCheckpointer:
             return True  # one copy per node: local rank 0's
         persist = storage_type == StorageType.DISK and self._rank == 0
         return engine.save_to_memory(mem, step, state_dict, "", self._comm.world_size,
-                                     self._target(step, given), persist)
+                                     self._target(step, path), persist)
 
     def load_checkpoint(self, resume_path=""):
         """The newest complete state dict under checkpoint_dir (the same step on every rank),

@@ -30,6 +30,16 @@ class StorageType(Enum):
 _memory = None
 
 
+def _forget_memory_in_child():
+    # A forked child has the parent's AgentMemory but not its channel to the agent. Dropped at
+    # the fork rather than checked at every save (getpid is a system call).
+    global _memory
+    _memory = None
+
+
+os.register_at_fork(after_in_child=_forget_memory_in_child)
+
+
 def memory_store():
     """(AgentMemory, None) when this worker's ftrun agent keeps memory snapshots, else
     (None, why not)."""
@@ -37,8 +47,7 @@ def memory_store():
     mem = _memory
     # Every save asks: the answer stands while this process's channel to that agent is open.
     path = os.environ.get("FTRUN_CONTROL_SOCKET")
-    if (mem is not None and mem.socket == path and not mem.controller.closed
-            and mem.pid == os.getpid()):
+    if mem is not None and mem.socket == path and not mem.controller.closed:
         return mem, None
     if not path:
         return None, "not started by ftrun (no FTRUN_CONTROL_SOCKET)"

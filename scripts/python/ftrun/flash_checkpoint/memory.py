@@ -13,6 +13,7 @@ import mmap
 import os
 import struct
 import sys
+import threading
 import time
 
 from ..checkpoint import CheckpointError
@@ -22,16 +23,41 @@ from .layout import Layout
 
 
 _WORD = struct.Struct("<q")  # the lease mailbox: the id of the request answered
-_ANSWER = struct.Struct("<4q")  # then granted, step, the buffer's inode and size
+# then granted, step, the buffer's inode and size, whether both buffers are lent, the other
+# buffer's inode and size
+_ANSWER = struct.Struct("<7q")
+_LOAN_AT = 64  # page 0: the id of the loan in force (0: none), cleared when the agent ends it
+# A loan's save records (page 1 of the mailbox, lease_mailbox.h): the number of the newest
+# save at _RECORDS, the record of save n at _RECORDS + 64 + (n % 2) * _RECORD_BYTES: n, step,
+# inode, size, the path's length, then the path.
+_RECORDS = 4096
+_RECORD_BYTES = 2016
+_RECORD = struct.Struct("<5q")
+_MAX_PATH = _RECORD_BYTES - _RECORD.size
+
+
+class _Loan:
+    """Both of this rank's buffers, lent by the agent for saves that tell it nothing: each
+    save goes into the buffer not holding the newest one and is recorded in the mailbox's
+    second page (lease_mailbox.h)."""
+    __slots__ = ("buffers", "inodes", "next", "saves", "key", "id")
+
+    def __init__(self, buffers, inodes, key, loan_id):
+        self.buffers, self.inodes, self.key, self.id = buffers, inodes, key, loan_id
+        self.next = 0  # the leased buffer first: the other holds the newest snapshot
+        self.saves = 0
 
 
 class _MailboxAnswer:
     """The next save's lease, answered in the lease mailbox under request id `rid`: nothing
-    to wait for or drop (no message, no descriptor comes)."""
-    __slots__ = ("rid",)
+    to wait for or drop (no message, no descriptor comes). A loan that comes with it is void
+    once this process has asked the agent anything about snapshots after it (the agent ended
+    the loan then): `epoch` is AgentMemory's count of such requests when it was asked for."""
+    __slots__ = ("rid", "epoch")
 
-    def __init__(self, rid: int):
+    def __init__(self, rid: int, epoch: int):
         self.rid = rid
+        self.epoch = epoch
 
     def drop(self):
         pass
@@ -51,7 +77,6 @@ class AgentMemory:
 
     def __init__(self, controller):
         self.controller = controller
-        self.pid = os.getpid()
         self.socket = None  # the control socket's path it was found by (engine.memory_store)
         # st_ino -> mmap of that buffer, kept from save to save (every buffer is a memfd of
         # the agent: one device; the lease mailbox names a buffer by its inode too)
@@ -65,6 +90,11 @@ class AgentMemory:
         self.mailbox_leases = 0  # saves whose lease came through the mailbox (tests)
         self._layouts = {}  # group -> Layout of its last save (reused while it fits)
         self._commit_key, self._commit_prefix = None, ""
+        self._loan = None  # _Loan while the agent lends this rank both buffers
+        self._loan_lock = threading.Lock()
+        self._epoch = 0  # requests about snapshots sent (each ends a loan in the agent)
+        self._loan_key = None  # the constant fields of the commit the loan was asked with
+        self.loan_saves = 0  # saves made under a loan (tests)
 
     # ---- saving ----
 
@@ -87,7 +117,13 @@ class AgentMemory:
             if pickled is None:
                 layout, plan = None, snapshot.Plan(state, step, world_size)
         size = (layout or plan).bytes
-        lease = self._lease_taken_ahead(group, size)
+        target = target or {}
+        # A lease taken ahead may come with a loan, and is an ordinary lease still when this
+        # save does not fit the loan.
+        lease = self._lease_taken_ahead(group, size) if self._loan is None else None
+        if self._loan is not None and self._save_lent(step, group, world_size, target, persist,
+                                                      size, layout, plan, tensors, pickled):
+            return
         if lease is None:
             fd, begun = self._lease(step, group, size, wait_seconds)
             try:
@@ -100,7 +136,7 @@ class AgentMemory:
             layout.write(buffer, step, pickled, tensors)
         else:
             plan.write(buffer)
-        commit = self._commit(step, begun, persist, world_size, size, target or {})
+        commit = self._commit(step, begun, persist, world_size, size, target)
         # Not waited for: once sent, the agent reads it even if this process dies the next
         # moment (the socket keeps it), and it handles it before any later request of ours.
         # A refusal (which only a broken protocol causes) is logged by the agent.
@@ -108,6 +144,53 @@ class AgentMemory:
             self._take_lease_ahead(step + 1, group, size, commit)
         else:
             self.controller.post(commit)
+
+    def _save_lent(self, step, group, world_size, target, persist, size, layout, plan, tensors,
+                   pickled) -> bool:
+        """The save under the loan; False (and the loan given up, so the caller's request
+        ends it in the agent too) when this save does not fit it."""
+        with self._loan_lock:
+            loan = self._loan
+            if loan is None:
+                return False
+            path = target.get("path", "").encode()
+            buffer = loan.buffers[loan.next]
+            m = self._mailbox
+            if (group != "" or persist or len(buffer) < size or len(path) > _MAX_PATH
+                    or self._constant_fields(world_size, target) != loan.key
+                    or _WORD.unpack_from(m, _LOAN_AT)[0] != loan.id):  # the agent ended it
+                self._loan = None
+                return False
+            if layout is not None:
+                layout.write(buffer, step, pickled, tensors)
+            else:
+                plan.write(buffer)
+            n = loan.saves + 1
+            at = _RECORDS + 64 + (n % 2) * _RECORD_BYTES
+            _RECORD.pack_into(m, at, n, step, loan.inodes[loan.next], size, len(path))
+            m[at + _RECORD.size:at + _RECORD.size + len(path)] = path
+            _WORD.pack_into(m, _RECORDS, n)  # last: the record is whole
+            loan.saves, loan.next = n, 1 - loan.next
+            self.loan_saves += 1
+            return True
+
+    def end_loan(self):
+        """Gives the lent buffers back: from now on every save asks for its lease, and a loan
+        asked for before is not taken. Called before any request about snapshots (the agent
+        ends the loan when it reads one)."""
+        with self._loan_lock:
+            self._loan = None
+            self._epoch += 1
+
+    def request(self, message: dict):
+        """A request about snapshots to the agent ((answer, fd) as Controller.request), the
+        loan given up first."""
+        self.end_loan()
+        return self.controller.request(message)
+
+    @staticmethod
+    def _constant_fields(world_size: int, target: dict):
+        return (world_size, tuple((k, v) for k, v in target.items() if k != "path"))
 
     def _new_layout(self, group: str, state, step: int, world_size: int):
         self._layouts.pop(group, None)  # its views of the mappings go with it
@@ -137,7 +220,7 @@ class AgentMemory:
         """(fd, step the lease names) of a buffer for a save of `size` bytes, asked for now."""
         deadline = time.monotonic() + wait_seconds
         while True:
-            answer, fd = self.controller.request({"type": "snapshot_begin", "step": step,
+            answer, fd = self.request({"type": "snapshot_begin", "step": step,
                                                   "bytes": size, "group": group})
             if answer.get("type") == "snapshot_lease" and fd >= 0:
                 return fd, step
@@ -162,10 +245,11 @@ class AgentMemory:
         mailbox = self._lease_mailbox()
         begin = Encoded("snapshot_begin", f'{{"type":"snapshot_begin","step":{step},'
                         f'"bytes":{size},"group":{json.dumps(group)}'
-                        + (',"mailbox":true' if mailbox is not None else ""))
+                        + (',"mailbox":true,"loan":true' if mailbox is not None else ""))
         if mailbox is not None:
             rid = self.controller.post(begin, before=commit)
-            self._ahead = (_MailboxAnswer(rid), step, group, size)
+            self._ahead = (_MailboxAnswer(rid, self._epoch), step, group, size)
+            self._loan_key = (self._commit_key[1], self._commit_key[3])
             return
         self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
         if self.controller.closed:  # as post() says it: the commit did not reach the agent
@@ -183,7 +267,7 @@ class AgentMemory:
             pending.drop()
             return None
         if isinstance(pending, _MailboxAnswer):
-            return self._mailbox_lease(pending.rid, step, size)
+            return self._mailbox_lease(pending, step, size)
         try:
             answer, fd = pending.wait(60.0)
         except OSError:
@@ -197,30 +281,39 @@ class AgentMemory:
             os.close(fd)
         return None
 
-    def _mailbox_lease(self, rid: int, step: int, size: int):
-        """The lease of request `rid` as the mailbox holds it: granted, and a buffer this
-        process has mapped whole; else None (not answered yet, refused, or a new buffer)."""
+    def _mailbox_lease(self, pending: _MailboxAnswer, step: int, size: int):
+        """The lease of request `pending` as the mailbox holds it: granted, and a buffer this
+        process has mapped whole; else None (not answered yet, refused, or a new buffer). A
+        loan that comes with it is taken (self._loan) when both buffers are mapped here."""
         m = self._mailbox
-        if _WORD.unpack_from(m, 0)[0] != rid:  # the id is written last: read it first
+        if _WORD.unpack_from(m, 0)[0] != pending.rid:  # the id is written last: read it first
             return None
-        granted, leased_step, inode, buffer_size = _ANSWER.unpack_from(m, 8)
+        granted, leased_step, inode, buffer_size, lent, other, other_size = \
+            _ANSWER.unpack_from(m, 8)
         buffer = self._maps.get(inode)
         if (not granted or leased_step != step or buffer is None or len(buffer) < size
                 or len(buffer) != buffer_size):
             return None
         self.mailbox_leases += 1
+        lent_buffer = self._maps.get(other) if lent else None
+        if lent_buffer is not None and len(lent_buffer) == other_size:
+            with self._loan_lock:
+                if pending.epoch == self._epoch:  # else the agent ended it already
+                    self._loan = _Loan((buffer, lent_buffer), (inode, other), self._loan_key,
+                                       pending.rid)
         return buffer, step
 
     def _lease_mailbox(self):
         """The agent's lease mailbox, asked for once (None: an agent without one)."""
         if self._mailbox is None and not self._mailbox_asked:
             self._mailbox_asked = True
-            answer, fd = self.controller.request({"type": "snapshot_mailbox"})
+            answer, fd = self.request({"type": "snapshot_mailbox"})
             if fd >= 0:
                 try:
                     if answer.get("type") == "snapshot_mailbox":
+                        # Writable: a loan's saves are recorded in its second page.
                         self._mailbox = mmap.mmap(fd, int(answer["bytes"]), mmap.MAP_SHARED,
-                                                  mmap.PROT_READ)
+                                                  mmap.PROT_READ | mmap.PROT_WRITE)
                 finally:
                     os.close(fd)
         return self._mailbox
@@ -249,7 +342,7 @@ class AgentMemory:
 
     def steps(self, group: str):
         """The steps of copy `group` complete in the agent's memory, newest first."""
-        answer, fd = self.controller.request({"type": "snapshot_steps", "group": group})
+        answer, fd = self.request({"type": "snapshot_steps", "group": group})
         if fd >= 0:
             os.close(fd)
         return [int(s) for s in answer.get("steps", [])]
@@ -257,7 +350,7 @@ class AgentMemory:
     def load(self, step: int, group: str, world_size: int):
         """The state of `step` of copy `group`. Raises CheckpointError when the agent does not
         hold it or it does not fit this job (world size)."""
-        answer, fd = self.controller.request({"type": "snapshot_get", "step": step, "group": group})
+        answer, fd = self.request({"type": "snapshot_get", "step": step, "group": group})
         if answer.get("type") != "snapshot" or fd < 0:
             if fd >= 0:
                 os.close(fd)

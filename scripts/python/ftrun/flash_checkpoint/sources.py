@@ -12,7 +12,7 @@ def inventory(mem, group: str):
     if mem is None:
         return [], None
     try:
-        answer, fd = mem.controller.request({"type": "snapshot_steps", "group": group})
+        answer, fd = mem.request({"type": "snapshot_steps", "group": group})
     except OSError:
         return [], None
     if fd >= 0:

@@ -291,5 +291,17 @@ TEST(LaunchConfig, FlashMemoryBudgetFromTheOptionOrTheEnvironment) {
             std::string::npos);
 }
 
+TEST(LaunchConfig, FtrunFlashLoanIsZeroOrOne) {
+  EXPECT_TRUE(Build({}, {})->flash_loan);
+  EXPECT_TRUE(Build({}, {{"FTRUN_FLASH_LOAN", "1"}})->flash_loan);
+  EXPECT_FALSE(Build({}, {{"FTRUN_FLASH_LOAN", "0"}})->flash_loan);
+  for (const char* bad : {"", "yes", "2"}) {
+    auto refused = Build({}, {{"FTRUN_FLASH_LOAN", bad}});
+    ASSERT_FALSE(refused) << bad;
+    EXPECT_NE(refused.error().message.find("FTRUN_FLASH_LOAN must be 0 or 1"), std::string::npos)
+        << refused.error().message;
+  }
+}
+
 }  // namespace
 }  // namespace ftrun::launcher
