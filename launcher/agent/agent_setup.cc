@@ -53,8 +53,8 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
                   }}),
       fault_timer_(clock_.NewTimer()) {
   if (opts_.replicas) flash_.SetReplicas(&opts_.replicas->store());
-  // With replicas every save is copied: the agent reads each one.
-  flash_.SetLending(config_.flash_loan && !opts_.replicas);
+  // Replicas are of shards only, which are never lent.
+  flash_.SetLending(config_.flash_loan);
   flash_.SetOnReclaimed(
       [this](int lr, uint64_t step) { events_.CheckpointTaken(lr, static_cast<int64_t>(step)); });
   coordinator_->SetFlashInventory([this] {

@@ -15,9 +15,10 @@
 // of both of the rank's buffers (lease_mailbox.h, SnapshotStore::Lend): the worker's next saves
 // send nothing, and the agent reclaims the buffers, taking the newest save the worker recorded
 // as a commit, before anything else the rank asks about snapshots, when it exits, and before
-// the snapshots are persisted for a failed job. Lent only when the rank's last save was not
-// to be persisted at once and when no replicas are kept (SetLending): a lent rank's
-// snapshot cannot be read, and a replica must read it after every save.
+// the snapshots are persisted for a failed job. Lent only when the rank's last save named a
+// checkpoint directory and was not to be persisted at once, and while SetLending allows it
+// (FTRUN_FLASH_LOAN): a lent rank's snapshot cannot be read. Replicas are of shards, never
+// lent.
 //
 // Checksums: at each commit the snapshot's CRC-32C is computed off the loop
 // (SnapshotChecksummer) and kept with it (SnapshotMeta::checksum). "snapshot_get" checks the

@@ -148,7 +148,8 @@ Status SnapshotStore::Lend(int local_rank) {
   }
   // The newest snapshot's generation is not raised: the worker writes that buffer only after
   // recording a save in the other one, and then Reclaim replaces or drops the snapshot (and
-  // raises both), so a checksum of it still being computed stays good until then.
+  // raises both) before anything reads it or its checksum; with no record it is untouched,
+  // and a checksum of it still being computed is good.
   rank->lent = true;
   LauncherLog()->debug("memory snapshot buffers of local rank {} lent after step {}", local_rank,
                        rank->slots[rank->newest].step);

@@ -203,6 +203,19 @@ def worker(root):
     print("layout worker ok", flush=True)
 
 
+class RecordablePathTest(unittest.TestCase):
+    def test_a_save_under_a_loan_records_only_a_path_the_agent_takes(self):
+        from ftrun.flash_checkpoint import memory
+        self.assertEqual(memory._recordable(""), b"")
+        self.assertEqual(memory._recordable("/ckpt/7/rank_0.pt"), b"/ckpt/7/rank_0.pt")
+        self.assertEqual(memory._recordable("/ckpt/é"), "/ckpt/é".encode())
+        long_ok = "/" + "p" * (memory._MAX_PATH - 1)
+        self.assertEqual(memory._recordable(long_ok), long_ok.encode())
+        for refused in ("ckpt/7", "/ckpt/a\nb", "/ckpt/\x7f", long_ok + "p",
+                        "/ckpt/" + b"\xff".decode("utf-8", "surrogateescape")):
+            self.assertIsNone(memory._recordable(refused), repr(refused))
+
+
 def loan_worker(root):
     """Under ftrun: every-step saves that take a loan of both buffers, interrupted by what a
     restore asks the agent (the steps it holds: that ends the loan in the agent); each save

@@ -7,10 +7,17 @@ state in and commits it ("snapshot_commit"). Until the commit the agent's newest
 the previous one, so a process killed in the middle of a save loses nothing that was complete.
 A restore asks which steps the agent holds ("snapshot_steps") and maps the chosen one
 ("snapshot_get").
+
+Every-step saves of the one copy ("" group) take their next lease ahead, answered in the
+agent's lease mailbox, and from the third save on a loan of both buffers with it: the saves
+then alternate between the two and record themselves in the mailbox instead of committing
+(no message at all), until a save does not fit the loan or any request about snapshots gives
+it back (lease_mailbox.h; ftrun-control(7), snapshot_mailbox).
 """
 import json
 import mmap
 import os
+import re
 import struct
 import sys
 import threading
@@ -34,6 +41,7 @@ _RECORDS = 4096
 _RECORD_BYTES = 2016
 _RECORD = struct.Struct("<5q")
 _MAX_PATH = _RECORD_BYTES - _RECORD.size
+_CONTROLS = re.compile(rb"[\x00-\x1f\x7f]")  # what the agent refuses in a recorded path
 
 
 class _Loan:
@@ -63,6 +71,19 @@ class _MailboxAnswer:
         pass
 
 
+def _recordable(path: str):
+    """`path` as a loan's record holds it (bytes), or None when the agent would refuse it
+    (not absolute, control characters, too long, not encodable): that save gives the loan up
+    and commits with a message instead."""
+    try:
+        data = path.encode()
+    except UnicodeEncodeError:
+        return None
+    if data and (data[:1] != b"/" or len(data) > _MAX_PATH or _CONTROLS.search(data)):
+        return None
+    return data
+
+
 class MemoryRefused(CheckpointError):
     """The agent did not take the snapshot (busy, or it does not fit its budget)."""
 
@@ -85,7 +106,7 @@ class AgentMemory:
         # The next save's lease: (PendingAnswer, or _MailboxAnswer when it is answered in the
         # mailbox, step, group, bytes).
         self._ahead = None
-        self._mailbox = None  # the agent's lease mailbox (lease_mailbox.h), mapped read-only
+        self._mailbox = None  # the agent's lease mailbox (lease_mailbox.h), both pages
         self._mailbox_asked = False
         self.mailbox_leases = 0  # saves whose lease came through the mailbox (tests)
         self._layouts = {}  # group -> Layout of its last save (reused while it fits)
@@ -153,10 +174,10 @@ class AgentMemory:
             loan = self._loan
             if loan is None:
                 return False
-            path = target.get("path", "").encode()
+            path = _recordable(target.get("path", ""))
             buffer = loan.buffers[loan.next]
             m = self._mailbox
-            if (group != "" or persist or len(buffer) < size or len(path) > _MAX_PATH
+            if (group != "" or persist or len(buffer) < size or path is None
                     or self._constant_fields(world_size, target) != loan.key
                     or _WORD.unpack_from(m, _LOAN_AT)[0] != loan.id):  # the agent ended it
                 self._loan = None
@@ -182,11 +203,15 @@ class AgentMemory:
             self._loan = None
             self._epoch += 1
 
-    def request(self, message: dict):
+    def request(self, message: dict, timeout: float = 60.0):
         """A request about snapshots to the agent ((answer, fd) as Controller.request), the
-        loan given up first."""
-        self.end_loan()
-        return self.controller.request(message)
+        loan given up first: sent under the loan lock, so a loan asked for by a save on
+        another thread is either asked before it (and ended by it) or after."""
+        with self._loan_lock:
+            self._loan = None
+            self._epoch += 1
+            pending = self.controller.request_async(message)
+        return pending.wait(timeout)
 
     @staticmethod
     def _constant_fields(world_size: int, target: dict):
@@ -247,8 +272,9 @@ class AgentMemory:
                         f'"bytes":{size},"group":{json.dumps(group)}'
                         + (',"mailbox":true,"loan":true' if mailbox is not None else ""))
         if mailbox is not None:
-            rid = self.controller.post(begin, before=commit)
-            self._ahead = (_MailboxAnswer(rid, self._epoch), step, group, size)
+            with self._loan_lock:  # see request()
+                rid = self.controller.post(begin, before=commit)
+                self._ahead = (_MailboxAnswer(rid, self._epoch), step, group, size)
             self._loan_key = (self._commit_key[1], self._commit_key[3])
             return
         self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
