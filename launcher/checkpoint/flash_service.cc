@@ -407,8 +407,8 @@ void FlashService::PersistForExit(std::function<void()> done) {
   // The workers are gone, or were sent SIGKILL (an excluded node): a record a dying worker
   // writes after this is a save lost, never one overwritten (the buffer taken back here is
   // written again only after a further save).
-  for (int lr = 0; lr < store_.local_ranks(); ++lr) Reclaim(lr);
   for (int lr = 0; lr < store_.local_ranks(); ++lr) {
+    Reclaim(lr);
     if (auto view = store_.Newest(lr)) MaybePersist(*view, "failure");
   }
   PersistSharedForExit();

@@ -29,17 +29,16 @@ void FlashService::Reclaim(int local_rank) {
   if (!store_.Lent(local_rank)) return;
   auto box = mailboxes_.find(local_rank);
   std::optional<SnapshotStore::Recorded> recorded;
-  std::string why;
   if (box != mailboxes_.end()) {
-    if (auto r = box->second->Newest(&why)) {
-      recorded = SnapshotStore::Recorded{
-          .inode = r->inode, .step = r->step, .bytes = r->bytes, .path = std::move(r->path)};
-    }
+    auto newest = box->second->Newest();
     box->second->EndLoan();
-  }
-  if (!why.empty()) {
-    LauncherLog()->warn("flash checkpoint: local_rank={} lent buffers: {}", local_rank, why);
-    recorded = SnapshotStore::Recorded{};  // names no buffer: the worker may have written both
+    if (newest) {
+      recorded = std::move(*newest);
+    } else {
+      LauncherLog()->warn("flash checkpoint: local_rank={} lent buffers: {}", local_rank,
+                          newest.error().message);
+      recorded = SnapshotStore::Recorded{};  // names no buffer: the worker may have written both
+    }
   }
   if (Status taken = store_.Reclaim(local_rank, recorded); !taken) {
     LauncherLog()->warn("flash checkpoint: {}", taken.error().message);
@@ -56,8 +55,7 @@ void FlashService::Reclaim(int local_rank) {
 std::optional<uint64_t> FlashService::NewestStep(int local_rank) const {
   if (store_.Lent(local_rank)) {
     if (auto box = mailboxes_.find(local_rank); box != mailboxes_.end()) {
-      std::string why;
-      if (auto r = box->second->Newest(&why)) return r->step;
+      if (auto r = box->second->Newest(); r && *r) return (*r)->step;
     }
   }
   return store_.NewestStep(local_rank);

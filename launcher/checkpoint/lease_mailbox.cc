@@ -60,7 +60,7 @@ void LeaseMailbox::Post(int64_t id, const int64_t (&fields)[7]) {
   std::atomic_ref<int64_t>(words[0]).store(id, std::memory_order_release);
 }
 
-std::optional<LeaseMailbox::Recorded> LeaseMailbox::Newest(std::string* why) const {
+Result<std::optional<SnapshotStore::Recorded>> LeaseMailbox::Newest() const {
   // The worker may write this page at any time: every word is read once, into a copy.
   auto word = [this](size_t offset) {
     int64_t v = 0;
@@ -70,10 +70,9 @@ std::optional<LeaseMailbox::Recorded> LeaseMailbox::Newest(std::string* why) con
   const int64_t number =
       std::atomic_ref<int64_t>(*reinterpret_cast<int64_t*>(buffer_->data() + kPage))
           .load(std::memory_order_acquire);
-  if (number == 0) return std::nullopt;
+  if (number == 0) return std::optional<SnapshotStore::Recorded>();
   auto refuse = [&](const std::string& what) {
-    if (why) *why = "save record " + std::to_string(number) + ": " + what;
-    return std::nullopt;
+    return Error{"save record " + std::to_string(number) + ": " + what};
   };
   if (number < 0) return refuse("a negative number");
   const size_t at = kRecords + static_cast<size_t>(number % 2) * kRecordBytes;
@@ -83,17 +82,16 @@ std::optional<LeaseMailbox::Recorded> LeaseMailbox::Newest(std::string* why) con
   if (fields[4] < 0 || static_cast<uint64_t>(fields[4]) > kMaxPath) {
     return refuse("a path length of " + std::to_string(fields[4]));
   }
-  Recorded r;
-  r.number = static_cast<uint64_t>(number);
-  r.step = static_cast<uint64_t>(fields[1]);
-  r.inode = static_cast<uint64_t>(fields[2]);
-  r.bytes = static_cast<uint64_t>(fields[3]);
-  r.path.assign(reinterpret_cast<const char*>(buffer_->data() + at + 40),
-                static_cast<size_t>(fields[4]));
+  SnapshotStore::Recorded r{
+      .inode = static_cast<uint64_t>(fields[2]),
+      .step = static_cast<uint64_t>(fields[1]),
+      .bytes = static_cast<size_t>(fields[3]),
+      .path = std::string(reinterpret_cast<const char*>(buffer_->data() + at + 40),
+                          static_cast<size_t>(fields[4]))};
   if (!r.path.empty() && !IsAbsoluteWithoutControls(r.path)) {
     return refuse("a path that is not absolute or holds control characters");
   }
-  return r;
+  return std::optional<SnapshotStore::Recorded>(std::move(r));
 }
 
 }  // namespace ftrun::launcher

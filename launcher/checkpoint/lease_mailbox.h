@@ -32,7 +32,7 @@
 // does to it can fault the agent.
 //
 // Thread: loop only. Ownership: owns its memfd and mapping. Errors: Create names the system
-// call that failed; a record that does not check out is nullopt with the reason.
+// call that failed; Newest, what in a record does not check out.
 #pragma once
 
 #include <cstdint>
@@ -42,6 +42,7 @@
 
 #include "common/result.h"
 #include "launcher/checkpoint/memfd_buffer.h"
+#include "launcher/checkpoint/snapshot_store.h"
 
 namespace ftrun::launcher {
 
@@ -50,15 +51,6 @@ class LeaseMailbox {
   static constexpr size_t kBytes = 8192;
   static constexpr size_t kRecordBytes = 2016;
   static constexpr size_t kMaxPath = kRecordBytes - 5 * 8;
-
-  // A save recorded by the worker in page 1.
-  struct Recorded {
-    uint64_t number = 0;  // of the save, counted from 1 since the last ClearRecords
-    uint64_t step = 0;
-    uint64_t inode = 0;  // of the buffer written
-    uint64_t bytes = 0;
-    std::string path;
-  };
 
   static Result<std::unique_ptr<LeaseMailbox>> Create();
 
@@ -69,9 +61,9 @@ class LeaseMailbox {
   // with `lent_fd` >= 0 that buffer is lent too (see above). False when a buffer cannot be
   // described (fstat failed): answer on the channel instead, and lend nothing.
   bool Grant(int64_t id, uint64_t step, int buffer_fd, int lent_fd = -1);
-  // The newest save recorded in page 1: nullopt with `why` empty when there is none, with
-  // `why` saying what did not check out when there is one.
-  std::optional<Recorded> Newest(std::string* why) const;
+  // The newest save recorded in page 1 (nullopt: none), or an error saying what did not
+  // check out.
+  Result<std::optional<SnapshotStore::Recorded>> Newest() const;
   // Forgets the recorded saves and the loan in force (the loan is over).
   void EndLoan();
   // The answer to request `id`: no lease (the worker asks on the channel to learn why).

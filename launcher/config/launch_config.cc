@@ -299,13 +299,9 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
     if (!bytes) return bytes.error();
     c.flash_memory_budget = *bytes;
   }
-  if (auto loan = Lookup(env, "FTRUN_FLASH_LOAN"); loan) {
-    if (*loan != "0" && *loan != "1") {
-      return Error{"FTRUN_FLASH_LOAN must be 0 or 1, not '" + rendezvous::Printable(*loan, 40) +
-                   "'"};
-    }
-    c.flash_loan = *loan == "1";
-  }
+  auto loan = EnvSwitch(env, "FTRUN_FLASH_LOAN", true);
+  if (!loan) return loan.error();
+  c.flash_loan = *loan;
   {
     const auto env_replicas = Lookup(env, "FTRUN_FLASH_REPLICAS");
     const bool given = !a.flash_replicas.empty();
@@ -361,6 +357,15 @@ Result<std::optional<std::chrono::duration<double>>> TtpSaveTimeout(const EnvMap
     return std::optional<std::chrono::duration<double>>(std::chrono::seconds(*n));
   }
   return std::optional<std::chrono::duration<double>>();
+}
+
+Result<bool> EnvSwitch(const EnvMap& env, const std::string& name, bool fallback) {
+  const auto value = Lookup(env, name);
+  if (!value) return fallback;
+  if (*value != "0" && *value != "1") {
+    return Error{name + " must be 0 or 1, not '" + rendezvous::Printable(*value, 40) + "'"};
+  }
+  return *value == "1";
 }
 
 uint64_t FlashMemoryBudget(const LaunchConfig& config) {

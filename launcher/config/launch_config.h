@@ -171,4 +171,8 @@ Status CheckVirtualLocalRankDevices(const LaunchConfig& config, const EnvMap& en
 // physical memory.
 uint64_t FlashMemoryBudget(const LaunchConfig& config);
 
+// A 0/1 switch in the environment: `fallback` when unset; any other value is an error naming
+// the variable.
+Result<bool> EnvSwitch(const EnvMap& env, const std::string& name, bool fallback);
+
 }  // namespace ftrun::launcher

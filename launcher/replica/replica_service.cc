@@ -71,11 +71,8 @@ Result<std::unique_ptr<ReplicaService>> MakeReplicaService(boost::asio::io_conte
   auto security = rendezvous::ResolveSecurity(config.rdzv, env);
   if (!security) return security.error();
   // An escape hatch (a network that lets only the replica port through; comparing the paths).
-  const auto direct = Lookup(env, "FTRUN_FLASH_REPLICA_DIRECT").value_or("1");
-  if (direct != "0" && direct != "1") {
-    return Error{"FTRUN_FLASH_REPLICA_DIRECT must be 0 or 1, not '" +
-                 rendezvous::Printable(direct, 40) + "'"};
-  }
+  const auto direct = EnvSwitch(env, "FTRUN_FLASH_REPLICA_DIRECT", true);
+  if (!direct) return direct.error();
   ReplicaService::Options o{
       .budget_bytes = FlashMemoryBudget(config),
       .copies = config.flash_replicas,
@@ -83,7 +80,7 @@ Result<std::unique_ptr<ReplicaService>> MakeReplicaService(boost::asio::io_conte
       .tls = security->tls,
       // The peers' certificates are the job's, issued for the rendezvous endpoint.
       .tls_target_name = security->tls.enabled() ? config.endpoint_host : "",
-      .direct = direct == "1"};
+      .direct = *direct};
   return std::make_unique<ReplicaService>(io, std::move(o));
 }
 

@@ -114,7 +114,6 @@ class AgentMemory:
         self._loan = None  # _Loan while the agent lends this rank both buffers
         self._loan_lock = threading.Lock()
         self._epoch = 0  # requests about snapshots sent (each ends a loan in the agent)
-        self._loan_key = None  # the constant fields of the commit the loan was asked with
         self.loan_saves = 0  # saves made under a loan (tests)
 
     # ---- saving ----
@@ -139,11 +138,17 @@ class AgentMemory:
                 layout, plan = None, snapshot.Plan(state, step, world_size)
         size = (layout or plan).bytes
         target = target or {}
+
+        def write(buffer):
+            if layout is not None:
+                layout.write(buffer, step, pickled, tensors)
+            else:
+                plan.write(buffer)
         # A lease taken ahead may come with a loan, and is an ordinary lease still when this
         # save does not fit the loan.
         lease = self._lease_taken_ahead(group, size) if self._loan is None else None
         if self._loan is not None and self._save_lent(step, group, world_size, target, persist,
-                                                      size, layout, plan, tensors, pickled):
+                                                      size, write):
             return
         if lease is None:
             fd, begun = self._lease(step, group, size, wait_seconds)
@@ -153,10 +158,7 @@ class AgentMemory:
                 os.close(fd)
         else:
             buffer, begun = lease
-        if layout is not None:
-            layout.write(buffer, step, pickled, tensors)
-        else:
-            plan.write(buffer)
+        write(buffer)
         commit = self._commit(step, begun, persist, world_size, size, target)
         # Not waited for: once sent, the agent reads it even if this process dies the next
         # moment (the socket keeps it), and it handles it before any later request of ours.
@@ -166,10 +168,10 @@ class AgentMemory:
         else:
             self.controller.post(commit)
 
-    def _save_lent(self, step, group, world_size, target, persist, size, layout, plan, tensors,
-                   pickled) -> bool:
-        """The save under the loan; False (and the loan given up, so the caller's request
-        ends it in the agent too) when this save does not fit it."""
+    def _save_lent(self, step, group, world_size, target, persist, size, write) -> bool:
+        """The save under the loan (write(buffer) copies the state in); False (and the loan
+        given up, so the caller's request ends it in the agent too) when this save does not
+        fit it."""
         with self._loan_lock:
             loan = self._loan
             if loan is None:
@@ -182,10 +184,7 @@ class AgentMemory:
                     or _WORD.unpack_from(m, _LOAN_AT)[0] != loan.id):  # the agent ended it
                 self._loan = None
                 return False
-            if layout is not None:
-                layout.write(buffer, step, pickled, tensors)
-            else:
-                plan.write(buffer)
+            write(buffer)
             n = loan.saves + 1
             at = _RECORDS + 64 + (n % 2) * _RECORD_BYTES
             _RECORD.pack_into(m, at, n, step, loan.inodes[loan.next], size, len(path))
@@ -194,14 +193,6 @@ class AgentMemory:
             loan.saves, loan.next = n, 1 - loan.next
             self.loan_saves += 1
             return True
-
-    def end_loan(self):
-        """Gives the lent buffers back: from now on every save asks for its lease, and a loan
-        asked for before is not taken. Called before any request about snapshots (the agent
-        ends the loan when it reads one)."""
-        with self._loan_lock:
-            self._loan = None
-            self._epoch += 1
 
     def request(self, message: dict, timeout: float = 60.0):
         """A request about snapshots to the agent ((answer, fd) as Controller.request), the
@@ -227,7 +218,7 @@ class AgentMemory:
     def _commit(self, step: int, begun: int, persist: bool, world_size: int, size: int,
                 target: dict):
         """The commit message, encoded from a prefix kept while its constant fields stay."""
-        key = (persist, world_size, size, tuple((k, v) for k, v in target.items() if k != "path"))
+        key = (persist, size, self._constant_fields(world_size, target))
         if self._commit_key != key:
             fixed = {"type": "snapshot_commit", "persist": persist, "world_size": world_size,
                      "bytes": size, "answer": False}
@@ -275,7 +266,6 @@ class AgentMemory:
             with self._loan_lock:  # see request()
                 rid = self.controller.post(begin, before=commit)
                 self._ahead = (_MailboxAnswer(rid, self._epoch), step, group, size)
-            self._loan_key = (self._commit_key[1], self._commit_key[3])
             return
         self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
         if self.controller.closed:  # as post() says it: the commit did not reach the agent
@@ -325,8 +315,10 @@ class AgentMemory:
         if lent_buffer is not None and len(lent_buffer) == other_size:
             with self._loan_lock:
                 if pending.epoch == self._epoch:  # else the agent ended it already
-                    self._loan = _Loan((buffer, lent_buffer), (inode, other), self._loan_key,
-                                       pending.rid)
+                    # The loan keeps the constant fields of the commit sent with its request
+                    # (no commit has been encoded since).
+                    self._loan = _Loan((buffer, lent_buffer), (inode, other),
+                                       self._commit_key[2], pending.rid)
         return buffer, step
 
     def _lease_mailbox(self):
