@@ -60,12 +60,15 @@ class _MailboxAnswer:
     """The next save's lease, answered in the lease mailbox under request id `rid`: nothing
     to wait for or drop (no message, no descriptor comes). A loan that comes with it is void
     once this process has asked the agent anything about snapshots after it (the agent ended
-    the loan then): `epoch` is AgentMemory's count of such requests when it was asked for."""
-    __slots__ = ("rid", "epoch")
+    the loan then): `epoch` is AgentMemory's count of such requests when it was asked for.
+    `key`: the constant fields of the commit sent with the request, which the agent gives the
+    saves made under that loan."""
+    __slots__ = ("rid", "epoch", "key")
 
-    def __init__(self, rid: int, epoch: int):
+    def __init__(self, rid: int, epoch: int, key):
         self.rid = rid
         self.epoch = epoch
+        self.key = key
 
     def drop(self):
         pass
@@ -265,7 +268,8 @@ class AgentMemory:
         if mailbox is not None:
             with self._loan_lock:  # see request()
                 rid = self.controller.post(begin, before=commit)
-                self._ahead = (_MailboxAnswer(rid, self._epoch), step, group, size)
+                self._ahead = (_MailboxAnswer(rid, self._epoch, self._commit_key[2]), step,
+                               group, size)
             return
         self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
         if self.controller.closed:  # as post() says it: the commit did not reach the agent
@@ -315,10 +319,8 @@ class AgentMemory:
         if lent_buffer is not None and len(lent_buffer) == other_size:
             with self._loan_lock:
                 if pending.epoch == self._epoch:  # else the agent ended it already
-                    # The loan keeps the constant fields of the commit sent with its request
-                    # (no commit has been encoded since).
-                    self._loan = _Loan((buffer, lent_buffer), (inode, other),
-                                       self._commit_key[2], pending.rid)
+                    self._loan = _Loan((buffer, lent_buffer), (inode, other), pending.key,
+                                       pending.rid)
         return buffer, step
 
     def _lease_mailbox(self):
