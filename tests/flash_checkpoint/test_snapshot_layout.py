@@ -36,8 +36,10 @@ def demo_state(step, lr=0.05):
     model = collections.OrderedDict(w=torch.randn(4, 3), b=torch.randn(4),
                                     n=torch.tensor(step, dtype=torch.int64),
                                     mask=torch.tensor([True, False, step % 2 == 0]),
-                                    half=torch.randn(5).to(torch.bfloat16))
-    model._metadata = collections.OrderedDict({"": {"version": 1}})
+                                    half=torch.randn(5).to(torch.bfloat16), seen=step)
+    # A number in the attributes and one among the items: the compiled check meets them in
+    # another order than the layout numbers them.
+    model._metadata = collections.OrderedDict({"": {"version": 1 + step % 2}})
     opt = {"state": {0: {"momentum_buffer": torch.randn(4, 3)}},
            "param_groups": [{"lr": lr, "momentum": 0.9, "nesterov": False, "foreach": None,
                              "params": [0, 1]}]}
@@ -211,7 +213,8 @@ class RecordablePathTest(unittest.TestCase):
         self.assertEqual(memory._recordable("/ckpt/é"), "/ckpt/é".encode())
         long_ok = "/" + "p" * (memory._MAX_PATH - 1)
         self.assertEqual(memory._recordable(long_ok), long_ok.encode())
-        for refused in ("ckpt/7", "/ckpt/a\nb", "/ckpt/\x7f", long_ok + "p",
+        for refused in ("ckpt/7", "/ckpt/a\nb", "/ckpt/\x7f", long_ok + "p", "/ckpt/é\x01",
+                        "/" + "é" * (memory._MAX_PATH // 2), "é/ckpt",
                         "/ckpt/" + b"\xff".decode("utf-8", "surrogateescape")):
             self.assertIsNone(memory._recordable(refused), repr(refused))
 

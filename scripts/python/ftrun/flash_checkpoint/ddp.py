@@ -9,6 +9,8 @@ from .engine import StorageType
 
 __all__ = ["DdpCheckpointer", "StorageType"]
 
+_FILE = "rank_0.pt"  # the default path's file name: <checkpoint_dir>/<step>/rank_0.pt
+
 
 class DdpCheckpointer:
     """Saves and loads the state of a data-parallel job under checkpoint_dir.
@@ -31,6 +33,7 @@ class DdpCheckpointer:
         self._comm = engine.Comm(comm_backend)
         self._rank = self._comm.rank
         self._persist = False  # the newest save_checkpoint asked for DISK
+        self._local_rank = engine.local_rank()  # the launcher's, fixed for the process
 
     def register_fault_save(self, state_fn, path=None):
         """An ftrun extension: the fault-time save (ftrun-control(7): when a rank dies, the
@@ -48,15 +51,18 @@ class DdpCheckpointer:
                                    lambda: self._persist)
 
     def _path(self, step, path: str, root: str = "") -> str:
-        return path or os.path.join(root or self.checkpoint_dir, str(step), "rank_0.pt")
+        return path or os.path.join(root or self.checkpoint_dir, str(step), _FILE)
 
     def _target(self, step, path: str) -> dict:
         """Where the agent persists the snapshot of `step`."""
         root = engine.absolute(self.checkpoint_dir)
-        # The default is built on the absolute root: nothing to normalise again.
-        path = os.path.abspath(path) if path else self._path(int(step), "", root)
-        return {"root": root, "path": path, "name": os.path.basename(path),
-                "tracker": engine.TRACKER_FILE_NAME}
+        if path:
+            path = os.path.abspath(path)
+            name = os.path.basename(path)
+        else:  # the default, on the absolute root: nothing to normalise again
+            name = _FILE
+            path = f"{root}{'' if root.endswith('/') else '/'}{int(step)}/{name}"
+        return {"root": root, "path": path, "name": name, "tracker": engine.TRACKER_FILE_NAME}
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
         """Saves state_dict as the checkpoint of `step`. Every rank calls it. `path` (default
@@ -80,7 +86,7 @@ class DdpCheckpointer:
             engine.save_one_copy(self._comm, self.checkpoint_dir, step, os.path.basename(path),
                                  state_dict, path)
             return True
-        if engine.local_rank() != 0:
+        if self._local_rank != 0:
             return True  # one copy per node: local rank 0's
         persist = storage_type == StorageType.DISK and self._rank == 0
         return engine.save_to_memory(mem, step, state_dict, "", self._comm.world_size,

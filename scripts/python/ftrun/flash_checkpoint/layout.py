@@ -36,6 +36,7 @@ _NONE = type(None)
 _NUMBERS = (int, float, bool, _NONE)  # exact types: never memoized by the pickler
 _CONSTANTS = (str, bytes)  # memoized: a change needs a new layout
 _DIGITS = 20  # the header is placed for a step and a pickle length of this many digits
+_memmove = ctypes.memmove
 
 
 def _encode(value) -> bytes:
@@ -176,11 +177,12 @@ class Layout:
         self.pickle_at = snapshot._align(snapshot._PREFIX + 256 + 96 * len(entries))
         while True:
             offset = snapshot._align(self.pickle_at + self._room)
-            self._sizes = []
+            self._sizes, self._small = [], []  # bytes; copied by one memmove when contiguous
             for e, (dt, shape) in zip(entries, self._tensors):
                 e[0] = offset
                 n = torch.Size(shape).numel() * torch.empty((), dtype=dt).element_size()
                 self._sizes.append(n)
+                self._small.append(0 < n < snapshot._BIG and not dt.is_complex)
                 offset = snapshot._align(offset + n)
             self.bytes = offset
             self._offsets = [e[0] for e in entries]
@@ -379,13 +381,13 @@ class Layout:
             views = (buffer, dsts, [0 if d is None else d.data_ptr() for d in dsts])
             self._views[id(buffer)] = views
         big, rest = [], []
-        for dst, at, src, n in zip(views[1], views[2], tensors, self._sizes):
-            if n >= snapshot._BIG:
-                big.append((n, lambda dst=dst, src=src: dst.copy_(src.detach())))
-            elif n and src.is_contiguous() and not src.is_complex():
+        for dst, at, src, n, small in zip(views[1], views[2], tensors, self._sizes, self._small):
+            if small and src.is_contiguous():
                 # A small tensor's bytes as they are: one memmove costs a tenth of a copy_
                 # call (complex ones may carry a lazy conjugation; copy_ resolves it).
-                ctypes.memmove(at, src.data_ptr(), n)
+                _memmove(at, src.data_ptr(), n)
+            elif n >= snapshot._BIG:
+                big.append((n, lambda dst=dst, src=src: dst.copy_(src.detach())))
             elif n:
                 rest.append((dst, src))
         if rest:

@@ -78,6 +78,8 @@ def _recordable(path: str):
     """`path` as a loan's record holds it (bytes), or None when the agent would refuse it
     (not absolute, control characters, too long, not encodable): that save gives the loan up
     and commits with a message instead."""
+    if path.isascii() and path.isprintable():  # the usual path, checked without the regex
+        return path.encode() if not path or (path[0] == "/" and len(path) <= _MAX_PATH) else None
     try:
         data = path.encode()
     except UnicodeEncodeError:
@@ -209,7 +211,9 @@ class AgentMemory:
 
     @staticmethod
     def _constant_fields(world_size: int, target: dict):
-        return (world_size, tuple((k, v) for k, v in target.items() if k != "path"))
+        fields = target.copy()  # a dict compares at C speed (its order does not matter)
+        fields.pop("path", None)
+        return world_size, fields
 
     def _new_layout(self, group: str, state, step: int, world_size: int):
         self._layouts.pop(group, None)  # its views of the mappings go with it
