@@ -57,23 +57,26 @@ def load_average() -> str:
 SECONDS, ALL_CPU, AGENT_CPU, BLOCKED, RANK0_CPU = range(5)
 
 
-def every_step_cost(ftrun, jobs, block=25, cycles=9):
+def every_step_cost(ftrun, jobs, block=25, cycles=9, state_fn=False):
     """The demo model's training loop (4 ranks) in blocks of `block` steps that, after each
     step, save the state to memory (S), only build its state dicts (D: what any checkpointer
     needs, torch's share), or do neither (N), measured in the same jobs: cycles of six blocks,
     S D N N D S (a slow drift of the shared machine's load cancels out of each ratio). The first
     cycle of a job is left out (the first save builds its layout and maps its buffers). Returns
     one dict per cycle, the figures summed over its two blocks of each kind (seconds, ranks'
-    CPU + the agent's, the agent's CPU, rank 0's blocking seconds, rank 0's CPU), and the load
-    averages seen before and after."""
+    CPU + the agent's, the agent's CPU, rank 0's blocking seconds, rank 0's CPU) and under
+    "twins" the second N block's time over the first's, minus 1 (what the bench cannot tell
+    from noise), and the load averages seen before and after. state_fn: the saves pass a
+    function that builds the state (train.py --flash-state-fn: only the saving rank builds
+    it, in D blocks too) instead of DLRover's state dict built on every rank."""
     out, loads = [], [load_average()]
     steps = block * 6 * cycles
     for _ in range(jobs):
         d = tempfile.mkdtemp(prefix="ftrun-bench-flash-")
         _ftrun(ftrun, ["--nproc-per-node", "4", "--log-dir", os.path.join(d, "logs"),
                        os.path.join(REPO, "scripts", "demo", "train.py"), "--steps", str(steps),
-                       "--ckpt-every", "0", "--out", d, "--flash", "--flash-blocks", str(block)],
-               d)
+                       "--ckpt-every", "0", "--out", d, "--flash", "--flash-blocks", str(block)]
+               + (["--flash-state-fn"] if state_fn else []), d)
         results = []
         for rank in range(4):
             with open(os.path.join(d, f"result.{rank}.json")) as f:
@@ -81,7 +84,8 @@ def every_step_cost(ftrun, jobs, block=25, cycles=9):
         subprocess.run(["rm", "-rf", d], check=False)
         blocks = results[0]["blocks"]
         for first in range(6, len(blocks) - 5, 6):
-            cycle = {}
+            # The two adjacent blocks that do the same (neither), compared: the bench's noise.
+            cycle = {"twins": blocks[first + 3][1] / blocks[first + 2][1] - 1}
             for b in range(first, first + 6):
                 kind, seconds, rank0_cpu, agent_cpu, save_seconds = blocks[b]
                 ranks_cpu = sum(r["blocks"][b][2] for r in results)
@@ -106,14 +110,27 @@ def spread(values, resamples=2000):
 
 
 def print_every_step_cost(ftrun, runs, block=25, cycles=9):
+    """Both ways of passing the state, in alternate jobs: DLRover's (a state dict built on
+    every rank) and ftrun's function (built by the saving rank only)."""
     jobs = max(runs, 2)
-    print(f"  measuring every-step MEMORY saves on the demo model ({jobs} jobs)",
+    print(f"  measuring every-step MEMORY saves on the demo model ({jobs} jobs of each form)",
           file=sys.stderr, flush=True)
-    rows, loads = every_step_cost(ftrun, jobs, block, cycles)
+    rows, loads = {False: [], True: []}, [load_average()]
+    for _ in range(jobs):
+        for state_fn in rows:
+            rows[state_fn] += every_step_cost(ftrun, 1, block, cycles, state_fn)[0]
+    loads.append(load_average())
+    for state_fn, form in ((False, "a state dict built on every rank (DLRover's form)"),
+                           (True, "a function that builds the state on the saving rank only")):
+        print(f"demo model, 4 ranks on {os.cpu_count()} CPUs, save_checkpoint given {form}, in "
+              f"{jobs} jobs: {len(rows[state_fn])} cycles of {block}-step blocks that save after "
+              "every step (S), only build the state dicts the save needs (D) or neither (N), S "
+              f"D N N D S; load average {loads[0]} before, {loads[-1]} after")
+        _print_cost(rows[state_fn], block)
+
+
+def _print_cost(rows, block):
     steps = 2 * block  # of each kind in a cycle
-    print(f"demo model, 4 ranks on {os.cpu_count()} CPUs, in {jobs} jobs: {len(rows)} cycles of "
-          f"{block}-step blocks that save after every step (S), only build the state dicts "
-          f"(D) or neither (N), S D N N D S; load average {loads[0]} before, {loads[-1]} after")
 
     def cost(a, b):
         return spread([r[a][SECONDS] / r[b][SECONDS] - 1 for r in rows])
@@ -129,6 +146,11 @@ def print_every_step_cost(ftrun, runs, block=25, cycles=9):
         print(f"  {what} cost {100 * median:+.1f} % of the training loop's time (median of the "
               f"cycles' ratios; quartiles {100 * q1:+.1f} .. {100 * q3:+.1f} %, 95 % interval of "
               f"the median {100 * lo:+.1f} .. {100 * hi:+.1f} %){target}{verdict}")
+
+    median, q1, q3, lo, hi = spread([r["twins"] for r in rows])
+    print(f"  the noise: two adjacent blocks that both do neither differ by "
+          f"{100 * median:+.1f} % (median; quartiles {100 * q1:+.1f} .. {100 * q3:+.1f} %, 95 % "
+          f"interval of the median {100 * lo:+.1f} .. {100 * hi:+.1f} %)")
 
     def per_step(kind, i):
         return statistics.median(r[kind][i] for r in rows) / steps

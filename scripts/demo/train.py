@@ -47,6 +47,9 @@ def parse_args():
     p.add_argument("--crash-rank", type=int, default=-1)
     p.add_argument("--crash-step", type=int, default=-1)
     p.add_argument("--step-time", type=float, default=0.0, help="extra seconds per step")
+    p.add_argument("--flash-state-fn", action="store_true",
+                   help="with --flash, pass save_checkpoint a function that builds the state "
+                   "(ftrun's extension): only the rank that stores it builds it")
     p.add_argument("--flash-blocks", type=int, default=0, metavar="N",
                    help="scripts/bench.py: with --flash, run blocks of N steps in cycles of "
                    "six: saving, only building the state dicts, neither, neither, only "
@@ -247,10 +250,15 @@ def main():
             kind = blocks[-1][0] if blocks else "save"
             if flash is not None and kind != "none":
                 saving = time.perf_counter()
-                state = {"model": model.module.state_dict(), "opt": opt.state_dict(),
-                         "step": step}
+
+                def state(step=step):
+                    return {"model": model.module.state_dict(), "opt": opt.state_dict(),
+                            "step": step}
                 if kind == "save":
-                    flash.save_checkpoint(step, state, storage_type=StorageType.MEMORY)
+                    flash.save_checkpoint(step, state if args.flash_state_fn else state(),
+                                          storage_type=StorageType.MEMORY)
+                elif not args.flash_state_fn or os.environ.get("LOCAL_RANK", "0") == "0":
+                    state()  # "dicts": the state dicts the save makes this rank build
                 save_seconds += time.perf_counter() - saving
             elif rank == 0 and args.ckpt_every > 0 and (step + 1) % args.ckpt_every == 0:
                 ftrun.save_checkpoint(root, step, write_state)

@@ -118,6 +118,17 @@ class DdpTest(TestCase):
                            training_state(3))
         assert_state_equal(self, cp.load_checkpoint(), training_state(3))
 
+    def test_a_function_is_called_for_the_state_and_a_module_is_saved_as_it_is(self):
+        cp = DdpCheckpointer(self.root)
+        state = training_state(3)
+        cp.save_checkpoint(3, lambda: state)
+        assert_state_equal(self, cp.load_checkpoint(), state)
+        module = torch.nn.Linear(2, 1)  # callable, but a state of its own (pickled whole)
+        cp.save_checkpoint(4, module)
+        loaded = cp.load_checkpoint()
+        self.assertIsInstance(loaded, torch.nn.Linear)
+        self.assertTrue(torch.equal(loaded.weight, module.weight))
+
     def test_unsupported_arguments_are_clear_errors(self):
         with self.assertRaisesRegex(ValueError, "ShardedCheckpointer"):
             DdpCheckpointer(self.root, global_shard_num=2)

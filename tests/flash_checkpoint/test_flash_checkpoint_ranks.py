@@ -35,23 +35,34 @@ def worker(act, root):
     ddp = DdpCheckpointer(os.path.join(root, "ddp"))
     sharded = ShardedCheckpointer(os.path.join(root, "sharded"))
     out = {}
+    built = []  # the steps whose state a function passed to save_checkpoint built here
+
+    def state_of(step, **more):
+        def build():
+            built.append(step)
+            return {"w": torch.full((4,), float(step)), "step": step, **more}
+        # Step 1 as a dict (DLRover's form), step 2 as a function (ftrun's extension).
+        return build() if step == 1 else build
+
     if act == "memory":
         err = io.StringIO()
         with contextlib.redirect_stderr(err):
             for step in (1, 2):
-                ddp.save_checkpoint(step, {"w": torch.full((4,), float(step)), "step": step},
-                                    storage_type=StorageType.MEMORY)
+                ddp.save_checkpoint(step, state_of(step), storage_type=StorageType.MEMORY)
         out["stderr"] = err.getvalue()
     if act == "save":
         for step in (1, 2):
-            ddp.save_checkpoint(step, {"w": torch.full((4,), float(step)), "step": step})
-            sharded.save_checkpoint(step, {"w": torch.full((4,), 10.0 * step + rank),
-                                           "step": step, "rank": rank})
+            ddp.save_checkpoint(step, state_of(step))
+            shard = {"w": torch.full((4,), 10.0 * step + rank), "step": step, "rank": rank}
+            # Every rank builds its own shard, from a function too.
+            sharded.save_checkpoint(step, shard if step == 1 else lambda: built.append(
+                f"shard {step}") or shard)
         try:  # rank 1's shard cannot be pickled: no rank may see step 3 as saved
             sharded.save_checkpoint(3, {"bad": (lambda: 0) if rank == 1 else 0})
             out["failed_save"] = "returned"
         except Exception as e:  # noqa: BLE001
             out["failed_save"] = str(e)
+    out["built"] = built
     ddp_state = ddp.load_checkpoint()
     out.update(rank=rank, ddp_step=ddp_state.get("step"), ddp_w=ddp_state["w"].tolist())
     if act != "memory":
@@ -104,6 +115,8 @@ class TwoRanksTest(unittest.TestCase):
             self.assertIn(("another rank failed to save step 3", "Can't pickle")[rank],
                           out["failed_save"])
             self.assertEqual((out["ddp_step"], out["ddp_w"]), (2, [2.0] * 4))
+            # Without an agent rank 0 writes the one copy: only it builds step 2's state.
+            self.assertEqual(out["built"], [1, 2, "shard 2"] if rank == 0 else [1, "shard 2"])
             self.assertEqual((out["shard_step"], out["shard_rank"]), (2, rank))
             self.assertEqual(out["shard_w"], [20.0 + rank] * 4)
         sharded = os.path.join(root, "sharded")
@@ -148,6 +161,8 @@ class TwoRanksTest(unittest.TestCase):
             out = result(root, "memory", rank)
             self.assertEqual((out["ddp_step"], out["ddp_w"]), (2, [2.0] * 4))
             self.assertNotIn("falls back", out["stderr"])
+            # Under the agent local rank 0 stores the copy: only it builds step 2's state.
+            self.assertEqual(out["built"], [1, 2] if rank == 0 else [1])
         self.assertIn("ftrun: restored step 2 from memory", done.stdout)
         # A job that succeeded leaves nothing behind: MEMORY saves are not written to disk.
         self.assertFalse(os.path.exists(os.path.join(root, "ddp")), os.listdir(root))

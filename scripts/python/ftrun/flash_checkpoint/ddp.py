@@ -73,7 +73,11 @@ class DdpCheckpointer:
         state into the agent's memory and the call returns (other ranks return at once);
         with DISK, rank 0's agent then writes it to storage in the background. Elsewhere
         both kinds are synchronous disk saves by rank 0 that every rank waits for. Returns
-        False when the memory save was not taken (the message says why)."""
+        False when the memory save was not taken (the message says why).
+
+        An ftrun extension: state_dict may be a function of no arguments returning the state
+        dict. Only the rank that stores the copy calls it (local rank 0 of each node under an
+        agent, rank 0 elsewhere), so the other ranks do not build a state nobody stores."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
         step = int(step)
@@ -89,8 +93,8 @@ class DdpCheckpointer:
         if self._local_rank != 0:
             return True  # one copy per node: local rank 0's
         persist = storage_type == StorageType.DISK and self._rank == 0
-        return engine.save_to_memory(mem, step, state_dict, "", self._comm.world_size,
-                                     self._target(step, path), persist)
+        return engine.save_to_memory(mem, step, engine.built(state_dict), "",
+                                     self._comm.world_size, self._target(step, path), persist)
 
     def load_checkpoint(self, resume_path=""):
         """The newest complete state dict under checkpoint_dir (the same step on every rank),

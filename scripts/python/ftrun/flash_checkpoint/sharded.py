@@ -69,9 +69,12 @@ class ShardedCheckpointer:
         writes the step's checkpoint in the background once all shards are in, and with
         ranks on several nodes the ranks also write it synchronously (every rank returns when
         every shard is complete). Elsewhere both kinds are synchronous disk saves. Returns
-        False when the memory save was not taken (the message says why)."""
+        False when the memory save was not taken (the message says why). state_dict may be a
+        function of no arguments returning the shard (as DdpCheckpointer takes it; every rank
+        calls its own)."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
+        state_dict = engine.built(state_dict)
         given, path = path, path or self._step_dir(step, self.checkpoint_dir)
         step, name = int(step), self.shard_file_name()
         mem, why = engine.memory_store()

@@ -101,13 +101,22 @@ def _committed(root: str, step: int, link_path: str, link_target: str,
     _link(link_path, link_target)
 
 
+def built(state):
+    """The state a save was given: `state` itself, or what it returns when it is a function
+    (the checkpointers' save_checkpoint takes one so that only the ranks that store the state
+    build it). A module is callable but saved as it is, as before."""
+    return state() if callable(state) and not isinstance(state, torch.nn.Module) else state
+
+
 def save_one_copy(comm, root: str, step: int, name: str, state_dict, path: str):
-    """DDP: rank 0 writes the one copy (replicas are equal); every rank returns once it is
-    complete, or raises if it failed anywhere."""
+    """DDP: rank 0 writes the one copy (replicas are equal; `state_dict` may be a function
+    returning it, called on rank 0 only); every rank returns once it is complete, or raises if
+    it failed anywhere."""
     error = None
     if comm.rank == 0:
         try:
-            final = checkpoint.save(root, step, lambda s, d: _torch_save(state_dict, d, name),
+            state = built(state_dict)
+            final = checkpoint.save(root, step, lambda s, d: _torch_save(state, d, name),
                                     world_size=comm.world_size, reason="periodic")
             # A step saved before is kept as it was, with its own file name.
             kept = checkpoint.verify(final, checksums=False)
