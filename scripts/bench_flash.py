@@ -150,7 +150,8 @@ def _print_cost(rows, block):
     median, q1, q3, lo, hi = spread([r["twins"] for r in rows])
     print(f"  the noise: two adjacent blocks that both do neither differ by "
           f"{100 * median:+.1f} % (median; quartiles {100 * q1:+.1f} .. {100 * q3:+.1f} %, 95 % "
-          f"interval of the median {100 * lo:+.1f} .. {100 * hi:+.1f} %)")
+          f"interval of the median {100 * lo:+.1f} .. {100 * hi:+.1f} %; one block against one, "
+          "where the costs above compare two against two)")
 
     def per_step(kind, i):
         return statistics.median(r[kind][i] for r in rows) / steps

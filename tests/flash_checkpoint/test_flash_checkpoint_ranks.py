@@ -62,6 +62,15 @@ def worker(act, root):
             out["failed_save"] = "returned"
         except Exception as e:  # noqa: BLE001
             out["failed_save"] = str(e)
+        # A state function that fails on rank 0 fails the save on every rank (none hangs).
+        for what, save in (("failed_shard_fn", lambda: sharded.save_checkpoint(
+                                5, (lambda: 1 / 0) if rank == 0 else {"w": torch.ones(1)})),
+                           ("failed_copy_fn", lambda: ddp.save_checkpoint(6, lambda: 1 / 0))):
+            try:
+                save()
+                out[what] = "returned"
+            except Exception as e:  # noqa: BLE001
+                out[what] = f"{type(e).__name__}: {e}"
     out["built"] = built
     ddp_state = ddp.load_checkpoint()
     out.update(rank=rank, ddp_step=ddp_state.get("step"), ddp_w=ddp_state["w"].tolist())
@@ -114,6 +123,10 @@ class TwoRanksTest(unittest.TestCase):
             self.assertEqual(out["rank"], rank)
             self.assertIn(("another rank failed to save step 3", "Can't pickle")[rank],
                           out["failed_save"])
+            self.assertIn(("ZeroDivisionError", "another rank failed to save step 5")[rank],
+                          out["failed_shard_fn"])
+            self.assertIn(("ZeroDivisionError", "rank 0 failed to save step 6")[rank],
+                          out["failed_copy_fn"])
             self.assertEqual((out["ddp_step"], out["ddp_w"]), (2, [2.0] * 4))
             # Without an agent rank 0 writes the one copy: only it builds step 2's state.
             self.assertEqual(out["built"], [1, 2, "shard 2"] if rank == 0 else [1, "shard 2"])

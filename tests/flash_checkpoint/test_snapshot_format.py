@@ -46,7 +46,13 @@ class SnapshotFormatTest(unittest.TestCase):
                            "half": torch.randn(9).to(torch.bfloat16),
                            "mask": torch.tensor([True, False, True])},
                  "big": big, "empty": torch.empty(0, 3), "scalar": torch.tensor(2.5),
-                 "strided": torch.randn(6, 4).t(), "step": 12, "note": ("a", 1.5, None)}
+                 "strided": torch.randn(6, 4).t(), "step": 12, "note": ("a", 1.5, None),
+                 # Lazily conjugated or negated views, contiguous ones included: their bytes
+                 # are not their values.
+                 "conj": torch.randn(3, dtype=torch.cfloat).conj(),
+                 "neg": torch.randn(1, dtype=torch.cfloat).conj().imag,
+                 "negs": torch.randn(3, dtype=torch.cfloat).conj().imag,
+                 "one": torch.randn(4)[::4], "column": torch.randn(2, 3)[:, :1]}
         header, got = round_trip(state, through_fd=through_fd)
         self.assertEqual((header["step"], header["world_size"]), (7, 3))
         for name in ("w", "b", "half", "mask"):
@@ -57,6 +63,9 @@ class SnapshotFormatTest(unittest.TestCase):
         self.assertEqual(got["empty"].shape, (0, 3))
         self.assertTrue(torch.equal(got["scalar"], state["scalar"]))
         self.assertTrue(torch.equal(got["strided"], state["strided"]))
+        for name in ("conj", "neg", "negs", "one", "column"):
+            self.assertTrue(torch.equal(got[name], state[name]), name)
+            self.assertFalse(got[name].is_conj() or got[name].is_neg(), name)
         self.assertEqual((got["step"], got["note"]), (12, ("a", 1.5, None)))
 
     def test_a_damaged_snapshot_is_a_clear_error(self):

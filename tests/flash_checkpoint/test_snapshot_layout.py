@@ -45,6 +45,9 @@ def demo_state(step, lr=0.05):
                              "params": [0, 1]}]}
     return {"model": model, "opt": opt, "step": step, "note": "demo", "raw": b"\x00\x01",
             "strided": torch.randn(3, 2).t(), "conj": torch.randn(2, dtype=torch.cfloat).conj(),
+            # contiguous, with a lazy negation that is not in its bytes
+            "neg": torch.randn(1, dtype=torch.cfloat).conj().imag,
+            "one": torch.randn(4)[::4],  # "contiguous" at a stride of 4
             "empty": torch.empty(0, 2)}
 
 

@@ -77,7 +77,10 @@ class DdpCheckpointer:
 
         An ftrun extension: state_dict may be a function of no arguments returning the state
         dict. Only the rank that stores the copy calls it (local rank 0 of each node under an
-        agent, rank 0 elsewhere), so the other ranks do not build a state nobody stores."""
+        agent that keeps memory snapshots, rank 0 elsewhere), so the other ranks do not build
+        a state nobody stores; it must not run collectives (the other ranks do not call it).
+        Where rank 0 writes the copy to disk, its failure fails the save on every rank; under
+        the agent only the ranks that call it see it."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
         step = int(step)

@@ -382,9 +382,10 @@ class Layout:
             self._views[id(buffer)] = views
         big, rest = [], []
         for dst, at, src, n, small in zip(views[1], views[2], tensors, self._sizes, self._small):
-            if small and src.is_contiguous():
+            if small and src.is_contiguous() and not src.is_neg():
                 # A small tensor's bytes as they are: one memmove costs a tenth of a copy_
-                # call (complex ones may carry a lazy conjugation; copy_ resolves it).
+                # call (a lazy negation or, for complex ones, conjugation is not in the bytes:
+                # copy_ resolves it).
                 _memmove(at, src.data_ptr(), n)
             elif n >= snapshot._BIG:
                 big.append((n, lambda dst=dst, src=src: dst.copy_(src.detach())))

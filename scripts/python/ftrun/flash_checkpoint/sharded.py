@@ -70,11 +70,11 @@ class ShardedCheckpointer:
         ranks on several nodes the ranks also write it synchronously (every rank returns when
         every shard is complete). Elsewhere both kinds are synchronous disk saves. Returns
         False when the memory save was not taken (the message says why). state_dict may be a
-        function of no arguments returning the shard (as DdpCheckpointer takes it; every rank
-        calls its own)."""
+        function of no arguments returning the shard (every rank calls its own, once; where the
+        ranks write to disk together, its failure on one rank fails the save on every rank)."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
             raise ValueError(f"No support storage type {storage_type}")
-        state_dict = engine.built(state_dict)
+        state_dict = engine.Once(state_dict)
         given, path = path, path or self._step_dir(step, self.checkpoint_dir)
         step, name = int(step), self.shard_file_name()
         mem, why = engine.memory_store()
@@ -85,11 +85,18 @@ class ShardedCheckpointer:
         one_node = engine.node_holds_every_rank(self._comm)
         taken = True
         if mem is not None:
-            taken = engine.save_to_memory(mem, step, state_dict, self._group,
-                                          self._comm.world_size, self._target(step, given),
-                                          disk and one_node)
-            if not disk or one_node:
-                return taken
+            if not disk or one_node:  # no agreement of the ranks: a failure is this rank's
+                return engine.save_to_memory(mem, step, state_dict(), self._group,
+                                             self._comm.world_size, self._target(step, given),
+                                             disk and one_node)
+            try:
+                state = state_dict()
+            except BaseException:  # noqa: BLE001 (raised again in save_shards' agreement)
+                taken = False
+            else:
+                taken = engine.save_to_memory(mem, step, state, self._group,
+                                              self._comm.world_size, self._target(step, given),
+                                              False)
         engine.save_shards(self._comm, self.checkpoint_dir, step, name, state_dict, path,
                            self.tracker_name)
         return taken

@@ -171,7 +171,10 @@ class Plan:
             n = t.numel() * t.element_size()
             if n:
                 dst = torch.frombuffer(buffer, dtype=torch.uint8, count=n, offset=offset)
-                dst.copy_(t.reshape(-1).view(torch.uint8))
+                # Into a view of t's type: copy_ resolves a lazy conjugation or negation (not in
+                # t's bytes) and any strides (one element is "contiguous" at any stride), which
+                # t's bytes viewed as uint8 would refuse.
+                dst.view(t.dtype).view(t.shape).copy_(t)
                 del dst
         _copies((t.numel() * t.element_size(), lambda t=t, o=o: copy(t, o))
                 for t, o in zip(self.tensors, self.offsets))

@@ -108,6 +108,26 @@ def built(state):
     return state() if callable(state) and not isinstance(state, torch.nn.Module) else state
 
 
+class Once:
+    """built(state) the first time it is called, the same result (or exception) after: a state
+    stored in memory and then on disk is built once, and a failure to build it reaches the
+    disk save's agreement of the ranks."""
+
+    def __init__(self, state):
+        self._state, self._result = state, None
+
+    def __call__(self):
+        if self._result is None:
+            try:
+                self._result = (True, built(self._state))
+            except BaseException as e:  # noqa: BLE001 (raised again by every call)
+                self._result = (False, e)
+        ok, value = self._result
+        if not ok:
+            raise value
+        return value
+
+
 def save_one_copy(comm, root: str, step: int, name: str, state_dict, path: str):
     """DDP: rank 0 writes the one copy (replicas are equal; `state_dict` may be a function
     returning it, called on rank 0 only); every rank returns once it is complete, or raises if
@@ -121,27 +141,29 @@ def save_one_copy(comm, root: str, step: int, name: str, state_dict, path: str):
             # A step saved before is kept as it was, with its own file name.
             kept = checkpoint.verify(final, checksums=False)
             _committed(root, step, path, only_file(final, kept, ""))
-        except Exception as e:  # noqa: BLE001 (every rank must reach the agreement)
-            error = e
+        except BaseException as e:  # noqa: BLE001 (every rank must reach the agreement, even
+            error = e  # when the script's state function exits or is interrupted)
     if not comm.all_ok(error is None):
         raise error or CheckpointError(f"rank 0 failed to save step {step}; see its log")
 
 
 def save_shards(comm, root: str, step: int, name: str, state_dict, path: str,
                 tracker: str = TRACKER_FILE_NAME):
-    """Sharded: every rank writes its shard into the step's temporary directory; rank 0
-    writes the manifest and renames it into place once every shard is complete."""
+    """Sharded: every rank writes its shard into the step's temporary directory (`state_dict`
+    may be a function returning it); rank 0 writes the manifest and renames it into place once
+    every shard is complete."""
     tmp = checkpoint.temp_dir(root, step, "sharded")
     if comm.rank == 0:  # shards of an interrupted save of this step, maybe by more ranks
         shutil.rmtree(tmp, ignore_errors=True)
     comm.all_ok(True)  # nobody writes before that
     error = None
     try:
+        state = built(state_dict)
         os.makedirs(tmp, exist_ok=True)
         checkpoint.write_part(tmp, shard_group(comm.rank), step,
-                              lambda s, d: _torch_save(state_dict, d, name))
-    except Exception as e:  # noqa: BLE001 (every rank must reach the agreement)
-        error = e
+                              lambda s, d: _torch_save(state, d, name))
+    except BaseException as e:  # noqa: BLE001 (every rank must reach the agreement, even
+        error = e  # when the script's state function exits or is interrupted)
     everyone = comm.all_ok(error is None)
     if comm.rank == 0:
         if everyone:
