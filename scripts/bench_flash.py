@@ -57,45 +57,43 @@ def load_average() -> str:
 SECONDS, ALL_CPU, AGENT_CPU, BLOCKED, RANK0_CPU = range(5)
 
 
-def every_step_cost(ftrun, jobs, block=25, cycles=9, state_fn=False):
-    """The demo model's training loop (4 ranks) in blocks of `block` steps that, after each
-    step, save the state to memory (S), only build its state dicts (D: what any checkpointer
-    needs, torch's share), or do neither (N), measured in the same jobs: cycles of six blocks,
-    S D N N D S (a slow drift of the shared machine's load cancels out of each ratio). The first
-    cycle of a job is left out (the first save builds its layout and maps its buffers). Returns
-    one dict per cycle, the figures summed over its two blocks of each kind (seconds, ranks'
-    CPU + the agent's, the agent's CPU, rank 0's blocking seconds, rank 0's CPU) and under
-    "twins" the second N block's time over the first's, minus 1 (what the bench cannot tell
-    from noise), and the load averages seen before and after. state_fn: the saves pass a
-    function that builds the state (train.py --flash-state-fn: only the saving rank builds
-    it, in D blocks too) instead of DLRover's state dict built on every rank."""
-    out, loads = [], [load_average()]
+def every_step_cost(ftrun, block=25, cycles=9, state_fn=False):
+    """One job of the demo model's training loop (4 ranks) in blocks of `block` steps that,
+    after each step, save the state to memory (S), only build its state dicts (D: what any
+    checkpointer needs, torch's share), or do neither (N): cycles of six blocks, S D N N D S (a
+    slow drift of the shared machine's load cancels out of each ratio). The first cycle is left
+    out (the first save builds its layout and maps its buffers). Returns one dict per cycle,
+    the figures summed over its two blocks of each kind (seconds, ranks' CPU + the agent's,
+    the agent's CPU, rank 0's blocking seconds, rank 0's CPU) and under "twins" the second N
+    block's time over the first's, minus 1 (what the bench cannot tell from noise). state_fn:
+    the saves pass a function that builds the state (train.py --flash-state-fn: only the
+    saving rank builds it, in D blocks too) instead of DLRover's state dict built on every
+    rank."""
+    out = []
     steps = block * 6 * cycles
-    for _ in range(jobs):
-        d = tempfile.mkdtemp(prefix="ftrun-bench-flash-")
-        _ftrun(ftrun, ["--nproc-per-node", "4", "--log-dir", os.path.join(d, "logs"),
-                       os.path.join(REPO, "scripts", "demo", "train.py"), "--steps", str(steps),
-                       "--ckpt-every", "0", "--out", d, "--flash", "--flash-blocks", str(block)]
-               + (["--flash-state-fn"] if state_fn else []), d)
-        results = []
-        for rank in range(4):
-            with open(os.path.join(d, f"result.{rank}.json")) as f:
-                results.append(json.load(f))
-        subprocess.run(["rm", "-rf", d], check=False)
-        blocks = results[0]["blocks"]
-        for first in range(6, len(blocks) - 5, 6):
-            # The two adjacent blocks that do the same (neither), compared: the bench's noise.
-            cycle = {"twins": blocks[first + 3][1] / blocks[first + 2][1] - 1}
-            for b in range(first, first + 6):
-                kind, seconds, rank0_cpu, agent_cpu, save_seconds = blocks[b]
-                ranks_cpu = sum(r["blocks"][b][2] for r in results)
-                total = cycle.setdefault(kind, [0.0] * 5)
-                for i, v in enumerate((seconds, ranks_cpu + agent_cpu, agent_cpu, save_seconds,
-                                       rank0_cpu)):
-                    total[i] += v
-            out.append(cycle)
-        loads.append(load_average())
-    return out, loads
+    d = tempfile.mkdtemp(prefix="ftrun-bench-flash-")
+    _ftrun(ftrun, ["--nproc-per-node", "4", "--log-dir", os.path.join(d, "logs"),
+                   os.path.join(REPO, "scripts", "demo", "train.py"), "--steps", str(steps),
+                   "--ckpt-every", "0", "--out", d, "--flash", "--flash-blocks", str(block)]
+           + (["--flash-state-fn"] if state_fn else []), d)
+    results = []
+    for rank in range(4):
+        with open(os.path.join(d, f"result.{rank}.json")) as f:
+            results.append(json.load(f))
+    subprocess.run(["rm", "-rf", d], check=False)
+    blocks = results[0]["blocks"]
+    for first in range(6, len(blocks) - 5, 6):
+        # The two adjacent blocks that do the same (neither), compared: the bench's noise.
+        cycle = {"twins": blocks[first + 3][1] / blocks[first + 2][1] - 1}
+        for b in range(first, first + 6):
+            kind, seconds, rank0_cpu, agent_cpu, save_seconds = blocks[b]
+            ranks_cpu = sum(r["blocks"][b][2] for r in results)
+            total = cycle.setdefault(kind, [0.0] * 5)
+            for i, v in enumerate((seconds, ranks_cpu + agent_cpu, agent_cpu, save_seconds,
+                                   rank0_cpu)):
+                total[i] += v
+        out.append(cycle)
+    return out
 
 
 def spread(values, resamples=2000):
@@ -118,7 +116,7 @@ def print_every_step_cost(ftrun, runs, block=25, cycles=9):
     rows, loads = {False: [], True: []}, [load_average()]
     for _ in range(jobs):
         for state_fn in rows:
-            rows[state_fn] += every_step_cost(ftrun, 1, block, cycles, state_fn)[0]
+            rows[state_fn] += every_step_cost(ftrun, block, cycles, state_fn)
     loads.append(load_average())
     for state_fn, form in ((False, "a state dict built on every rank (DLRover's form)"),
                            (True, "a function that builds the state on the saving rank only")):

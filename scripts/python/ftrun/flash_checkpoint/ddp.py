@@ -12,6 +12,11 @@ __all__ = ["DdpCheckpointer", "StorageType"]
 _FILE = "rank_0.pt"  # the default path's file name: <checkpoint_dir>/<step>/rank_0.pt
 
 
+def _default_path(root: str, step: int) -> str:
+    """<root>/<step>/rank_0.pt, as os.path.join makes it (without its cost at every save)."""
+    return f"{root}{'' if not root or root.endswith('/') else '/'}{step}/{_FILE}"
+
+
 class DdpCheckpointer:
     """Saves and loads the state of a data-parallel job under checkpoint_dir.
 
@@ -51,7 +56,7 @@ class DdpCheckpointer:
                                    lambda: self._persist)
 
     def _path(self, step, path: str, root: str = "") -> str:
-        return path or os.path.join(root or self.checkpoint_dir, str(step), _FILE)
+        return path or _default_path(root or self.checkpoint_dir, step)
 
     def _target(self, step, path: str) -> dict:
         """Where the agent persists the snapshot of `step`."""
@@ -60,8 +65,7 @@ class DdpCheckpointer:
             path = os.path.abspath(path)
             name = os.path.basename(path)
         else:  # the default, on the absolute root: nothing to normalise again
-            name = _FILE
-            path = f"{root}{'' if root.endswith('/') else '/'}{int(step)}/{name}"
+            path, name = _default_path(root, int(step)), _FILE
         return {"root": root, "path": path, "name": name, "tracker": engine.TRACKER_FILE_NAME}
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):

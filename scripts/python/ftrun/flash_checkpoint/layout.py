@@ -374,9 +374,7 @@ class Layout:
         buffer[self.pickle_at:self.pickle_at + len(pickled)] = pickled
         views = self._views.get(id(buffer))
         if views is None or views[0] is not buffer:
-            dsts = [None if n == 0 else
-                    torch.frombuffer(buffer, dtype=torch.uint8, count=n, offset=o)
-                    .view(dt).view(shape)
+            dsts = [None if n == 0 else snapshot.tensor_view(buffer, o, n, dt, shape)
                     for n, o, (dt, shape) in zip(self._sizes, self._offsets, self._tensors)]
             views = (buffer, dsts, [0 if d is None else d.data_ptr() for d in dsts])
             self._views[id(buffer)] = views

@@ -92,7 +92,7 @@ class ShardedCheckpointer:
             try:
                 state = state_dict()
             except BaseException:  # noqa: BLE001 (raised again in save_shards' agreement)
-                taken = False
+                pass
             else:
                 taken = engine.save_to_memory(mem, step, state, self._group,
                                               self._comm.world_size, self._target(step, given),

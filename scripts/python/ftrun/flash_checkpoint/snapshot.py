@@ -170,14 +170,21 @@ class Plan:
         def copy(t, offset):
             n = t.numel() * t.element_size()
             if n:
-                dst = torch.frombuffer(buffer, dtype=torch.uint8, count=n, offset=offset)
                 # Into a view of t's type: copy_ resolves a lazy conjugation or negation (not in
                 # t's bytes) and any strides (one element is "contiguous" at any stride), which
                 # t's bytes viewed as uint8 would refuse.
-                dst.view(t.dtype).view(t.shape).copy_(t)
+                dst = tensor_view(buffer, offset, n, t.dtype, t.shape)
+                dst.copy_(t)
                 del dst
         _copies((t.numel() * t.element_size(), lambda t=t, o=o: copy(t, o))
                 for t, o in zip(self.tensors, self.offsets))
+
+
+def tensor_view(buffer, offset: int, n: int, dtype, shape):
+    """A tensor of `dtype` and `shape` over the `n` bytes of `buffer` at `offset` (where a
+    snapshot keeps that tensor), for copying into: it holds an export of the buffer."""
+    return torch.frombuffer(buffer, dtype=torch.uint8, count=n, offset=offset).view(dtype) \
+        .view(shape)
 
 
 def read_header(buffer) -> dict:
