@@ -6,11 +6,12 @@ torch.save: under a real ftrun,
   * the agent's own memory (RssAnon: not the snapshots, which are shared memfd pages);
   * the cost of a MEMORY save after every step on the demo model (scripts/demo/train.py, 4
     ranks): short blocks of steps that save, only build the state dicts, or do neither
-    alternate inside the same jobs, and the median of the cycles' ratios is printed with its
-    spread and the load average (the machine is shared: whole jobs compared with each other
-    differ by more than the effect), split into torch's share (the state_dict() calls) and
-    ftrun's; beside it the stable per-save costs: the blocking time of rank 0 (the rank that
-    saves), the agent's CPU per save and the CPU of all the processes per step.
+    alternate inside the same jobs (the machine is shared: whole jobs compared with each other
+    differ by more than the effect); the time the saving blocks added over all cycles, with
+    an interval from resamples of whole jobs, split into torch's share (the state_dict()
+    calls) and ftrun's, and the bench's own noise (two blocks that do the same); beside it the
+    per-save costs: the blocking time of rank 0 (the rank that saves), the agent's CPU per
+    save and the CPU of all the processes per step.
 Targets (issue 15): save <= 0.5 s/GiB and <= 1/4 of torch.save+fsync; restore <= 0.5 s/GiB;
 every-step saves < 3 % of the training throughput.
 """
@@ -53,22 +54,23 @@ def load_average() -> str:
         return " ".join(f.read().split()[:3])
 
 
+# The fewest jobs whose resamples give an interval (bench.py --runs 7, its default, does).
+MIN_JOBS = 6
 # What every_step_cost sums per kind of block, in this order.
 SECONDS, ALL_CPU, AGENT_CPU, BLOCKED, RANK0_CPU = range(5)
 
 
-def every_step_cost(ftrun, block=25, cycles=9, state_fn=False):
+def every_step_cost(ftrun, block=25, cycles=25, state_fn=False):
     """One job of the demo model's training loop (4 ranks) in blocks of `block` steps that,
     after each step, save the state to memory (S), only build its state dicts (D: what any
     checkpointer needs, torch's share), or do neither (N): cycles of six blocks, S D N N D S (a
-    slow drift of the shared machine's load cancels out of each ratio). The first cycle is left
+    slow drift of the shared machine's load cancels out of each cycle). The first cycle is left
     out (the first save builds its layout and maps its buffers). Returns one dict per cycle,
     the figures summed over its two blocks of each kind (seconds, ranks' CPU + the agent's,
-    the agent's CPU, rank 0's blocking seconds, rank 0's CPU) and under "twins" the second N
-    block's time over the first's, minus 1 (what the bench cannot tell from noise). state_fn:
-    the saves pass a function that builds the state (train.py --flash-state-fn: only the
-    saving rank builds it, in D blocks too) instead of DLRover's state dict built on every
-    rank."""
+    the agent's CPU, rank 0's blocking seconds, rank 0's CPU) and under "twins" the seconds of
+    its two adjacent N blocks (what the bench cannot tell from noise). state_fn: the saves
+    pass a function that builds the state (train.py --flash-state-fn: only the saving rank
+    builds it, in D blocks too) instead of DLRover's state dict built on every rank."""
     out = []
     steps = block * 6 * cycles
     d = tempfile.mkdtemp(prefix="ftrun-bench-flash-")
@@ -83,8 +85,7 @@ def every_step_cost(ftrun, block=25, cycles=9, state_fn=False):
     subprocess.run(["rm", "-rf", d], check=False)
     blocks = results[0]["blocks"]
     for first in range(6, len(blocks) - 5, 6):
-        # The two adjacent blocks that do the same (neither), compared: the bench's noise.
-        cycle = {"twins": blocks[first + 3][1] / blocks[first + 2][1] - 1}
+        cycle = {"twins": (blocks[first + 2][1], blocks[first + 3][1])}
         for b in range(first, first + 6):
             kind, seconds, rank0_cpu, agent_cpu, save_seconds = blocks[b]
             ranks_cpu = sum(r["blocks"][b][2] for r in results)
@@ -96,60 +97,65 @@ def every_step_cost(ftrun, block=25, cycles=9, state_fn=False):
     return out
 
 
-def spread(values, resamples=2000):
-    """(median, first quartile, third quartile, 2.5th and 97.5th percentile of the median over
-    bootstrap resamples)."""
+def added_time(jobs, longer, shorter, resamples=2000):
+    """(estimate, 2.5th, 97.5th percentile) of how much longer the training loop ran in the
+    blocks of kind `longer` than in those of kind `shorter`, as a fraction: their total
+    seconds over all cycles of all jobs (what the throughput sees), with an interval from
+    resamples of whole jobs (a job's cycles share its placement of ranks on CPUs, so they
+    are not independent of each other). A kind is a cycle's key, or an index into "twins"."""
+    def seconds(cycle, kind):
+        return cycle["twins"][kind] if type(kind) is int else cycle[kind][SECONDS]
+
+    def ratio(picked):
+        cycles = [c for job in picked for c in job]
+        return (sum(seconds(c, longer) for c in cycles) /
+                sum(seconds(c, shorter) for c in cycles) - 1)
+
     rng = random.Random(15)
-    medians = sorted(statistics.median(rng.choices(values, k=len(values)))
-                     for _ in range(resamples))
-    q1, _, q3 = statistics.quantiles(values, n=4)
-    return (statistics.median(values), q1, q3, medians[int(0.025 * resamples)],
-            medians[int(0.975 * resamples) - 1])
+    values = sorted(ratio(rng.choices(jobs, k=len(jobs))) for _ in range(resamples))
+    return ratio(jobs), values[int(0.025 * resamples)], values[int(0.975 * resamples) - 1]
 
 
-def print_every_step_cost(ftrun, runs, block=25, cycles=9):
+def print_every_step_cost(ftrun, runs, block=25, cycles=25):
     """Both ways of passing the state, in alternate jobs: DLRover's (a state dict built on
     every rank) and ftrun's function (built by the saving rank only)."""
-    jobs = max(runs, 2)
-    print(f"  measuring every-step MEMORY saves on the demo model ({jobs} jobs of each form)",
+    count = max(runs, 2)
+    print(f"  measuring every-step MEMORY saves on the demo model ({count} jobs of each form)",
           file=sys.stderr, flush=True)
-    rows, loads = {False: [], True: []}, [load_average()]
-    for _ in range(jobs):
-        for state_fn in rows:
-            rows[state_fn] += every_step_cost(ftrun, block, cycles, state_fn)
+    jobs, loads = {False: [], True: []}, [load_average()]
+    for _ in range(count):
+        for state_fn in jobs:
+            jobs[state_fn].append(every_step_cost(ftrun, block, cycles, state_fn))
     loads.append(load_average())
     for state_fn, form in ((False, "a state dict built on every rank (DLRover's form)"),
                            (True, "a function that builds the state on the saving rank only")):
         print(f"demo model, 4 ranks on {os.cpu_count()} CPUs, save_checkpoint given {form}, in "
-              f"{jobs} jobs: {len(rows[state_fn])} cycles of {block}-step blocks that save after "
-              "every step (S), only build the state dicts the save needs (D) or neither (N), S "
-              f"D N N D S; load average {loads[0]} before, {loads[-1]} after")
-        _print_cost(rows[state_fn], block)
+              f"{count} jobs: {sum(map(len, jobs[state_fn]))} cycles of {block}-step blocks "
+              "that save after every step (S), only build the state dicts the save needs (D) "
+              f"or neither (N), S D N N D S; load average {loads[0]} before, {loads[-1]} after")
+        _print_cost(jobs[state_fn], block)
 
 
-def _print_cost(rows, block):
+def _print_cost(jobs, block):
+    rows = [c for job in jobs for c in job]
     steps = 2 * block  # of each kind in a cycle
-
-    def cost(a, b):
-        return spread([r[a][SECONDS] / r[b][SECONDS] - 1 for r in rows])
 
     for what, a, b, target in (("every-step saves", "save", "none", " (target < 3 %)"),
                                ("  the state dicts alone (torch's share)", "dicts", "none", ""),
                                ("  the saves beyond the dicts (ftrun's share)", "save", "dicts",
-                                "")):
-        median, q1, q3, lo, hi = cost(a, b)
+                                ""),
+                               ("  the noise: the second N block against the first", 1, 0, "")):
+        cost, lo, hi = added_time(jobs, a, b)
+        if len(jobs) >= MIN_JOBS:
+            interval = f"95 % interval {100 * lo:+.1f} .. {100 * hi:+.1f} %"
+        else:  # resamples of a few jobs would give an interval narrower than the truth
+            interval, hi = f"no interval from {len(jobs)} jobs: {MIN_JOBS} needed", None
         verdict = ""
         if target:
-            verdict = "  ok" if hi < 0.03 else "  ok (median)" if median < 0.03 else "  MISSED"
-        print(f"  {what} cost {100 * median:+.1f} % of the training loop's time (median of the "
-              f"cycles' ratios; quartiles {100 * q1:+.1f} .. {100 * q3:+.1f} %, 95 % interval of "
-              f"the median {100 * lo:+.1f} .. {100 * hi:+.1f} %){target}{verdict}")
-
-    median, q1, q3, lo, hi = spread([r["twins"] for r in rows])
-    print(f"  the noise: two adjacent blocks that both do neither differ by "
-          f"{100 * median:+.1f} % (median; quartiles {100 * q1:+.1f} .. {100 * q3:+.1f} %, 95 % "
-          f"interval of the median {100 * lo:+.1f} .. {100 * hi:+.1f} %; one block against one, "
-          "where the costs above compare two against two)")
+            verdict = ("  ok" if hi is not None and hi < 0.03 else
+                       "  ok (estimate)" if cost < 0.03 else "  MISSED")
+        print(f"  {what}: {100 * cost:+.1f} % of the training loop's time ({interval})"
+              f"{target}{verdict}")
 
     def per_step(kind, i):
         return statistics.median(r[kind][i] for r in rows) / steps
@@ -165,7 +171,7 @@ def _print_cost(rows, block):
     print(f"  a step takes {1e3 * step_without:.2f} ms without saves; a save blocks rank 0 "
           f"{1e6 * blocking:.0f} us ({1e6 * dicts:.0f} us of it the state_dict() calls; "
           f"{100 * blocking / step_without:.1f} % of a step) and costs rank 0 {1e6 * saver:.0f} "
-          f"us of CPU (all its threads), the agent {1e6 * agent:.0f} us")
+          f"us of CPU (all its threads), the agent {1e6 * agent:.0f} us (medians over cycles)")
     print(f"  CPU per step, 4 ranks + agent: {1e6 * cpu_without:.0f} us without saves, "
           f"{1e6 * (cpu_without + extra):.0f} us with: {1e6 * extra:+.0f} us, "
           f"{100 * extra / cpu_without:+.1f} % (what the saves cost the throughput while the "
