@@ -9,6 +9,7 @@ from the front).
 """
 import os
 import shutil
+import struct
 import subprocess
 import sys
 
@@ -392,6 +393,36 @@ def state_scripts():
     return out
 
 
+# --- the lease mailbox's page 1 as a worker writes it (lease_mailbox_fuzzer.cc): a flags byte
+# (1: the record gets a real buffer's inode, 2: the newest snapshot's buffer, 4: the record's
+# number is set to the page's), then the page: the newest save's number, its record at
+# 64 + (number % 2) * 2016: number, step, inode, bytes, path length, path.
+def mailbox(flags, number, record=None, path=b""):
+    page = bytearray(64 + 2 * 2016)
+    struct.pack_into("<q", page, 0, number)
+    if record is not None:
+        at = 64 + (number % 2) * 2016
+        struct.pack_into("<5q", page, at, *record)
+        page[at + 40:at + 40 + len(path)] = path
+    return bytes([flags]) + bytes(page)
+
+
+MAILBOX = {
+    "nothing_recorded": mailbox(0, 0),
+    "save_into_the_leased_buffer": mailbox(1, 1, (1, 7, 0, 4096, 12), b"/ckpt/7/a.pt"),
+    "save_into_the_other_buffer": mailbox(3, 2, (2, 8, 0, 100, 0)),
+    "number_repaired": mailbox(5, 3, (0, 9, 0, 64, 1), b"/"),
+    "negative_number": mailbox(0, -1),
+    "record_of_another_save": mailbox(1, 5, (3, 9, 0, 64, 0)),
+    "path_too_long": mailbox(1, 1, (1, 7, 0, 4096, 5000)),
+    "path_with_a_control_character": mailbox(1, 1, (1, 7, 0, 4096, 4), b"/a\x01b"),
+    "relative_path": mailbox(1, 1, (1, 7, 0, 4096, 3), b"a/b"),
+    "more_bytes_than_the_buffer": mailbox(1, 1, (1, 7, 0, 1 << 40, 0)),
+    "no_bytes": mailbox(1, 1, (1, 7, 0, 0, 0)),
+    "unknown_inode": mailbox(0, 1, (1, 7, 123456789, 64, 0)),
+}
+
+
 def main():
     if os.path.isdir(CORPUS):
         shutil.rmtree(CORPUS)
@@ -399,7 +430,8 @@ def main():
                           ("fuzz_msrun_args", MSRUN), ("fuzz_rdzv_conf", RDZV_CONF),
                           ("fuzz_control_channel", CONTROL), ("fuzz_file_timer", FILE_TIMER),
                           ("fuzz_switchbox", SWITCHBOX), ("fuzz_probe_wire", PROBE),
-                          ("fuzz_store_wire", STORE)]:
+                          ("fuzz_store_wire", STORE),
+                          ("fuzz_lease_mailbox", MAILBOX)]:
         for name, data in seeds.items():
             write(target, name, data)
     for name, (kind, message, text) in WIRE.items():

@@ -27,7 +27,8 @@
   X(fuzz_rdzv_state)          \
   X(fuzz_switchbox)           \
   X(fuzz_probe_wire)          \
-  X(fuzz_store_wire)
+  X(fuzz_store_wire)          \
+  X(fuzz_lease_mailbox)
 // clang-format on
 
 #define FTRUN_DECLARE(name)                        \
