@@ -68,8 +68,9 @@ def every_step_cost(ftrun, block=25, cycles=25, state_fn=False):
     slow drift of the shared machine's load cancels out of each cycle). The first cycle is left
     out (the first save builds its layout and maps its buffers). Returns one dict per cycle,
     the figures summed over its two blocks of each kind (seconds, ranks' CPU + the agent's,
-    the agent's CPU, rank 0's blocking seconds, rank 0's CPU) and under "twins" the seconds of
-    its two adjacent N blocks (what the bench cannot tell from noise). state_fn: the saves
+    the agent's CPU, rank 0's blocking seconds, rank 0's CPU), and under "none 1" and "none 2"
+    the seconds of each of its two adjacent N blocks alone (what the bench cannot tell from
+    noise). state_fn: the saves
     pass a function that builds the state (train.py --flash-state-fn: only the saving rank
     builds it, in D blocks too) instead of DLRover's state dict built on every rank."""
     out = []
@@ -86,7 +87,7 @@ def every_step_cost(ftrun, block=25, cycles=25, state_fn=False):
     subprocess.run(["rm", "-rf", d], check=False)
     blocks = results[0]["blocks"]
     for first in range(6, len(blocks) - 5, 6):
-        cycle = {"twins": (blocks[first + 2][1], blocks[first + 3][1])}
+        cycle = {"none 1": [blocks[first + 2][1]], "none 2": [blocks[first + 3][1]]}
         for b in range(first, first + 6):
             kind, seconds, rank0_cpu, agent_cpu, save_seconds = blocks[b]
             ranks_cpu = sum(r["blocks"][b][2] for r in results)
@@ -103,14 +104,11 @@ def added_time(jobs, longer, shorter, resamples=2000):
     blocks of kind `longer` than in those of kind `shorter`, as a fraction: their total
     seconds over all cycles of all jobs (what the throughput sees), with an interval from
     resamples of whole jobs (a job's cycles share its placement of ranks on CPUs, so they
-    are not independent of each other). A kind is a cycle's key, or an index into "twins"."""
-    def seconds(cycle, kind):
-        return cycle["twins"][kind] if type(kind) is int else cycle[kind][SECONDS]
-
+    are not independent of each other)."""
     def ratio(picked):
         cycles = [c for job in picked for c in job]
-        return (sum(seconds(c, longer) for c in cycles) /
-                sum(seconds(c, shorter) for c in cycles) - 1)
+        return (sum(c[longer][SECONDS] for c in cycles) /
+                sum(c[shorter][SECONDS] for c in cycles) - 1)
 
     rng = random.Random(15)
     values = sorted(ratio(rng.choices(jobs, k=len(jobs))) for _ in range(resamples))
@@ -150,12 +148,12 @@ def _print_cost(jobs, block):
                                ("  the saves beyond the dicts (S against D, ftrun's share)",
                                 "save", "dicts", ""),
                                ("  the noise (a cycle's 2nd N block against its 1st: one block "
-                                "against one)", 1, 0, "")):
+                                "against one)", "none 2", "none 1", "")):
         cost, lo, hi = added_time(jobs, a, b)
         if len(jobs) >= MIN_JOBS:
             interval = f"95 % interval {100 * lo:+.1f} .. {100 * hi:+.1f} %"
         else:  # see MIN_JOBS
-            interval, lo, hi = f"no interval from {len(jobs)} jobs: {MIN_JOBS} needed", None, None
+            interval, hi = f"no interval from {len(jobs)} jobs: {MIN_JOBS} needed", None
         verdict = ""
         if target:
             if hi is None:
