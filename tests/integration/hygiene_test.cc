@@ -5,8 +5,10 @@
 #include <dirent.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "launcher/config/host.h"
 #include "tests/support/test_support.h"
@@ -40,6 +42,21 @@ Usage Measure(pid_t pid) {
     if (key == "VmRSS:") in >> u.rss_kb;
   }
   return u;
+}
+
+// The fewest descriptors and threads, and the least RSS, over ~1 s of samples. The agent and
+// gRPC close a descriptor of the last attempt, or a connection, on their own schedule: a
+// single sample can catch one still open; a leak stays in every sample.
+Usage MeasureSettled(pid_t pid) {
+  Usage least = Measure(pid);
+  for (int i = 0; i < 10; ++i) {
+    std::this_thread::sleep_for(100ms);
+    const Usage u = Measure(pid);
+    least.fds = std::min(least.fds, u.fds);
+    least.threads = std::min(least.threads, u.threads);
+    least.rss_kb = std::min(least.rss_kb, u.rss_kb);
+  }
+  return least;
 }
 
 // Lines "<rank> <attempt> <ns>" of the stamp file for `attempt`.
@@ -95,10 +112,10 @@ TEST_P(Hygiene, TwoHundredRestartsLeakNothing) {
   ChildRun agent(FtrunBinary(), args);
 
   ASSERT_TRUE(WaitFor([&] { return Stamped(stamps, kEarly) == 4; }, 60s)) << agent.Err();
-  const Usage early = Measure(agent.pid());
+  const Usage early = MeasureSettled(agent.pid());
   std::ofstream(dir / "go-early") << "";
   ASSERT_TRUE(WaitFor([&] { return Stamped(stamps, kLate) == 4; }, 90s)) << agent.Err();
-  const Usage late = Measure(agent.pid());
+  const Usage late = MeasureSettled(agent.pid());
   std::ofstream(dir / "go-late") << "";
   auto r = agent.Wait(60s);
   ASSERT_EQ(r.exit_code, 0) << r.err;
@@ -106,8 +123,10 @@ TEST_P(Hygiene, TwoHundredRestartsLeakNothing) {
 
   ASSERT_GT(early.fds, 0);
   ASSERT_GT(early.threads, 0);
-  EXPECT_EQ(late.fds, early.fds) << "open descriptors after " << kEarly << " and " << kLate
-                                 << " restarts";
+  // The rendezvous variant: gRPC may hold one more connection late than early (it reconnects
+  // on its own schedule); a descriptor leaked per restart would add kLate - kEarly.
+  EXPECT_LE(late.fds, early.fds + (GetParam() ? 1 : 0))
+      << "open descriptors after " << kEarly << " and " << kLate << " restarts";
   // gRPC's thread pools (the rendezvous variant) start threads on demand, up to a bound; a
   // thread leaked per restart would add kLate - kEarly.
   EXPECT_LE(late.threads, early.threads + (GetParam() ? 4 : 0));
