@@ -7,8 +7,10 @@
 #include <boost/asio/post.hpp>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <list>
 #include <sstream>
+#include <utility>
 
 #include "common/log.h"
 #include "launcher/diagnostics/python_stack_hook.h"
@@ -40,6 +42,19 @@ long long FileSize(const std::string& path) {
   return ec ? -1 : static_cast<long long>(n);
 }
 
+// Field 3 (state) and 4 (parent) of /proc/<pid>/stat; {0, 0} when it is gone.
+std::pair<char, pid_t> StateAndParent(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');  // the command may hold spaces and parentheses
+  if (paren == std::string::npos) return {0, 0};
+  std::istringstream rest(text.substr(paren + 1));
+  char state = 0;
+  pid_t parent = 0;
+  if (!(rest >> state >> parent)) return {0, 0};
+  return {state, parent};
+}
+
 bool EndsLine(const std::string& path, long long size) {
   if (size <= 0) return false;
   std::ifstream in(path, std::ios::binary);
@@ -58,7 +73,10 @@ struct StackCollector::Run {
     long long last_size = -1;
     std::string native_file;
     std::shared_ptr<bool> native_exited;  // null: no eu-stack run
+    std::shared_ptr<bool> native_killed = std::make_shared<bool>(false);
     std::unique_ptr<WorkerProcess> native;
+    bool was_stopped = false;  // the target was stopped before eu-stack attached it
+    void KillNative(boost::asio::io_context& io);
   };
   std::vector<Target> targets;
   std::vector<Done> done;
@@ -96,6 +114,18 @@ LingeringRuns& Lingering(boost::asio::io_context& io) {
 
 }  // namespace
 
+// eu-stack attaches with ptrace, which stops the target with a SIGSTOP; killed before it
+// detaches, it leaves that stop behind, and a live job's rank would stay stopped after a
+// status order. A SIGCONT drops a stop still pending now; the exit handler sends another
+// once the kernel has detached the target. A target stopped before (by someone else) is
+// left as it was.
+void StackCollector::Run::Target::KillNative(boost::asio::io_context& io) {
+  *native_killed = true;
+  native->Signal(SIGKILL);
+  if (!was_stopped) ::kill(t.pid, SIGCONT);
+  Lingering(io).Keep(native_exited, std::move(native));
+}
+
 StackCollector::StackCollector(boost::asio::io_context& io, Clock& clock,
                                StackCollectorOptions options)
     : io_(io), clock_(clock), opts_(std::move(options)), timer_(clock.NewTimer()) {}
@@ -105,10 +135,7 @@ StackCollector::~StackCollector() {
   timer_->Cancel();
   if (!run_) return;
   for (auto& t : run_->targets) {
-    if (t.native && !*t.native_exited) {
-      t.native->Signal(SIGKILL);
-      Lingering(io_).Keep(t.native_exited, std::move(t.native));
-    }
+    if (t.native && !*t.native_exited) t.KillNative(io_);
   }
 }
 
@@ -155,7 +182,11 @@ void StackCollector::Collect(std::vector<StackTarget> targets, Done done) {
         ::kill(t.pid, opts_.signal);
       }
     }
-    if (!opts_.eu_stack.empty()) {
+    // Only a child of this process (a worker): never a pid that names someone else's
+    // process, which ptrace would stop.
+    const auto [state, parent] = StateAndParent(t.pid);
+    if (!opts_.eu_stack.empty() && parent == ::getpid()) {
+      rt.was_stopped = state == 'T' || state == 't';
       rt.native_file = opts_.dump_dir + "/native-" + std::to_string(t.pid) + ".txt";
       int fd = ::open(rt.native_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
       ProcessSpec spec;
@@ -166,8 +197,10 @@ void StackCollector::Collect(std::vector<StackTarget> targets, Done done) {
       auto exited = std::make_shared<bool>(false);
       auto p = WorkerProcess::Spawn(
           io_, spec,
-          [this, exited, &io = io_, alive = std::weak_ptr<bool>(alive_)](const ExitStatus&) {
+          [this, exited, killed = rt.native_killed, pid = t.pid, resume = !rt.was_stopped,
+           &io = io_, alive = std::weak_ptr<bool>(alive_)](const ExitStatus&) {
             *exited = true;
+            if (*killed && resume) ::kill(pid, SIGCONT);
             // Not from inside the exit handler of a process the list owns.
             boost::asio::post(io, [&io] { Lingering(io).DropExited(); });
             if (alive.lock() && run_) Poll();
@@ -218,10 +251,7 @@ void StackCollector::Finish() {
       d.note = "no stack-dump handler (not a Python process, or Python started with -S/-I)";
     }
     if (t.native) {
-      if (!*t.native_exited) {
-        t.native->Signal(SIGKILL);
-        Lingering(io_).Keep(t.native_exited, std::move(t.native));
-      }
+      if (!*t.native_exited) t.KillNative(io_);
       d.native = ReadBounded(t.native_file, opts_.max_bytes);
     }
     dumps.push_back(std::move(d));

@@ -86,7 +86,8 @@ class FakeSpawner : public launcher::Spawner {
     }
     ++spawned;
     // Pids far above pid_max, so nothing real is ever signalled; or our own process group
-    // for a rank that must pass the control channel's peer check.
+    // for a rank that must pass the control channel's peer check (its leader is not this
+    // test's child, so the agent's stack collector never runs eu-stack, a ptrace, on it).
     const pid_t pid = own_pgid_next ? ::getpgrp() : next_pid_++;
     own_pgid_next = false;
     return std::unique_ptr<launcher::ChildProcess>(

@@ -1,10 +1,13 @@
 // StackCollector and the Python hook with real processes: a script that never imports ftrun
 // dumps its stacks into its own file through the sitecustomize hook, the user's own
 // sitecustomize still runs, and a process without a handler is left alone (and named).
+// eu-stack (ptrace) is run only on children of the collecting process, and one killed at the
+// deadline does not leave its target stopped.
 #include "launcher/diagnostics/stack_collector.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <fstream>
 
@@ -58,15 +61,16 @@ class StackCollectorTest : public ::testing::Test {
     return env;
   }
 
-  std::vector<RankDump> Collect(std::vector<launcher::StackTarget> targets,
-                                std::chrono::milliseconds deadline = 3000ms) {
+  std::vector<RankDump> Collect(
+      std::vector<launcher::StackTarget> targets, std::chrono::milliseconds deadline = 3000ms,
+      std::string eu_stack = StackCollector::FindEuStack(CurrentEnvironment())) {
     boost::asio::io_context io;
     auto clock = MakeSteadyClock(io);
     launcher::StackCollectorOptions o;
     o.dump_dir = dir_ / "dumps";
     o.signal = kSignal;
     o.deadline = deadline;
-    o.eu_stack = StackCollector::FindEuStack(CurrentEnvironment());
+    o.eu_stack = eu_stack;
     o.host = "here";
     StackCollector c(io, *clock, o);
     std::optional<std::vector<RankDump>> got;
@@ -136,6 +140,49 @@ TEST_F(StackCollectorTest, ARankThatNeverWritesIsReportedAtTheDeadline) {
       << dumps[0].note;
   a.Signal(SIGKILL);
   a.Signal(SIGCONT);
+}
+
+// `sh` printing a line every 20 ms: whether it runs shows in its output.
+const std::vector<std::string> kTicker = {"-c", "while :; do echo tick; sleep 0.02; done"};
+
+TEST_F(StackCollectorTest, EuStackIsRunOnlyOnAChildOfThisProcess) {
+  ASSERT_FALSE(StackCollector::FindEuStack(CurrentEnvironment()).empty())
+      << "eu-stack is required (Debian's elfutils, scripts/install-deps.sh)";
+  // A grandchild: `sh` starts `sleep` in the background and prints its pid.
+  ChildRun parent("sh", {"-c", "sleep 60 & echo $!; wait"});
+  ASSERT_TRUE(WaitFor([&] { return parent.Out().find('\n') != std::string::npos; }, 10s));
+  const pid_t grandchild = static_cast<pid_t>(std::stol(parent.Out()));
+  ChildRun child("sleep", {"60"});
+  auto dumps = Collect({{0, grandchild}, {1, child.pid()}}, 3000ms);
+  ASSERT_EQ(dumps.size(), 2u);
+  EXPECT_EQ(dumps[0].native, "") << "eu-stack ran on a process that is not a child";
+  EXPECT_NE(dumps[1].native.find("TID "), std::string::npos) << dumps[1].native;
+  ::kill(grandchild, SIGKILL);
+  parent.Signal(SIGKILL);
+  child.Signal(SIGKILL);
+}
+
+TEST_F(StackCollectorTest, AnEuStackKilledAtTheDeadlineLeavesItsTargetRunning) {
+  // A stand-in for an eu-stack killed at the deadline right after its PTRACE_ATTACH, before
+  // its target took the SIGSTOP the attach queues (the real race): with the tracer gone, the
+  // target takes that stop as an ordinary one. The stand-in queues the same SIGSTOP, says so
+  // and sleeps until the deadline kills it.
+  WriteFile(dir_ / "eu-stack",
+            "#!/bin/sh\n"
+            "kill -STOP \"$2\" && echo attached\n"
+            "exec sleep 60\n");
+  ASSERT_EQ(::chmod((dir_ / "eu-stack").c_str(), 0700), 0);
+  ChildRun ticker("sh", kTicker);
+  ASSERT_TRUE(WaitFor([&] { return ticker.Out().find("tick") != std::string::npos; }, 10s));
+  auto dumps = Collect({{0, ticker.pid()}}, 1500ms, dir_ / "eu-stack");
+  ASSERT_EQ(dumps.size(), 1u);
+  ASSERT_NE(dumps[0].native.find("attached"), std::string::npos) << dumps[0].native;
+  // The stand-in is dead and reaped (Collect ran the loop until it was); the target ticks on.
+  const size_t before = ticker.Out().size();
+  EXPECT_TRUE(WaitFor([&] { return ticker.Out().size() >= before + 5 * 5; }, 10s))  // 5 more ticks
+      << "the target stays stopped after the killed eu-stack; state "
+      << ReadFile("/proc/" + std::to_string(ticker.pid()) + "/stat");
+  ticker.Signal(SIGKILL);
 }
 
 }  // namespace
