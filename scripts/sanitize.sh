@@ -40,8 +40,9 @@ for kind in $kinds; do
     cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DCMAKE_CXX_FLAGS_DEBUG="-O0 -g1" \
       -DFTRUN_SANITIZE=$flag >/dev/null
   fi
-  # What the unit and integration tests run (not the e2e tests or the benchmark tools).
-  cmake --build "$build" -j2 --target ftrun fake_worker launcher_unit_tests \
+  # What the unit and integration tests run (not the e2e tests or the benchmark tools); the
+  # stack collector's tests too (they ptrace and signal real processes).
+  cmake --build "$build" -j2 --target ftrun fake_worker launcher_unit_tests stacks_unit_tests \
     rendezvous_unit_tests integration_tests fuzz_replay sanitizer_canary
   # First, a deliberate bug per sanitizer must be reported with these very options and
   # suppressions: a clean run below then means that nothing was found, not that nothing
