@@ -167,26 +167,29 @@ TEST_F(NetCheckNetNs, AllHealthyAreKept) {
 TEST_F(NetCheckNetNs, ASlowNodeIsExcludedAsAStragglerAndNotItsPartner) {
   std::string err;
   if (::access("/usr/sbin/tc", X_OK) != 0) GTEST_SKIP() << "tc (iproute2) is not installed";
-  // Node 2 sends at 40 Mbit/s (5 MB/s); the others move hundreds of MB/s over the bridge.
+  // Node 2 sends at 16 Mbit/s (2 MB/s); the others move tens (under ASan) to hundreds of MB/s
+  // over the bridge.
   if (Tc(2,
-         {"qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "40mbit", "burst", "32kb",
-          "latency", "200ms"},
+         {"qdisc", "add", "dev", "eth0", "root", "tbf", "rate", "16mbit", "burst", "32kb",
+          "latency", "400ms"},
          &err) != 0) {
     GTEST_SKIP() << "tc cannot shape traffic here (tbf): " << err;
   }
-  // 8 MiB: a fast pair's transfer takes tens of ms, the slow node's 1.7 s. The fraction
-  // leaves room for a healthy pair slowed down by a busy machine (the suite's other tests on
-  // 2 CPUs once made a healthy node's best 0.196 x the median: 0.2 excluded it); node 2 is
-  // about 7x below 0.05 x the median.
+  // 8 MiB: a fast pair's transfer takes tens of ms, the slow node's about 4 s. Round 0 pairs
+  // node 2 with node 3, which then reads as slow too: the median of round 0 is about half a
+  // fast pair, and both must fall below the fraction of it to be re-tested in round 1 with
+  // other partners (0.1: 2 MB/s against about 4.5 under ASan, where fast pairs read ~90 MB/s).
+  // A healthy node must stay above the fraction of the final median: under the suite's load
+  // one read 0.196 x the median once (0.2 excluded it); 0.1 leaves it twice that room.
   auto r = RunAll("3:4", {"--network-check-bytes", "8MiB", "--exclude-straggler",
-                          "--straggler-fraction", "0.05"});
+                          "--straggler-fraction", "0.1"});
   ExpectOnlyNodeExcluded(r, 2, "a straggler");
   pb::Struct check = Check();
   EXPECT_EQ(check.fields().at("stragglers").list_value().values_size(), 1);
   for (const auto& n : check.fields().at("nodes").list_value().values()) {
     const auto& f = n.struct_value().fields();
     if (f.at("verdict").string_value() == "straggler") {
-      EXPECT_LT(f.at("mbps").number_value(), 6) << "the shaped node";
+      EXPECT_LT(f.at("mbps").number_value(), 3) << "the shaped node";
     } else {
       EXPECT_GT(f.at("mbps").number_value(), 20) << f.at("node").string_value();
     }
