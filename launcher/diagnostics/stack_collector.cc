@@ -7,10 +7,8 @@
 #include <boost/asio/post.hpp>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <list>
 #include <sstream>
-#include <utility>
 
 #include "common/log.h"
 #include "launcher/diagnostics/python_stack_hook.h"
@@ -40,19 +38,6 @@ long long FileSize(const std::string& path) {
   std::error_code ec;
   auto n = fs::file_size(path, ec);
   return ec ? -1 : static_cast<long long>(n);
-}
-
-// Field 3 (state) and 4 (parent) of /proc/<pid>/stat; {0, 0} when it is gone.
-std::pair<char, pid_t> StateAndParent(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t paren = text.rfind(')');  // the command may hold spaces and parentheses
-  if (paren == std::string::npos) return {0, 0};
-  std::istringstream rest(text.substr(paren + 1));
-  char state = 0;
-  pid_t parent = 0;
-  if (!(rest >> state >> parent)) return {0, 0};
-  return {state, parent};
 }
 
 bool EndsLine(const std::string& path, long long size) {
@@ -182,10 +167,10 @@ void StackCollector::Collect(std::vector<StackTarget> targets, Done done) {
         ::kill(t.pid, opts_.signal);
       }
     }
-    // Only a child of this process (a worker): never a pid that names someone else's
-    // process, which ptrace would stop.
-    const auto [state, parent] = StateAndParent(t.pid);
-    if (!opts_.eu_stack.empty() && parent == ::getpid()) {
+    // Only a child this process started and has not reaped (a worker): never a pid that
+    // names someone else's process, which ptrace would stop.
+    if (!opts_.eu_stack.empty() && IsStartedChild(t.pid)) {
+      const char state = ProcessStateLetter(t.pid);
       rt.was_stopped = state == 'T' || state == 't';
       rt.native_file = opts_.dump_dir + "/native-" + std::to_string(t.pid) + ".txt";
       int fd = ::open(rt.native_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);

@@ -2,11 +2,11 @@
 // For every target it truncates the rank's dump file (python_stack_hook.h), sends the
 // stack-dump signal — only to a process that catches it (StackTarget::has_handler, or
 // /proc/PID/status SigCgt), since its default action would kill the process — and runs `eu-stack -p
-// PID` when installed and the target is a child of this process (eu-stack's ptrace stops its
-// target: never anyone else's process; an eu-stack killed at the deadline is followed by a
-// SIGCONT, so that the stop its attach left behind does not outlive it). A timer polls the files: a
-// dump is complete once it is non-empty, ends a line and did not grow since the last poll.
-// Everything left at the deadline is reported as it is, with a note
+// PID` when installed and the target is a child this process started (IsStartedChild: eu-stack's
+// ptrace stops its target: never anyone else's process; an eu-stack killed at the deadline is
+// followed by a SIGCONT, so that the stop its attach left behind does not outlive it). A timer
+// polls the files: a dump is complete once it is non-empty, ends a line and did not grow since the
+// last poll. Everything left at the deadline is reported as it is, with a note
 // ("did not write its stack within 3s"). Texts are cut at max_bytes.
 //
 // Thread: loop only. Ownership: borrows io and clock (they outlive it). One collection at a

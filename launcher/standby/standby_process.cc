@@ -1,6 +1,5 @@
 #include "launcher/standby/standby_process.h"
 
-#include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -10,6 +9,7 @@
 #include <cstring>
 
 #include "common/log.h"
+#include "launcher/workers/worker_process.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -95,17 +95,7 @@ Result<std::unique_ptr<StandbyProcess>> StandbyProcess::Start(boost::asio::io_co
 
 bool StandbyProcess::Runnable() const {
   if (!child_ || child_->exited()) return false;
-  const int fd =
-      ::open(("/proc/" + std::to_string(child_->pid()) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return false;
-  char text[512];
-  const ssize_t n = ::read(fd, text, sizeof text - 1);
-  ::close(fd);
-  if (n <= 0) return false;
-  text[n] = '\0';
-  const char* paren = std::strrchr(text, ')');
-  if (paren == nullptr || paren[1] == '\0' || paren[2] == '\0') return false;
-  const char state = paren[2];
+  const char state = ProcessStateLetter(child_->pid());
   return state == 'R' || state == 'S' || state == 'D';
 }
 

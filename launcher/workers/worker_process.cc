@@ -257,6 +257,21 @@ bool IsStartedChild(pid_t pid) {
   return g_started.count(pid) != 0;
 }
 
+char ProcessStateLetter(pid_t pid) {
+  // read(2), not a stream: a process that exits between open and read makes read fail with
+  // ESRCH, which libstdc++'s filebuf would throw.
+  const int fd = ::open(("/proc/" + std::to_string(pid) + "/stat").c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return 0;
+  char text[512];
+  const ssize_t n = ::read(fd, text, sizeof text - 1);
+  ::close(fd);
+  if (n <= 0) return 0;
+  text[n] = '\0';
+  const char* paren = std::strrchr(text, ')');  // the command may hold spaces and parentheses
+  if (paren == nullptr || paren[1] == '\0' || paren[2] == '\0') return 0;
+  return paren[2];
+}
+
 std::string FindProgram(const std::string& program, const EnvMap& env) {
   if (program.find('/') != std::string::npos) return program;
   return bp::environment::find_executable(program, env).string();

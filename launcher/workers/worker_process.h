@@ -62,6 +62,10 @@ class WorkerProcess : public ChildProcess {
 // its exit status belongs to its WorkerProcess (orphan_reaper.h leaves it alone).
 bool IsStartedChild(pid_t pid);
 
+// The state letter of process `pid` (/proc/PID/stat: 'R', 'S', 'D', 'T' stopped, 't' traced,
+// 'Z'...), 0 when it is gone or unreadable. Never throws.
+char ProcessStateLetter(pid_t pid);
+
 // The resolved path of `program` as execvp would find it with env's PATH ("" if not found).
 std::string FindProgram(const std::string& program, const EnvMap& env);
 

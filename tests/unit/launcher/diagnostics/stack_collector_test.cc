@@ -142,9 +142,6 @@ TEST_F(StackCollectorTest, ARankThatNeverWritesIsReportedAtTheDeadline) {
   a.Signal(SIGCONT);
 }
 
-// `sh` printing a line every 20 ms: whether it runs shows in its output.
-const std::vector<std::string> kTicker = {"-c", "while :; do echo tick; sleep 0.02; done"};
-
 TEST_F(StackCollectorTest, EuStackIsRunOnlyOnAChildOfThisProcess) {
   ASSERT_FALSE(StackCollector::FindEuStack(CurrentEnvironment()).empty())
       << "eu-stack is required (Debian's elfutils, scripts/install-deps.sh)";
@@ -172,7 +169,8 @@ TEST_F(StackCollectorTest, AnEuStackKilledAtTheDeadlineLeavesItsTargetRunning) {
             "kill -STOP \"$2\" && echo attached\n"
             "exec sleep 60\n");
   ASSERT_EQ(::chmod((dir_ / "eu-stack").c_str(), 0700), 0);
-  ChildRun ticker("sh", kTicker);
+  // Prints a line every 20 ms: whether it runs shows in its output.
+  ChildRun ticker("sh", {"-c", "while :; do echo tick; sleep 0.02; done"});
   ASSERT_TRUE(WaitFor([&] { return ticker.Out().find("tick") != std::string::npos; }, 10s));
   auto dumps = Collect({{0, ticker.pid()}}, 1500ms, dir_ / "eu-stack");
   ASSERT_EQ(dumps.size(), 1u);
