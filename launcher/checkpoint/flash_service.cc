@@ -184,6 +184,9 @@ void FlashService::Steps(int local_rank, const v1::ControlSnapshotSteps& r) {
   if (auto decided = IsShard(r.group()) ? restore_shards_ : restore_copy_) {
     answer.Set("restore_step", *decided);
   }
+  if (auto it = failed_.find(r.root()); !r.root().empty() && it != failed_.end()) {
+    answer.Set("persist_failed_step", it->second.step).Set("persist_error", it->second.error);
+  }
   send_(local_rank, answer.str(), -1);
 }
 
@@ -322,9 +325,16 @@ void FlashService::MaybePersist(const SnapshotView& view, const std::string& rea
 void FlashService::Enqueue(const std::string& key, CheckpointRequest request) {
   const uint64_t step = request.step;
   const bool shared = request.shared;
+  std::string root = request.root;
   stored_[key] = step;
   if (in_flight_++ == 0) busy_.emplace(io_.get_executor());
-  persister_.Persist(std::move(request), [this, key, step, shared](Result<std::string> outcome) {
+  persister_.Persist(std::move(request), [this, key, step, shared,
+                                          root = std::move(root)](Result<std::string> outcome) {
+    if (!outcome) {
+      failed_[root] = {step, outcome.error().message};
+    } else if (auto it = failed_.find(root); it != failed_.end() && it->second.step <= step) {
+      failed_.erase(it);
+    }
     Persisted(key, step, shared, std::move(outcome));
   });
 }

@@ -154,6 +154,12 @@ class FlashService {
   SnapshotStore store_;
   // Newest step stored (or being stored) per checkpoint key (the copy "" or "sharded").
   std::map<std::string, uint64_t> stored_;
+  // By checkpoint directory: the newest failed write there, until a newer one succeeds.
+  struct Failure {
+    uint64_t step = 0;
+    std::string error;
+  };
+  std::map<std::string, Failure> failed_;
   std::map<int, std::string> begun_group_;  // the group of each rank's save in progress
   std::map<int, std::unique_ptr<LeaseMailbox>> mailboxes_;  // by local rank
   std::map<int, bool> persisting_;  // whether the rank's last commit asked to be persisted

@@ -221,15 +221,19 @@ class DlroverShapeTest(unittest.TestCase):
     def test_ddp(self):
         empty = inspect.Parameter.empty
         self.assertEqual([m.name for m in StorageType], ["MEMORY", "DISK"])
+        # DLRover's since 0.3.7 (storage, before it, by keyword).
         self.assertEqual(self.params(DdpCheckpointer.__init__),
-                         [("self", empty), ("checkpoint_dir", empty), ("storage", None),
-                          ("local_shard_num", 1), ("global_shard_num", 1),
-                          ("comm_backend", "")])
+                         [("self", empty), ("checkpoint_dir", empty), ("local_shard_num", 1),
+                          ("global_shard_num", 1), ("comm_backend", ""),
+                          ("deletion_strategy", None), ("save_timeout", 600),
+                          ("replica_count", 0), ("storage", None)])
         self.assertEqual(self.params(DdpCheckpointer.save_checkpoint),
                          [("self", empty), ("step", empty), ("state_dict", empty),
                           ("path", ""), ("storage_type", StorageType.DISK)])
         self.assertEqual(self.params(DdpCheckpointer.load_checkpoint),
                          [("self", empty), ("resume_path", "")])
+        self.assertEqual(self.params(DdpCheckpointer.wait_latest_checkpoint),
+                         [("self", empty), ("timeout", 1800)])
         self.assertEqual(engine.TRACKER_FILE_NAME, "dlrover_latest.txt")
 
     def test_fsdp_names_fail_to_import_with_one_line_saying_why(self):
@@ -242,7 +246,7 @@ class DlroverShapeTest(unittest.TestCase):
         self.assertNotIn("\n", message)
 
     def test_sharded_has_the_same_methods(self):
-        for name in ("save_checkpoint", "load_checkpoint"):
+        for name in ("save_checkpoint", "load_checkpoint", "wait_latest_checkpoint"):
             self.assertEqual(self.params(getattr(ShardedCheckpointer, name)),
                              self.params(getattr(DdpCheckpointer, name)))
 

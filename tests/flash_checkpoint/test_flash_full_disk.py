@@ -3,7 +3,8 @@ to DISK every step, its checkpoint_dir a 3 MiB tmpfs (a mount namespace the test
 where none can be made) that holds two steps of the state. The saves that do not fit fail with
 one message naming the step, the path and the kernel's reason; what was stored before stays
 complete and is what dlrover_latest.txt names (load_checkpoint reads it); training goes on, and a
-rank SIGKILLed later still resumes from memory with zero steps lost; one line per failed save.
+rank SIGKILLed later still resumes from memory with zero steps lost; one line per failed save;
+wait_latest_checkpoint stops waiting for the last step with the agent's reason.
 
 Run as `python3 test_flash_full_disk.py train <root> <config json>` it is one rank (the train()
 of test_flash_memory.py).
@@ -44,7 +45,7 @@ class FullDiskTest(unittest.TestCase):
         ckpt, kept = os.path.join(self.root, "ckpt"), os.path.join(self.root, "kept")
         os.makedirs(ckpt)
         config = {"steps": STEPS, "storage": "disk", "ballast_mb": 1, "kill_rank": 1,
-                  "kill_at": KILL_AT}
+                  "kill_at": KILL_AT, "wait": 120}
         ftrun = [FTRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", "1",
                  "--restart-backoff", "0", "--monitor-interval", "0.05", "--log-dir",
                  os.path.join(self.root, "logs"), "--no-python", "/usr/bin/python3", __file__,
@@ -65,7 +66,14 @@ class FullDiskTest(unittest.TestCase):
         for step, why in failed:
             self.assertIn(ckpt, why)
             self.assertIn("No space left on device", why)
-        self.assertEqual(out.count("No space left on device"), len(failed), "one line a save")
+        # One line a save, and one from wait_latest_checkpoint (rank 0's, the last step's).
+        waited = re.findall(r"ftrun: step (\d+) is not on storage: the agent could not write "
+                            r"step (\d+): .*No space left on device", out)
+        self.assertEqual(waited, [(str(STEPS - 1), str(STEPS - 1))], out[-6000:])
+        self.assertEqual(out.count("No space left on device"), len(failed) + 1,
+                         "one line a save")
+        self.assertIn("waited False", progress(self.root, 0))
+        self.assertIn("waited True", progress(self.root, 1))  # nothing of its own to wait for
         stored = [int(s) for s in re.findall(r"flash checkpoint: step=(\d+) stored at ", out)]
         self.assertTrue(stored, out[-6000:])
         with open(os.path.join(kept, "dlrover_latest.txt")) as f:

@@ -61,6 +61,11 @@ def train(root, config):
         taken = save_checkpoint(it, model, opt, sched,
                                 storage_type=StorageType.DISK if disk else StorageType.MEMORY)
         progress.write(f"saved {it} {taken}\n")
+    if config.get("disk_at"):
+        from ftrun.flash_checkpoint.megatron import wait_latest_checkpoint
+        waited = wait_latest_checkpoint(timeout=120)  # DLRover's, at the end of training
+        tracked = read(os.path.join(ckpt, "latest_checkpointed_iteration.txt"))
+        progress.write(f"waited {waited} {tracked.strip()}\n")
     write_final(root, rank, model[0])
 
 
@@ -91,6 +96,8 @@ class WithoutFtrunTest(unittest.TestCase):
         self.assertEqual(list(inspect.signature(flash.load_checkpoint).parameters),
                          ["model", "optimizer", "opt_param_scheduler", "load_arg", "strict",
                           "storage", "comm_backend", "save_timeout", "replica_count"])
+        self.assertEqual(list(inspect.signature(flash.wait_latest_checkpoint).parameters),
+                         ["timeout"])
         ckpt = os.path.join(self.root, "ckpt")
         set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=1))
         model = [torch.nn.Linear(4, 2)]
@@ -172,6 +179,8 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
     def disk_saves_then_a_new_job(self, tp):
         self.run_job(self.root, {"tp": tp, "disk_at": [5, 10]})
         self.check_megatron_layout(10, tp)
+        for r in range(2):  # each rank's wait returned with iteration 10 stored
+            self.assertIn("waited True 10", read(os.path.join(self.root, f"progress-{r}.txt")))
         # A new job: no memory left; Megatron-LM's loader reads iteration 10 from disk.
         for r in range(2):
             os.unlink(os.path.join(self.root, f"final-{r}.json"))

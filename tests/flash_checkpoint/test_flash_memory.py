@@ -96,6 +96,8 @@ def train(root, config):
         if doomed and config.get("kill_how") == "after_save":
             os.kill(os.getpid(), signal.SIGKILL)  # its commit may still be unread by the agent
         time.sleep(config.get("pause", 0))
+    if config.get("wait"):
+        progress.write(f"waited {cp.wait_latest_checkpoint(timeout=config['wait'])}\n")
     if config.get("mailbox_report"):
         from ftrun.flash_checkpoint import engine
         mem, _ = engine.memory_store()

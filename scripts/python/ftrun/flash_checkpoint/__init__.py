@@ -6,6 +6,13 @@ A DLRover script migrates by changing its import:
     checkpointer = DdpCheckpointer(checkpoint_dir)
     checkpointer.save_checkpoint(step, state_dict, path, storage_type=StorageType.MEMORY)
     state_dict = checkpointer.load_checkpoint()      # {} when there is none
+    checkpointer.wait_latest_checkpoint(timeout=1800)  # the newest DISK save is on storage
+
+DLRover's deletion strategies (dlrover.python.common.storage) are retention.py's, also
+importable from ftrun.flash_checkpoint.storage:
+
+    from ftrun.flash_checkpoint.storage import KeepLatestStepStrategy
+    DdpCheckpointer(checkpoint_dir, deletion_strategy=KeepLatestStepStrategy(3, checkpoint_dir))
 
     from ftrun.flash_checkpoint.sharded import ShardedCheckpointer   # a shard per rank
 

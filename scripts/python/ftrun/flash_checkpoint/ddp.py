@@ -21,16 +21,20 @@ class DdpCheckpointer:
     """Saves and loads the state of a data-parallel job under checkpoint_dir.
 
     Create it on every rank, after torch.distributed is initialised (without it, the process
-    is a job of one). storage, local_shard_num and global_shard_num exist for DLRover's
-    signature: only their defaults are supported (state that differs per rank belongs in
+    is a job of one). The arguments are DLRover's (since its 0.3.7; `storage`, of earlier
+    versions, by keyword). local_shard_num and global_shard_num: only their defaults are
+    supported (state that differs per rank belongs in
     ftrun.flash_checkpoint.sharded.ShardedCheckpointer). comm_backend: the backend of the
-    small group the checkpointer synchronises on (default gloo)."""
+    small group the checkpointer synchronises on (default gloo). deletion_strategy: which
+    older checkpoints to delete (retention.py: KeepLatestStepStrategy, KeepStepIntervalStrategy
+    or DLRover's own; default None keeps all). save_timeout: accepted (ftrun waits
+    FTRUN_SAVE_TIMEOUT for a busy buffer); replica_count: ignored, with a message (copies on
+    other nodes are ftrun's --flash-replicas)."""
 
-    def __init__(self, checkpoint_dir: str, storage=None, local_shard_num=1,
-                 global_shard_num=1, comm_backend=""):
-        if storage is not None:
-            raise ValueError("ftrun's DdpCheckpointer writes to checkpoint_dir's file system; "
-                             "a custom storage is not supported")
+    def __init__(self, checkpoint_dir: str, local_shard_num=1, global_shard_num=1,
+                 comm_backend="", deletion_strategy=None, save_timeout=600, replica_count=0,
+                 *, storage=None):
+        engine.accepted_options(storage, replica_count, "checkpoint_dir")
         if local_shard_num != 1 or global_shard_num != 1:
             raise ValueError("state that differs per rank: use ftrun.flash_checkpoint.sharded."
                              "ShardedCheckpointer (local_shard_num/global_shard_num must be 1)")
@@ -39,6 +43,8 @@ class DdpCheckpointer:
         self._rank = self._comm.rank
         self._persist = False  # the newest save_checkpoint asked for DISK
         self._local_rank = engine.local_rank()  # the launcher's, fixed for the process
+        self._stored = engine.Stored(checkpoint_dir, engine.TRACKER_FILE_NAME,
+                                     deletion_strategy if self._rank == 0 else None)
 
     def register_fault_save(self, state_fn, path=None):
         """An ftrun extension: the fault-time save (ftrun-control(7): when a rank dies, the
@@ -96,12 +102,25 @@ class DdpCheckpointer:
             path = self._path(step, path)
             engine.save_one_copy(self._comm, self.checkpoint_dir, step, os.path.basename(path),
                                  state_dict, path)
+            self._stored.written()
             return True
         if self._local_rank != 0:
             return True  # one copy per node: local rank 0's
-        persist = storage_type == StorageType.DISK and self._rank == 0
-        return engine.save_to_memory(mem, step, engine.built(state_dict), "",
-                                     self._comm.world_size, self._target(step, path), persist)
+        persist = self._persist and self._rank == 0
+        taken = engine.save_to_memory(mem, step, engine.built(state_dict), "",
+                                      self._comm.world_size, self._target(step, path), persist)
+        if persist and taken:
+            self._stored.writing(step, mem)
+        return taken
+
+    def wait_latest_checkpoint(self, timeout=1800):
+        """DLRover's: waits until the newest DISK save is on storage, at most `timeout` seconds.
+        Under an ftrun agent only rank 0, whose agent writes it, waits (the others, and saves
+        written before save_checkpoint returned, have nothing to wait for); it stops early,
+        with a message, when its agent failed to write the step. Then the deletion strategy's
+        deletions are finished. Returns False when the step is not on storage (an ftrun
+        extension; DLRover returns None)."""
+        return self._stored.wait(timeout)
 
     def load_checkpoint(self, resume_path=""):
         """The newest complete state dict under checkpoint_dir (the same step on every rank),

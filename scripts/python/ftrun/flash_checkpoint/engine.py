@@ -14,6 +14,7 @@ import torch.distributed as dist
 from .. import control
 from ..checkpoint import CheckpointError
 from .memory import AgentMemory, MemoryRefused
+from .retention import Stored  # noqa: F401 (the checkpointers know it as engine's)
 from .sources import agreed, inventory, shard_sources
 # Re-exported: the checkpointers and tests know these as engine's.
 from .storage import (TRACKER_FILE_NAME, Once, WorldSizeError, _link, _steps,  # noqa: F401
@@ -69,6 +70,17 @@ def absolute(path: str) -> str:
     """os.path.abspath(path), without normalising an absolute path again at every save (a
     relative one depends on the working directory: it is resolved every time)."""
     return _normalised(path) if os.path.isabs(path) else os.path.abspath(path)
+
+
+def accepted_options(storage, replica_count, where: str):
+    """DLRover's checkpointer options that ftrun takes without using: a custom storage is
+    refused, replica_count is ignored with a message."""
+    if storage is not None:
+        raise ValueError(f"ftrun's flash checkpoint writes to the file system of {where}; a "
+                         "custom storage is not supported")
+    if replica_count:
+        warn_once("replica_count", "replica_count is ignored: copies on other nodes are set "
+                  "with ftrun's --flash-replicas")
 
 
 def disk_instead_of_memory(why: str):

@@ -5,6 +5,8 @@ dlrover.trainer.torch.flash_checkpoint.megatron. A Megatron-LM training script r
 with
     from ftrun.flash_checkpoint.megatron import load_checkpoint, save_checkpoint, StorageType
 
+(and DLRover's wait_latest_checkpoint).
+
 Megatron-LM's own functions run unchanged. While its save_checkpoint runs, torch.save hands
 each rank's files (model_optim_rng.pt, distrib_optim.pt) to ftrun instead of writing them, and
 its tracker goes to a scratch file; the files become this rank's shard of the iteration
@@ -36,7 +38,8 @@ from . import engine
 from .engine import StorageType
 from .sharded import ShardedCheckpointer
 
-__all__ = ["save_checkpoint", "load_checkpoint", "StorageType", "MegatronCheckpointer"]
+__all__ = ["save_checkpoint", "load_checkpoint", "wait_latest_checkpoint", "StorageType",
+           "MegatronCheckpointer"]
 
 MODEL_FILE = "model_optim_rng.pt"  # Megatron-LM's names of a rank's files
 OPTIMIZER_FILE = "distrib_optim.pt"
@@ -82,15 +85,6 @@ def _checkpointer(checkpoint_dir: str, comm_backend: str) -> MegatronCheckpointe
     return _checkpointers[key]
 
 
-def _accepted(storage, replica_count):
-    if storage is not None:
-        raise ValueError("ftrun's flash checkpoint writes to the file system of args.save; a "
-                         "custom storage is not supported")
-    if replica_count:
-        engine.warn_once("replica_count", "replica_count is ignored: copies on other nodes "
-                         "are set with ftrun's --flash-replicas")
-
-
 def _iter_dir(root: str, iteration: int) -> str:
     return os.path.join(root, "iter_{:07d}".format(int(iteration)))
 
@@ -129,7 +123,7 @@ def save_checkpoint(iteration, model, optimizer, opt_param_scheduler,
     taken (the message says why)."""
     if storage_type not in (StorageType.MEMORY, StorageType.DISK):
         raise ValueError(f"No support storage type {storage_type}")
-    _accepted(storage, replica_count)
+    engine.accepted_options(storage, replica_count, "args.save")
     get_args, module = _megatron()
     root = os.path.abspath(get_args().save)
     cp = _checkpointer(root, comm_backend)
@@ -198,7 +192,7 @@ def load_checkpoint(model, optimizer, opt_param_scheduler, load_arg="load", stri
     checkpoint of ftrun's is under the directory, Megatron-LM's loader runs as it is (a
     checkpoint Megatron-LM wrote itself still loads). storage, save_timeout, replica_count: as
     for save_checkpoint."""
-    _accepted(storage, replica_count)
+    engine.accepted_options(storage, replica_count, "args.save")
     get_args, module = _megatron()
     root = os.path.abspath(getattr(get_args(), load_arg))
     cp = _checkpointer(root, comm_backend)
@@ -237,6 +231,16 @@ def load_checkpoint(model, optimizer, opt_param_scheduler, load_arg="load", stri
         print(f"ftrun: Megatron-LM checkpoint of iteration {iteration} loaded", file=sys.stderr,
               flush=True)
     return loaded
+
+
+def wait_latest_checkpoint(timeout=1800):
+    """DLRover's: waits until the newest DISK save_checkpoint under args.save is on storage, at
+    most `timeout` seconds (ShardedCheckpointer.wait_latest_checkpoint). Returns False when
+    it is not (an ftrun extension; DLRover returns None)."""
+    get_args, _ = _megatron()
+    root = os.path.abspath(get_args().save)
+    return all([cp.wait_latest_checkpoint(timeout)
+                for (where, _), cp in _checkpointers.items() if where == root])
 
 
 def _from_other_ranks(cp: MegatronCheckpointer, files: dict, wanted):

@@ -371,6 +371,22 @@ class AgentMemory:
             os.close(fd)
         return [int(s) for s in answer.get("steps", [])]
 
+    def persist_failure(self, root: str, step: int):
+        """Why the agent did not write `step` (or a newer one) to the checkpoint directory
+        root: its error when its newest failed write there is of that step or newer and none
+        succeeded since, else None (also when the agent cannot be asked)."""
+        try:
+            answer, fd = self.request({"type": "snapshot_steps", "group": "", "root": root},
+                                      timeout=10.0)
+        except OSError:
+            return None
+        if fd >= 0:
+            os.close(fd)
+        failed = answer.get("persist_failed_step")
+        if failed is None or int(failed) < step:
+            return None
+        return f"the agent could not write step {failed}: {answer.get('persist_error')}"
+
     def load(self, step: int, group: str, world_size: int):
         """The state of `step` of copy `group`. Raises CheckpointError when the agent does not
         hold it or it does not fit this job (world size)."""

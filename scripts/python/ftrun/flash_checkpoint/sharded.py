@@ -25,12 +25,15 @@ class ShardedCheckpointer:
     def shard_file_name(self) -> str:
         return f"rank_{self._rank}.pt"
 
-    def __init__(self, checkpoint_dir: str, comm_backend=""):
+    def __init__(self, checkpoint_dir: str, comm_backend="", deletion_strategy=None,
+                 save_timeout=600):
         self.checkpoint_dir = checkpoint_dir
         self._comm = engine.Comm(comm_backend)
         self._rank = self._comm.rank
         self._group = engine.shard_group(self._rank)
         self._persist = False  # the newest save_checkpoint asked for DISK
+        self._stored = engine.Stored(checkpoint_dir, self.tracker_name,
+                                     deletion_strategy if self._rank == 0 else None)
 
     def register_fault_save(self, state_fn, path=None):
         """An ftrun extension, as DdpCheckpointer.register_fault_save: the fault-time save
@@ -86,9 +89,12 @@ class ShardedCheckpointer:
         taken = True
         if mem is not None:
             if not disk or one_node:  # no agreement of the ranks: a failure is this rank's
-                return engine.save_to_memory(mem, step, state_dict(), self._group,
-                                             self._comm.world_size, self._target(step, given),
-                                             disk and one_node)
+                taken = engine.save_to_memory(mem, step, state_dict(), self._group,
+                                              self._comm.world_size,
+                                              self._target(step, given), disk)
+                if disk and taken:
+                    self._stored.writing(step, mem)
+                return taken
             try:
                 state = state_dict()
             except BaseException:  # noqa: BLE001 (raised again in save_shards' agreement)
@@ -99,7 +105,14 @@ class ShardedCheckpointer:
                                               False)
         engine.save_shards(self._comm, self.checkpoint_dir, step, name, state_dict, path,
                            self.tracker_name)
+        self._stored.written()
         return taken
+
+    def wait_latest_checkpoint(self, timeout=1800):
+        """DLRover's: waits until the newest DISK save is on storage, at most `timeout` seconds
+        (every rank whose agent writes it; a save written before save_checkpoint returned has
+        nothing to wait for), as DdpCheckpointer.wait_latest_checkpoint."""
+        return self._stored.wait(timeout)
 
     def load_checkpoint(self, resume_path=""):
         """This rank's shard of the newest checkpoint every rank can restore, or {} when there

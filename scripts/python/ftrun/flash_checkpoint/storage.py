@@ -20,6 +20,9 @@ import torch
 from .. import checkpoint
 from ..checkpoint import CheckpointError
 from . import snapshot
+# DLRover has its deletion strategies in dlrover.python.common.storage: here too.
+from .retention import (CheckpointDeletionStrategy, KeepLatestStepStrategy,  # noqa: F401
+                        KeepStepIntervalStrategy)
 
 TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
 

@@ -1,0 +1,213 @@
+"""DLRover's wait_latest_checkpoint and deletion strategies (retention.py), with real torch
+state and real files: in one process (a job of one, saves written before they return) and
+under a real ftrun whose agent writes DISK saves in the background (two gloo ranks).
+
+Run as `python3 test_flash_retention.py rank <root> <steps> <keep>` it is one rank.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import unittest
+from unittest import mock
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from test_flash_checkpoint import TestCase, training_state  # noqa: E402
+
+from ftrun.flash_checkpoint import engine, megatron  # noqa: E402
+from ftrun.flash_checkpoint.ddp import DdpCheckpointer, StorageType  # noqa: E402
+from ftrun.flash_checkpoint.sharded import ShardedCheckpointer  # noqa: E402
+from ftrun.flash_checkpoint.storage import (KeepLatestStepStrategy,  # noqa: E402
+                                            KeepStepIntervalStrategy)
+
+FTRUN = os.environ.get("FTRUN_BINARY", os.path.join(HERE, "..", "..", "build", "launcher",
+                                                    "ftrun"))
+
+
+def stored_steps(root):
+    return sorted(int(n[len("ftrun-step-"):]) for n in os.listdir(root)
+                  if n.startswith("ftrun-step-"))
+
+
+def tracker(root):
+    with open(os.path.join(root, engine.TRACKER_FILE_NAME)) as f:
+        return int(f.read())
+
+
+class DeletionTest(TestCase):
+    def save_steps(self, cp, steps, path=None):
+        for step in steps:
+            cp.save_checkpoint(step, training_state(step), path(step) if path else "",
+                               storage_type=StorageType.DISK)
+        self.assertTrue(cp.wait_latest_checkpoint(timeout=60))
+
+    def test_keep_latest_keeps_that_many_newest_steps_with_their_paths(self):
+        cp = DdpCheckpointer(self.root, deletion_strategy=KeepLatestStepStrategy(2, self.root))
+        self.save_steps(cp, range(1, 6))
+        self.assertEqual(stored_steps(self.root), [4, 5])
+        self.assertEqual(sorted(n for n in os.listdir(self.root) if n.isdigit()), ["4", "5"])
+        self.assertEqual(tracker(self.root), 5)
+        self.assertEqual(torch.load(os.path.join(self.root, "4", "rank_0.pt"))["step"], 4)
+        self.assertEqual(DdpCheckpointer(self.root).load_checkpoint()["step"], 5)
+        self.assertEqual([n for n in os.listdir(self.root) if "deleted" in n], [])
+
+    def test_keep_interval_keeps_the_multiples_and_the_newest(self):
+        cp = DdpCheckpointer(self.root,
+                             deletion_strategy=KeepStepIntervalStrategy(2, self.root))
+        self.save_steps(cp, range(1, 6))
+        self.assertEqual(stored_steps(self.root), [2, 4, 5])
+
+    def test_links_a_script_named_go_with_their_step(self):
+        cp = DdpCheckpointer(self.root, deletion_strategy=KeepLatestStepStrategy(1, self.root))
+        self.save_steps(cp, range(1, 4), lambda s: os.path.join(self.root, f"checkpoint-{s}.pt"))
+        self.assertEqual(stored_steps(self.root), [3])
+        self.assertEqual(sorted(n for n in os.listdir(self.root) if n.startswith("checkpoint")),
+                         ["checkpoint-3.pt"])
+        self.assertEqual(torch.load(os.path.join(self.root, "checkpoint-3.pt"))["step"], 3)
+
+    def test_sharded_steps_and_their_directory_links_are_deleted(self):
+        cp = ShardedCheckpointer(self.root,
+                                 deletion_strategy=KeepLatestStepStrategy(2, self.root))
+        self.save_steps(cp, range(1, 5))
+        self.assertEqual(stored_steps(self.root), [3, 4])
+        self.assertEqual(sorted(n for n in os.listdir(self.root) if n.isdigit()), ["3", "4"])
+        self.assertEqual(ShardedCheckpointer(self.root).load_checkpoint()["step"], 4)
+
+    def test_a_duck_typed_strategy_sees_each_older_step_once_and_never_the_newest(self):
+        seen = []
+
+        class Everything:  # DLRover's interface without its base class
+            def clean_up(self, step, delete_func):
+                seen.append(step)
+
+        cp = DdpCheckpointer(self.root, deletion_strategy=Everything())
+        self.save_steps(cp, range(1, 5))
+        self.assertEqual(seen, [1, 2, 3])
+        self.assertEqual(stored_steps(self.root), [1, 2, 3, 4])
+
+    def test_a_failing_strategy_is_a_warning_and_root_is_never_deleted(self):
+        root = self.root
+
+        class Reckless:
+            def clean_up(self, step, delete_func):
+                delete_func(os.path.dirname(root) if step == 1 else root)
+
+        cp = DdpCheckpointer(root, deletion_strategy=Reckless())
+        _, err = self.quietly(self.save_steps, cp, range(1, 4))
+        self.assertEqual(err.count("the deletion strategy failed on step"), 2, err)
+        self.assertIn("refusing to delete", err)
+        self.assertEqual(stored_steps(root), [1, 2, 3])
+
+    def test_what_an_interrupted_deletion_left_is_removed(self):
+        left = os.path.join(self.root, ".ftrun-step-1.deleted-1-2")
+        os.makedirs(os.path.join(left, "group-all"))
+        cp = DdpCheckpointer(self.root, deletion_strategy=KeepLatestStepStrategy(5, self.root))
+        self.save_steps(cp, [2])
+        self.assertFalse(os.path.exists(left))
+
+    def test_only_rank_0_deletes(self):
+        class Forbidden:
+            def clean_up(self, step, delete_func):
+                raise AssertionError("called")
+
+        with mock.patch.object(engine.Comm, "__init__", _rank(1)):
+            cp = DdpCheckpointer(self.root, deletion_strategy=Forbidden())
+        self.assertIsNone(cp._stored._retention)
+        for step in (1, 2, 3):  # written as rank 0 would have; rank 1 only looks
+            engine.save_one_copy(_Alone(), self.root, step, "rank_0.pt", training_state(step),
+                                 os.path.join(self.root, str(step), "rank_0.pt"))
+            cp._stored.written()
+        self.assertTrue(cp.wait_latest_checkpoint(timeout=0))
+        self.assertEqual(stored_steps(self.root), [1, 2, 3])
+
+
+class _Alone:
+    """engine.Comm of a job of one."""
+    active, rank, world_size = False, 0, 1
+
+    def all_ok(self, ok):
+        return ok
+
+
+def _rank(r):
+    def init(self, comm_backend=""):
+        self.active, self.rank, self.world_size, self._group = False, r, 2, None
+    return init
+
+
+class SignatureTest(TestCase):
+    def test_dlrovers_current_arguments_by_position_and_keyword(self):
+        DdpCheckpointer(self.root, 1, 1, "", None, 600, 0)
+        ShardedCheckpointer(self.root, "", None, 600)
+        _, err = self.quietly(DdpCheckpointer, self.root, replica_count=2, save_timeout=30)
+        self.assertIn("replica_count is ignored", err)
+        with self.assertRaisesRegex(ValueError, "custom storage"):
+            DdpCheckpointer(self.root, storage=object())
+
+    def test_wait_without_a_disk_save_returns_at_once(self):
+        self.assertTrue(DdpCheckpointer(self.root).wait_latest_checkpoint(timeout=0))
+        self.assertTrue(ShardedCheckpointer(self.root).wait_latest_checkpoint(timeout=0))
+        self.assertTrue(hasattr(megatron, "wait_latest_checkpoint"))
+
+
+@unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
+class UnderTheAgentTest(unittest.TestCase):
+    """The agent writes each DISK save after save_checkpoint returned: wait_latest_checkpoint
+    returns once the newest is stored, and the strategy then leaves the newest two."""
+
+    def test_the_wait_returns_with_the_newest_step_stored_and_older_ones_deleted(self):
+        root = tempfile.mkdtemp(prefix="ftrun-retention-")
+        self.addCleanup(shutil.rmtree, root, True)
+        steps = 5
+        env = dict(os.environ)
+        env.pop("FTRUN_CONTROL_SOCKET", None)
+        done = subprocess.run(
+            [FTRUN, "--standalone", "--nproc-per-node", "2", "--log-dir",
+             os.path.join(root, "logs"), "--no-python", "/usr/bin/python3", __file__, "rank",
+             root, str(steps), "2"], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True, timeout=150)
+        self.assertEqual(done.returncode, 0, done.stdout[-6000:])
+        results = {}
+        for r in (0, 1):
+            with open(os.path.join(root, f"rank-{r}.json")) as f:
+                results[r] = json.load(f)
+        self.assertEqual(results[0]["waited"], True, done.stdout[-4000:])
+        self.assertEqual(results[0]["tracker_after"], steps, "the wait returned early")
+        self.assertEqual(results[1]["waited"], True)
+        ckpt = os.path.join(root, "ckpt")
+        self.assertEqual(stored_steps(ckpt), [steps - 1, steps])
+        # The agent writes ftrun's snapshot layout (engine.load_file reads it and torch.save's).
+        self.assertEqual(engine.load_file(os.path.join(ckpt, str(steps), "rank_0.pt"))["step"],
+                         steps)
+        self.assertEqual(sorted(n for n in os.listdir(ckpt) if n.isdigit()),
+                         [str(steps - 1), str(steps)])
+
+
+def rank_main(root: str, steps: int, keep: int):
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    ckpt = os.path.join(root, "ckpt")
+    cp = DdpCheckpointer(ckpt, deletion_strategy=KeepLatestStepStrategy(keep, ckpt))
+    ballast = torch.zeros(4 << 20)  # 16 MiB: each write to storage takes a moment
+    for step in range(1, steps + 1):
+        ballast[0] = step
+        cp.save_checkpoint(step, {"step": step, "ballast": ballast},
+                           storage_type=StorageType.DISK)
+    before = os.path.exists(os.path.join(ckpt, engine.TRACKER_FILE_NAME)) and tracker(ckpt)
+    waited = cp.wait_latest_checkpoint(timeout=120)
+    after = tracker(ckpt) if dist.get_rank() == 0 else None
+    with open(os.path.join(root, f"rank-{dist.get_rank()}.json"), "w") as f:
+        json.dump({"waited": waited, "tracker_before": before, "tracker_after": after}, f)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "rank":
+        rank_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    else:
+        unittest.main()
