@@ -126,6 +126,42 @@ class WithoutFtrunTest(unittest.TestCase):
         self.assertTrue(torch.equal(model[0].weight, want))
 
 
+    def test_dlrovers_dist_ckpt_module_with_a_deletion_strategy(self):
+        """The import the DLRover guide's Megatron-LM example uses, with its signatures; a
+        deletion strategy removes old iterations with their iter_<N> links."""
+        import argparse
+        import inspect
+
+        import torch
+        from megatron import set_args
+        from ftrun.flash_checkpoint import megatron_dist_ckpt as flash
+        from ftrun.flash_checkpoint.storage import KeepLatestStepStrategy
+        self.assertEqual(list(inspect.signature(flash.save_checkpoint).parameters),
+                         ["iteration", "model", "optimizer", "opt_param_scheduler",
+                          "num_floating_point_operations_so_far", "storage_type",
+                          "comm_backend", "deletion_strategy", "save_timeout", "replica_count"])
+        self.assertEqual(list(inspect.signature(flash.load_checkpoint).parameters),
+                         ["model", "optimizer", "opt_param_scheduler", "load_arg", "strict",
+                          "comm_backend", "deletion_strategy", "save_timeout",
+                          "replica_count"])
+        ckpt = os.path.join(self.root, "dist")
+        set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=1))
+        model = [torch.nn.Linear(4, 2)]
+        self.assertEqual(flash.load_checkpoint(model, None, None), (0, 0), "nothing saved yet")
+        keep = KeepLatestStepStrategy(2, ckpt)
+        for it in range(1, 5):
+            with torch.no_grad():
+                model[0].weight.fill_(it)
+            self.assertTrue(flash.save_checkpoint(it, model, None, None, 0,
+                                                  deletion_strategy=keep))
+        self.assertTrue(flash.wait_latest_checkpoint(timeout=60))
+        self.assertEqual(sorted(n for n in os.listdir(ckpt) if n.startswith(("ftrun-step",
+                                                                             "iter_"))),
+                         ["ftrun-step-3", "ftrun-step-4", "iter_0000003", "iter_0000004"])
+        fresh = [torch.nn.Linear(4, 2)]
+        self.assertEqual(flash.load_checkpoint(fresh, None, None), (4, 0))
+        self.assertTrue(torch.equal(fresh[0].weight, model[0].weight))
+
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
 class MegatronFlashCheckpointTest(unittest.TestCase):
     clean = {}

@@ -73,16 +73,26 @@ class MegatronCheckpointer(ShardedCheckpointer):
     def shard_file_name(self) -> str:
         return MODEL_FILE
 
+    def step_companions(self, step: int) -> list:
+        return [_iter_dir(os.path.abspath(self.checkpoint_dir), step)]  # its links
+
 
 _checkpointers = {}
 
 
-def _checkpointer(checkpoint_dir: str, comm_backend: str) -> MegatronCheckpointer:
-    # One per directory: creating one is collective (every rank saves and loads in step).
+def _checkpointer(checkpoint_dir: str, comm_backend: str,
+                  deletion_strategy=None) -> MegatronCheckpointer:
+    # One per directory: creating one is collective (every rank saves and loads in step). The
+    # deletion strategy is the first one given (DLRover's one MegatronCheckpointer keeps the
+    # first call's, even None).
     key = (checkpoint_dir, comm_backend)
     if key not in _checkpointers:
-        _checkpointers[key] = MegatronCheckpointer(checkpoint_dir, comm_backend)
-    return _checkpointers[key]
+        _checkpointers[key] = MegatronCheckpointer(checkpoint_dir, comm_backend,
+                                                   deletion_strategy)
+    cp = _checkpointers[key]
+    if cp._rank == 0:
+        cp._stored.use_strategy(deletion_strategy)
+    return cp
 
 
 def _iter_dir(root: str, iteration: int) -> str:
@@ -121,12 +131,18 @@ def save_checkpoint(iteration, model, optimizer, opt_param_scheduler,
     save_timeout is DLRover's (ftrun waits FTRUN_SAVE_TIMEOUT for a busy buffer);
     replica_count is ignored (--flash-replicas). Returns False when the memory save was not
     taken (the message says why)."""
+    engine.accepted_options(storage, replica_count, "args.save")
+    return _save(iteration, model, optimizer, opt_param_scheduler,
+                 num_floating_point_operations_so_far, storage_type, comm_backend)
+
+
+def _save(iteration, model, optimizer, opt_param_scheduler, num_floating_point_operations_so_far,
+          storage_type, comm_backend, deletion_strategy=None):
     if storage_type not in (StorageType.MEMORY, StorageType.DISK):
         raise ValueError(f"No support storage type {storage_type}")
-    engine.accepted_options(storage, replica_count, "args.save")
     get_args, module = _megatron()
     root = os.path.abspath(get_args().save)
-    cp = _checkpointer(root, comm_backend)
+    cp = _checkpointer(root, comm_backend, deletion_strategy)
     iter_dir = _iter_dir(root, iteration)
     files = {}
 
@@ -193,9 +209,14 @@ def load_checkpoint(model, optimizer, opt_param_scheduler, load_arg="load", stri
     checkpoint Megatron-LM wrote itself still loads). storage, save_timeout, replica_count: as
     for save_checkpoint."""
     engine.accepted_options(storage, replica_count, "args.save")
+    return _load(model, optimizer, opt_param_scheduler, load_arg, strict, comm_backend)
+
+
+def _load(model, optimizer, opt_param_scheduler, load_arg, strict, comm_backend,
+          deletion_strategy=None):
     get_args, module = _megatron()
     root = os.path.abspath(getattr(get_args(), load_arg))
-    cp = _checkpointer(root, comm_backend)
+    cp = _checkpointer(root, comm_backend, deletion_strategy)
     shard = cp.load_checkpoint()
     if not cp._comm.all_ok(bool(shard)):
         if shard:  # (cannot happen: the ranks restore the same step or none)

@@ -95,10 +95,17 @@ class Stored:
     """A checkpointer's DISK saves after they returned: the step it may wait for (the newest
     that its agent writes in the background) and its deletion strategy (None: keep all)."""
 
-    def __init__(self, root: str, tracker: str, strategy):
+    def __init__(self, root: str, tracker: str, strategy, companions=None):
         self._root, self._tracker = root, tracker
         self._pending = None  # (step, AgentMemory) of the newest DISK save the agent writes
-        self._retention = Retention(root, tracker, strategy) if strategy is not None else None
+        self._companions = companions
+        self._retention = None
+        self.use_strategy(strategy)
+
+    def use_strategy(self, strategy):
+        """Applies `strategy` from now on, unless one is applied already (or it is None)."""
+        if strategy is not None and self._retention is None:
+            self._retention = Retention(self._root, self._tracker, strategy, self._companions)
 
     def written(self):
         """After a DISK save that was complete on storage when it returned."""
@@ -139,11 +146,13 @@ class Retention:
     any path that is a link into a stored checkpoint. The stored checkpoint of that step
     (<root>/ftrun-step-<step>/, only when older than the tracker's step) is first renamed
     out of the loaders' sight, then removed with `path` and the links directly under root
-    that point into it, off the training thread. Other paths are removed as DLRover's
+    that point into it, and companions(step) (the checkpointer's own paths of that step, e.g.
+    Megatron-LM's iter_<N>/ of links), off the training thread. Other paths are removed as DLRover's
     delete_func removes them; root and its parents never are. A failure is a warning."""
 
-    def __init__(self, root: str, tracker: str, strategy):
+    def __init__(self, root: str, tracker: str, strategy, companions=None):
         self._root = os.path.abspath(root)
+        self._companions = companions or (lambda step: [])
         self._tracker = tracker
         self._strategy = strategy
         self._given = set()
@@ -195,6 +204,11 @@ class Retention:
                 os.rename(stored, doomed)  # no loader sees a half-deleted checkpoint
                 self._doomed.append(doomed)
                 self._unlink_links_into(stored)
+            for companion in self._companions(step):
+                self._remove(companion)
+        self._remove(path)
+
+    def _remove(self, path: str):
         if os.path.islink(path) or os.path.isfile(path):
             os.unlink(path)
         elif os.path.isdir(path):

@@ -25,6 +25,10 @@ class ShardedCheckpointer:
     def shard_file_name(self) -> str:
         return f"rank_{self._rank}.pt"
 
+    def step_companions(self, step: int) -> list:
+        """Paths a deletion strategy removes with the stored step (megatron.py: iter_<N>)."""
+        return []
+
     def __init__(self, checkpoint_dir: str, comm_backend="", deletion_strategy=None,
                  save_timeout=600):
         self.checkpoint_dir = checkpoint_dir
@@ -33,7 +37,8 @@ class ShardedCheckpointer:
         self._group = engine.shard_group(self._rank)
         self._persist = False  # the newest save_checkpoint asked for DISK
         self._stored = engine.Stored(checkpoint_dir, self.tracker_name,
-                                     deletion_strategy if self._rank == 0 else None)
+                                     deletion_strategy if self._rank == 0 else None,
+                                     self.step_companions)
 
     def register_fault_save(self, state_fn, path=None):
         """An ftrun extension, as DdpCheckpointer.register_fault_save: the fault-time save
