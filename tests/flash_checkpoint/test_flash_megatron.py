@@ -161,6 +161,22 @@ class WithoutFtrunTest(unittest.TestCase):
         fresh = [torch.nn.Linear(4, 2)]
         self.assertEqual(flash.load_checkpoint(fresh, None, None), (4, 0))
         self.assertTrue(torch.equal(fresh[0].weight, model[0].weight))
+        # A strategy naming Megatron-LM's iter_<N> directories (given to the load only).
+
+        class ByIterDir:
+            def clean_up(self, step, delete_func):
+                delete_func(os.path.join(other, f"iter_{step:07d}"))
+
+        other = os.path.join(self.root, "dist2")
+        set_args(argparse.Namespace(save=other, load=other, tensor_model_parallel_size=1))
+        self.assertEqual(flash.load_checkpoint(model, None, None, deletion_strategy=ByIterDir()),
+                         (0, 0))
+        for it in range(1, 4):
+            self.assertTrue(flash.save_checkpoint(it, model, None, None, 0))
+        self.assertTrue(flash.wait_latest_checkpoint())  # and the deletions are done
+        self.assertEqual(sorted(n for n in os.listdir(other) if n.startswith(("ftrun-step",
+                                                                              "iter_"))),
+                         ["ftrun-step-3", "iter_0000003"])
 
 @unittest.skipUnless(os.access(FTRUN, os.X_OK), f"no ftrun binary at {FTRUN}")
 class MegatronFlashCheckpointTest(unittest.TestCase):

@@ -110,6 +110,66 @@ class DeletionTest(TestCase):
         self.save_steps(cp, [2])
         self.assertFalse(os.path.exists(left))
 
+    def test_a_tracker_left_higher_by_an_earlier_run_deletes_nothing_of_this_run(self):
+        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME), "w") as f:
+            f.write("5000\n")  # e.g. a DLRover run in the same directory; never lowered
+        cp = DdpCheckpointer(self.root, deletion_strategy=KeepLatestStepStrategy(1, self.root))
+        self.save_steps(cp, [100, 200, 300])
+        self.assertEqual(stored_steps(self.root), [300])
+        self.assertEqual(DdpCheckpointer(self.root).load_checkpoint()["step"], 300)
+
+    def test_older_history_is_kept_and_the_newest_before_the_run_is_given(self):
+        self.save_steps(DdpCheckpointer(self.root), [1, 2])  # an earlier run, no strategy
+        seen = []
+
+        class Recording(KeepLatestStepStrategy):
+            def clean_up(self, step, delete_func):
+                seen.append(step)
+                super().clean_up(step, delete_func)
+
+        cp = DdpCheckpointer(self.root, deletion_strategy=Recording(1, self.root))
+        self.save_steps(cp, [10, 11])
+        self.assertEqual(seen, [2, 10], "DLRover gives the step before each new one")
+        self.assertEqual(stored_steps(self.root), [1, 11])
+
+    def test_a_root_reached_through_a_link_and_spelled_either_way(self):
+        real = os.path.join(self.root, "real")
+        os.makedirs(real)
+        link = os.path.join(self.root, "link")
+        os.symlink(real, link)
+        cp = ShardedCheckpointer(link, deletion_strategy=KeepLatestStepStrategy(1, real))
+        self.save_steps(cp, [1, 2, 3])
+        self.assertEqual(stored_steps(real), [3])
+        self.assertEqual(ShardedCheckpointer(link).load_checkpoint()["step"], 3)
+
+    def test_dlrovers_storage_objects_carry_their_strategy(self):
+        class PosixStorageWithDeletion:  # DLRover's class, by its name and attribute
+            def __init__(self, strategy):
+                self._deletion_strategy = strategy
+
+        class PosixDiskStorage:
+            pass
+
+        cp = DdpCheckpointer(self.root, storage=PosixStorageWithDeletion(
+            KeepLatestStepStrategy(1, self.root)))
+        self.save_steps(cp, [1, 2])
+        self.assertEqual(stored_steps(self.root), [2])
+        DdpCheckpointer(self.root, storage=PosixDiskStorage())
+        with self.assertRaisesRegex(ValueError, "custom storage"):
+            DdpCheckpointer(self.root, storage=object())
+
+    def test_the_newest_step_is_refused_to_a_strategy_that_asks(self):
+        class Greedy:
+            def clean_up(self, step, delete_func):
+                delete_func(os.path.join(root, str(step + 1)))  # the next: the newest at last
+
+        root = self.root
+        cp = DdpCheckpointer(root, deletion_strategy=Greedy())
+        _, err = self.quietly(self.save_steps, cp, [1, 2, 3])
+        self.assertIn("refusing to delete step 2: it is the newest", err)
+        self.assertIn("refusing to delete step 3: it is the newest", err)
+        self.assertEqual(stored_steps(root), [1, 2, 3])
+
     def test_only_rank_0_deletes(self):
         class Forbidden:
             def clean_up(self, step, delete_func):
@@ -121,7 +181,7 @@ class DeletionTest(TestCase):
         for step in (1, 2, 3):  # written as rank 0 would have; rank 1 only looks
             engine.save_one_copy(_Alone(), self.root, step, "rank_0.pt", training_state(step),
                                  os.path.join(self.root, str(step), "rank_0.pt"))
-            cp._stored.written()
+            cp._stored.written(step)
         self.assertTrue(cp.wait_latest_checkpoint(timeout=0))
         self.assertEqual(stored_steps(self.root), [1, 2, 3])
 

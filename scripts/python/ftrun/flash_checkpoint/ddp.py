@@ -22,7 +22,8 @@ class DdpCheckpointer:
 
     Create it on every rank, after torch.distributed is initialised (without it, the process
     is a job of one). The arguments are DLRover's (since its 0.3.7; `storage`, of earlier
-    versions, by keyword). local_shard_num and global_shard_num: only their defaults are
+    versions, by keyword: DLRover's PosixDiskStorage or PosixStorageWithDeletion, whose
+    strategy is then used). local_shard_num and global_shard_num: only their defaults are
     supported (state that differs per rank belongs in
     ftrun.flash_checkpoint.sharded.ShardedCheckpointer). comm_backend: the backend of the
     small group the checkpointer synchronises on (default gloo). deletion_strategy: which
@@ -34,7 +35,8 @@ class DdpCheckpointer:
     def __init__(self, checkpoint_dir: str, local_shard_num=1, global_shard_num=1,
                  comm_backend="", deletion_strategy=None, save_timeout=600, replica_count=0,
                  *, storage=None):
-        engine.accepted_options(storage, replica_count, "checkpoint_dir")
+        deletion_strategy = deletion_strategy or engine.accepted_options(
+            storage, replica_count, "checkpoint_dir")
         if local_shard_num != 1 or global_shard_num != 1:
             raise ValueError("state that differs per rank: use ftrun.flash_checkpoint.sharded."
                              "ShardedCheckpointer (local_shard_num/global_shard_num must be 1)")
@@ -102,7 +104,7 @@ class DdpCheckpointer:
             path = self._path(step, path)
             engine.save_one_copy(self._comm, self.checkpoint_dir, step, os.path.basename(path),
                                  state_dict, path)
-            self._stored.written()
+            self._stored.written(step)
             return True
         if self._local_rank != 0:
             return True  # one copy per node: local rank 0's

@@ -73,14 +73,19 @@ def absolute(path: str) -> str:
 
 
 def accepted_options(storage, replica_count, where: str):
-    """DLRover's checkpointer options that ftrun takes without using: a custom storage is
-    refused, replica_count is ignored with a message."""
+    """DLRover's checkpointer options that ftrun takes without using them as DLRover does: a
+    storage must be DLRover's disk storage (its deletion strategy, if any, is returned: else
+    None), replica_count is ignored with a message."""
+    strategy = None
     if storage is not None:
-        raise ValueError(f"ftrun's flash checkpoint writes to the file system of {where}; a "
-                         "custom storage is not supported")
+        if type(storage).__name__ not in ("PosixDiskStorage", "PosixStorageWithDeletion"):
+            raise ValueError(f"ftrun's flash checkpoint writes to the file system of {where}; "
+                             f"a custom storage ({type(storage).__name__}) is not supported")
+        strategy = getattr(storage, "_deletion_strategy", None)
     if replica_count:
         warn_once("replica_count", "replica_count is ignored: copies on other nodes are set "
                   "with ftrun's --flash-replicas")
+    return strategy
 
 
 def disk_instead_of_memory(why: str):

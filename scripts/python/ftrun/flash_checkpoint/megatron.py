@@ -83,8 +83,9 @@ _checkpointers = {}
 def _checkpointer(checkpoint_dir: str, comm_backend: str,
                   deletion_strategy=None) -> MegatronCheckpointer:
     # One per directory: creating one is collective (every rank saves and loads in step). The
-    # deletion strategy is the first one given (DLRover's one MegatronCheckpointer keeps the
-    # first call's, even None).
+    # deletion strategy is the first one given to a save or load (DLRover's one
+    # MegatronCheckpointer keeps the first call's, even None: a strategy given only to later
+    # calls would be lost there).
     key = (checkpoint_dir, comm_backend)
     if key not in _checkpointers:
         _checkpointers[key] = MegatronCheckpointer(checkpoint_dir, comm_backend,
@@ -127,13 +128,15 @@ def save_checkpoint(iteration, model, optimizer, opt_param_scheduler,
 
     MEMORY: each rank's files go to its agent's memory (elsewhere: a synchronous disk save).
     DISK: also to storage as ShardedCheckpointer.save_checkpoint says, with Megatron-LM's
-    tracker and iter_<N>/mp_rank_XX names (the module docstring). storage must be None;
+    tracker and iter_<N>/mp_rank_XX names (the module docstring). storage must be None or
+    DLRover's disk storage (a PosixStorageWithDeletion's strategy is used, as
+    megatron_dist_ckpt's deletion_strategy);
     save_timeout is DLRover's (ftrun waits FTRUN_SAVE_TIMEOUT for a busy buffer);
     replica_count is ignored (--flash-replicas). Returns False when the memory save was not
     taken (the message says why)."""
-    engine.accepted_options(storage, replica_count, "args.save")
+    strategy = engine.accepted_options(storage, replica_count, "args.save")
     return _save(iteration, model, optimizer, opt_param_scheduler,
-                 num_floating_point_operations_so_far, storage_type, comm_backend)
+                 num_floating_point_operations_so_far, storage_type, comm_backend, strategy)
 
 
 def _save(iteration, model, optimizer, opt_param_scheduler, num_floating_point_operations_so_far,
@@ -208,15 +211,17 @@ def load_checkpoint(model, optimizer, opt_param_scheduler, load_arg="load", stri
     checkpoint of ftrun's is under the directory, Megatron-LM's loader runs as it is (a
     checkpoint Megatron-LM wrote itself still loads). storage, save_timeout, replica_count: as
     for save_checkpoint."""
-    engine.accepted_options(storage, replica_count, "args.save")
-    return _load(model, optimizer, opt_param_scheduler, load_arg, strict, comm_backend)
+    strategy = engine.accepted_options(storage, replica_count, "args.save")
+    return _load(model, optimizer, opt_param_scheduler, load_arg, strict, comm_backend, strategy)
 
 
 def _load(model, optimizer, opt_param_scheduler, load_arg, strict, comm_backend,
           deletion_strategy=None):
     get_args, module = _megatron()
+    if deletion_strategy is not None:  # it applies to args.save, as DLRover's
+        _checkpointer(os.path.abspath(get_args().save), comm_backend, deletion_strategy)
     root = os.path.abspath(getattr(get_args(), load_arg))
-    cp = _checkpointer(root, comm_backend, deletion_strategy)
+    cp = _checkpointer(root, comm_backend)
     shard = cp.load_checkpoint()
     if not cp._comm.all_ok(bool(shard)):
         if shard:  # (cannot happen: the ranks restore the same step or none)

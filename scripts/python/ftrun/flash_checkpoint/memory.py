@@ -377,7 +377,7 @@ class AgentMemory:
         succeeded since, else None (also when the agent cannot be asked)."""
         try:
             answer, fd = self.request({"type": "snapshot_steps", "group": "", "root": root},
-                                      timeout=10.0)
+                                      timeout=2.0)
         except OSError:
             return None
         if fd >= 0:

@@ -4,11 +4,16 @@ deleting older checkpoints by a deletion strategy (their deletion_strategy argum
 DLRover's KeepLatestStepStrategy and KeepStepIntervalStrategy).
 
 Under an ftrun agent a DISK save returns once the state is in the agent's memory; the agent
-writes it to storage in the background and records the step in the tracker
-(<checkpoint_dir>/dlrover_latest.txt) once the checkpoint is complete. Both read that tracker.
-A strategy is given each complete step older than the one the tracker names, once, oldest
-first, as DLRover's agent gives it the step before each new one; it never sees the newest.
-Thread: the training thread (a strategy's deletions finish on a thread of their own).
+writes it to storage in the background: the step's checkpoint <checkpoint_dir>/ftrun-step-<S>/
+appears whole (renamed into place), then the tracker (dlrover_latest.txt) names it.
+
+A strategy is given steps as DLRover's agent gives them: each time one of this checkpointer's
+DISK saves is stored, the step that was the newest before it (first the newest stored step
+found when the checkpointer was made, then this run's, in the order they were saved), once;
+never the newest, never one being written, never older history. DLRover takes the step before
+each commit from its tracker; ftrun's tracker is never lowered, so the stored directories are
+what counts. Thread: the training thread (a strategy's deletions finish on a thread of their
+own).
 """
 import os
 import re
@@ -31,17 +36,23 @@ def tracked(root: str, tracker: str) -> int:
         return -1
 
 
+def is_stored(root: str, tracker: str, step: int) -> bool:
+    """The checkpoint of `step` is complete under root and the tracker names it or a newer one
+    (a tracker left by an earlier run with higher steps is not enough alone)."""
+    return tracked(root, tracker) >= step and os.path.isdir(checkpoint.final_dir(root, step))
+
+
 def wait(root: str, tracker: str, step: int, timeout: float, failed=None) -> bool:
-    """Waits until the tracker under root records `step` or a newer one: True, else False
-    after `timeout` seconds or as soon as failed() names why the step will not be stored
-    (each said on stderr). failed() is asked at most every half second."""
+    """Waits until `step` is stored under root (is_stored): True, else False after `timeout`
+    seconds or as soon as failed() names why it will not be (each said on stderr). failed()
+    is asked at most every half second."""
     deadline = time.monotonic() + max(0.0, float(timeout))
     delay, asked = 0.005, 0.0
-    while tracked(root, tracker) < step:
+    while not is_stored(root, tracker, step):
         now = time.monotonic()
         if failed is not None and now - asked >= 0.5:
-            asked = now
             why = failed()
+            asked = time.monotonic()
             if why:
                 print(f"ftrun: step {step} is not on storage: {why}", file=sys.stderr,
                       flush=True)
@@ -93,10 +104,11 @@ class KeepLatestStepStrategy(CheckpointDeletionStrategy):
 
 class Stored:
     """A checkpointer's DISK saves after they returned: the step it may wait for (the newest
-    that its agent writes in the background) and its deletion strategy (None: keep all)."""
+    that its agent writes in the background) and its deletion strategy (None: keep all).
+    root is resolved once, here: a later chdir of the script changes nothing."""
 
     def __init__(self, root: str, tracker: str, strategy, companions=None):
-        self._root, self._tracker = root, tracker
+        self._root, self._tracker = os.path.abspath(root), tracker
         self._pending = None  # (step, AgentMemory) of the newest DISK save the agent writes
         self._companions = companions
         self._retention = None
@@ -105,29 +117,29 @@ class Stored:
     def use_strategy(self, strategy):
         """Applies `strategy` from now on, unless one is applied already (or it is None)."""
         if strategy is not None and self._retention is None:
-            self._retention = Retention(self._root, self._tracker, strategy, self._companions)
+            self._retention = Retention(self._root, strategy, self._companions)
 
-    def written(self):
-        """After a DISK save that was complete on storage when it returned."""
+    def written(self, step: int):
+        """After a DISK save of `step` that was complete on storage when it returned."""
         self._pending = None
-        self.tick()
+        self._saved(step)
 
     def writing(self, step: int, mem):
         """After a DISK save of `step` that the agent (mem: engine's AgentMemory) writes."""
         self._pending = (step, mem)
-        self.tick()
+        self._saved(step)
 
-    def tick(self):
+    def _saved(self, step: int):
         if self._retention is not None:
+            self._retention.saved(step)
             self._retention.tick()
 
     def wait(self, timeout: float) -> bool:
         ok = True
         if self._pending is not None:
             step, mem = self._pending
-            root = os.path.abspath(self._root)
-            ok = wait(root, self._tracker, step, timeout,
-                      lambda: mem.persist_failure(root, step))
+            ok = wait(self._root, self._tracker, step, timeout,
+                      lambda: mem.persist_failure(self._root, step))
             if ok:
                 self._pending = None
         if self._retention is not None:
@@ -137,51 +149,70 @@ class Stored:
 
 
 _DELETED = re.compile(r"^\.ftrun-step-\d+\.deleted-")
+_STEP_NAMES = (re.compile(r"^(\d+)$"), checkpoint._FINAL,
+               re.compile(r"^iter_(\d{7})$"))  # DLRover's <step>, ftrun's, Megatron-LM's
+
+
+def stored_steps(root: str) -> set:
+    """The steps whose checkpoint is complete under root."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return set()
+    return {int(m.group(1)) for n in names if (m := checkpoint._FINAL.match(n))}
 
 
 class Retention:
     """Applies a deletion strategy to the checkpoints under root (one process per job: rank 0).
 
-    delete_func(path), as the strategy calls it: path is <root>/<step> (DLRover's layout), or
-    any path that is a link into a stored checkpoint. The stored checkpoint of that step
-    (<root>/ftrun-step-<step>/, only when older than the tracker's step) is first renamed
-    out of the loaders' sight, then removed with `path` and the links directly under root
-    that point into it, and companions(step) (the checkpointer's own paths of that step, e.g.
-    Megatron-LM's iter_<N>/ of links), off the training thread. Other paths are removed as DLRover's
-    delete_func removes them; root and its parents never are. A failure is a warning."""
+    delete_func(path), as the strategy calls it: path names a step under root (<root>/<step>,
+    DLRover's layout; ftrun-step-<step>; Megatron-LM's iter_<7 digits>) or is a link into a
+    stored checkpoint. That step's checkpoint (<root>/ftrun-step-<step>/) is first renamed out
+    of the loaders' sight, then removed with `path`, the links directly under root that point
+    into it and companions(step) (the checkpointer's own paths of the step, e.g. Megatron-LM's
+    iter_<N>/ of links), off the training thread. The newest step and steps being written are
+    refused; other paths are removed as DLRover's delete_func removes them; root and the
+    directories above it never are (compared resolved). A refusal or failure is a warning."""
 
-    def __init__(self, root: str, tracker: str, strategy, companions=None):
-        self._root = os.path.abspath(root)
-        self._companions = companions or (lambda step: [])
-        self._tracker = tracker
+    def __init__(self, root: str, strategy, companions=None):
+        self._root = os.path.realpath(root)
         self._strategy = strategy
-        self._given = set()
-        self._newest = -1
+        self._companions = companions or (lambda step: [])
+        before = stored_steps(self._root)
+        self._chain = [max(before)] if before else []  # each the newest in turn
+        self._given = 0
+        self._mine = []  # this run's DISK saves not seen stored yet, in order
         self._doomed = []
         self._thread = None
         self._swept = False  # leftovers of deletions an earlier process did not finish
 
+    def saved(self, step: int):
+        self._mine.append(int(step))
+
     def tick(self):
-        """Gives the strategy the complete steps older than the tracker's it has not seen."""
-        self._newest = tracked(self._root, self._tracker)
-        if self._newest < 0:
-            return
-        try:
-            names = os.listdir(self._root)
-        except OSError:
-            return
-        steps = sorted(int(m.group(1)) for n in names if (m := checkpoint._FINAL.match(n)))
+        """Gives the strategy each step that stopped being the newest since the last tick."""
+        stored = stored_steps(self._root)
+        # Saves are written in order: one not stored before a later one that is has failed.
+        last = max((i for i, s in enumerate(self._mine) if s in stored), default=-1)
+        for step in self._mine[:last + 1]:
+            if step in stored and (not self._chain or self._chain[-1] != step):
+                self._chain.append(step)
+        del self._mine[:last + 1]
         if not self._swept:
             self._swept = True
+            try:
+                names = os.listdir(self._root)
+            except OSError:
+                names = []
             self._doomed.extend(os.path.join(self._root, n) for n in names if _DELETED.match(n))
-        for step in steps:
-            if step < self._newest and step not in self._given:
-                self._given.add(step)
-                try:
-                    self._strategy.clean_up(step, self._delete)
-                except Exception as e:  # noqa: BLE001 (the script's strategy: training goes on)
-                    print(f"ftrun: the deletion strategy failed on step {step}: {e!r}",
-                          file=sys.stderr, flush=True)
+        while self._given < len(self._chain) - 1:
+            step = self._chain[self._given]
+            self._given += 1
+            try:
+                self._strategy.clean_up(step, self._delete)
+            except Exception as e:  # noqa: BLE001 (the script's strategy: training goes on)
+                print(f"ftrun: the deletion strategy failed on step {step}: {e!r}",
+                      file=sys.stderr, flush=True)
         self._start()
 
     def join(self):
@@ -193,10 +224,15 @@ class Retention:
 
     def _delete(self, path):
         path = os.path.abspath(str(path))
-        if self._root == path or self._root.startswith(path.rstrip("/") + "/"):
+        real = os.path.realpath(path)
+        if not os.path.islink(path) and (real == self._root or
+                                         self._root.startswith(real.rstrip("/") + "/")):
             raise ValueError(f"refusing to delete {path}: it holds the checkpoint directory")
         step = self._step_of(path)
-        if step is not None and step < self._newest:
+        if step is not None:
+            if step == self._chain[-1] or step in self._mine:
+                raise ValueError(f"refusing to delete step {step}: it is the newest or still "
+                                 "being written")
             stored = checkpoint.final_dir(self._root, step)
             if os.path.isdir(stored):
                 doomed = os.path.join(self._root, f".ftrun-step-{step}.deleted-{os.getpid()}-"
@@ -215,19 +251,26 @@ class Retention:
             self._doomed.append(path)
 
     def _step_of(self, path: str):
+        """The step `path` names under root, or None."""
         if os.path.islink(path):
-            target = os.path.relpath(os.path.realpath(path), self._root)
-            m = checkpoint._FINAL.match(target.split(os.sep)[0])
-            return int(m.group(1)) if m else None
+            first = os.path.relpath(os.path.realpath(path), self._root).split(os.sep)[0]
+            m = checkpoint._FINAL.match(first)
+            if m:
+                return int(m.group(1))
         parent, name = os.path.split(path)
-        return int(name) if parent == self._root and name.isdigit() else None
+        if os.path.realpath(parent) != self._root:
+            return None
+        for pattern in _STEP_NAMES:
+            if m := pattern.match(name):
+                return int(m.group(1))
+        return None
 
     def _unlink_links_into(self, stored: str):
         inside = stored + os.sep
         with os.scandir(self._root) as entries:
             for e in entries:
-                if e.is_symlink() and (os.path.normpath(
-                        os.path.join(self._root, os.readlink(e.path))) + os.sep).startswith(inside):
+                if e.is_symlink() and (os.path.realpath(os.path.join(
+                        self._root, os.readlink(e.path))) + os.sep).startswith(inside):
                     os.unlink(e.path)
 
     def _start(self):

@@ -97,7 +97,8 @@ class ShardedCheckpointer:
                 taken = engine.save_to_memory(mem, step, state_dict(), self._group,
                                               self._comm.world_size,
                                               self._target(step, given), disk)
-                if disk and taken:
+                # The agent writes the step once every rank's shard is in (none refused busy).
+                if disk and self._comm.all_ok(taken):
                     self._stored.writing(step, mem)
                 return taken
             try:
@@ -110,7 +111,7 @@ class ShardedCheckpointer:
                                               False)
         engine.save_shards(self._comm, self.checkpoint_dir, step, name, state_dict, path,
                            self.tracker_name)
-        self._stored.written()
+        self._stored.written(step)
         return taken
 
     def wait_latest_checkpoint(self, timeout=1800):
