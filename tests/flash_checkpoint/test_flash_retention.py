@@ -248,6 +248,51 @@ class UnderTheAgentTest(unittest.TestCase):
                          [str(steps - 1), str(steps)])
 
 
+    def test_a_sharded_step_one_rank_failed_to_save_is_not_waited_for(self):
+        """Two ranks of a sharded job on one node: rank 1's state function raises at the last
+        step, 3. Both learn that it is not saved (False, or the exception), the agent writes
+        steps 1 and 2, and the wait returns with 2 stored (waiting for 3 would never end)."""
+        root = tempfile.mkdtemp(prefix="ftrun-retention-sharded-")
+        self.addCleanup(shutil.rmtree, root, True)
+        env = dict(os.environ)
+        env.pop("FTRUN_CONTROL_SOCKET", None)
+        done = subprocess.run(
+            [FTRUN, "--standalone", "--nproc-per-node", "2", "--log-dir",
+             os.path.join(root, "logs"), "--no-python", "/usr/bin/python3", __file__, "sharded",
+             root, "3", "3"], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, timeout=150)
+        self.assertEqual(done.returncode, 0, done.stdout[-6000:])
+        for r, last in ((0, False), (1, "raised")):
+            with open(os.path.join(root, f"rank-{r}.json")) as f:
+                got = json.load(f)
+            self.assertEqual(got["saves"], [True, True, last], done.stdout[-4000:])
+            self.assertEqual(got["waited"], True, done.stdout[-4000:])
+            self.assertEqual(got["tracker_after"], 2)
+        self.assertEqual(stored_steps(os.path.join(root, "ckpt")), [1, 2])
+
+
+def sharded_main(root: str, steps: int, failing_step: int):
+    import torch.distributed as dist
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    ckpt = os.path.join(root, "ckpt")
+    cp = ShardedCheckpointer(ckpt)
+    saves = []
+    for step in range(1, steps + 1):
+        def state(step=step):
+            if rank == 1 and step == failing_step:
+                raise RuntimeError("no state this time")
+            return {"step": step, "w": torch.full((4,), float(rank))}
+        try:
+            saves.append(cp.save_checkpoint(step, state, storage_type=StorageType.DISK))
+        except RuntimeError:
+            saves.append("raised")
+    waited = cp.wait_latest_checkpoint(timeout=20)  # the agent writes steps in milliseconds
+    with open(os.path.join(root, f"rank-{rank}.json"), "w") as f:
+        json.dump({"saves": saves, "waited": waited, "tracker_after": tracker(ckpt)}, f)
+    dist.destroy_process_group()
+
+
 def rank_main(root: str, steps: int, keep: int):
     import torch.distributed as dist
     dist.init_process_group("gloo")
@@ -269,5 +314,7 @@ def rank_main(root: str, steps: int, keep: int):
 if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "rank":
         rank_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
+    elif len(sys.argv) == 5 and sys.argv[1] == "sharded":
+        sharded_main(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]))
     else:
         unittest.main()

@@ -77,7 +77,8 @@ class ShardedCheckpointer:
         writes the step's checkpoint in the background once all shards are in, and with
         ranks on several nodes the ranks also write it synchronously (every rank returns when
         every shard is complete). Elsewhere both kinds are synchronous disk saves. Returns
-        False when the memory save was not taken (the message says why). state_dict may be a
+        False when the memory save was not taken (the message says why), for DISK on one node
+        when any rank's was not. state_dict may be a
         function of no arguments returning the shard (every rank calls its own, once; where the
         ranks write to disk together, its failure on one rank fails the save on every rank)."""
         if storage_type not in (StorageType.MEMORY, StorageType.DISK):
@@ -93,14 +94,23 @@ class ShardedCheckpointer:
         one_node = engine.node_holds_every_rank(self._comm)
         taken = True
         if mem is not None:
-            if not disk or one_node:  # no agreement of the ranks: a failure is this rank's
-                taken = engine.save_to_memory(mem, step, state_dict(), self._group,
-                                              self._comm.world_size,
-                                              self._target(step, given), disk)
-                # The agent writes the step once every rank's shard is in (none refused busy).
-                if disk and self._comm.all_ok(taken):
-                    self._stored.writing(step, mem)
-                return taken
+            if not disk:  # no agreement of the ranks: a failure is this rank's
+                return engine.save_to_memory(mem, step, state_dict(), self._group,
+                                             self._comm.world_size, self._target(step, given),
+                                             False)
+            if one_node:
+                taken = agreed = False
+                try:
+                    taken = engine.save_to_memory(mem, step, state_dict(), self._group,
+                                                  self._comm.world_size,
+                                                  self._target(step, given), True)
+                finally:
+                    # The agent writes the step once every rank's shard is in: none refused
+                    # (busy) and no state function raised (reached as that rank raises).
+                    agreed = self._comm.all_ok(taken)
+                    if agreed:
+                        self._stored.writing(step, mem)
+                return agreed
             try:
                 state = state_dict()
             except BaseException:  # noqa: BLE001 (raised again in save_shards' agreement)
