@@ -141,5 +141,35 @@ TEST_F(FlashPersistTest, AFailedPersistIsTriedAgainAtExit) {
   EXPECT_FALSE(fs::exists(to.root));
 }
 
+TEST_F(FlashPersistTest, AFailedWriteIsAnsweredForItsDirectoryUntilANewerOneSucceeds) {
+  auto failure = [&](const std::string& root) {
+    v1::ControlSnapshotSteps r;
+    r.set_id(99);
+    r.set_root(root);
+    service().Steps(0, r);
+    return sent_.back();
+  };
+  Target to = TargetIn("blocked");
+  const std::string dir = to.root;
+  std::ofstream(dir) << "a file where the checkpoint directory should be";
+  to.root += "/ckpt";
+  to.persist = true;
+  Save(0, 3, "three", "", to);
+  ASSERT_TRUE(Persisted());
+  const Sent& failed = failure(to.root);
+  EXPECT_EQ(failed.at("persist_failed_step").number_value(), 3);
+  EXPECT_NE(failed.at("persist_error").string_value().find(dir), std::string::npos)
+      << failed.at("persist_error").string_value();
+  EXPECT_FALSE(failure(TargetIn("elsewhere").root).json.fields().contains("persist_failed_step"))
+      << "another directory's writes failed nothing";
+  EXPECT_FALSE(failure("").json.fields().contains("persist_failed_step")) << "no root asked";
+
+  fs::remove(dir);  // the directory can be made now: step 4 is stored
+  Save(0, 4, "four", "", to);
+  ASSERT_TRUE(Persisted());
+  ASSERT_TRUE(fs::exists(to.root + "/ftrun-step-4"));
+  EXPECT_FALSE(failure(to.root).json.fields().contains("persist_failed_step"));
+}
+
 }  // namespace
 }  // namespace ftrun::launcher
