@@ -109,6 +109,9 @@ class DeletionTest(TestCase):
         cp = DdpCheckpointer(self.root, deletion_strategy=KeepLatestStepStrategy(5, self.root))
         self.save_steps(cp, [2])
         self.assertFalse(os.path.exists(left))
+        os.makedirs(os.path.join(left, "group-all"))
+        DdpCheckpointer(self.root).load_checkpoint()  # a load removes it too, strategy or not
+        self.assertFalse(os.path.exists(left))
 
     def test_a_tracker_left_higher_by_an_earlier_run_deletes_nothing_of_this_run(self):
         with open(os.path.join(self.root, engine.TRACKER_FILE_NAME), "w") as f:
@@ -208,6 +211,12 @@ class SignatureTest(TestCase):
         self.assertIn("replica_count is ignored", err)
         with self.assertRaisesRegex(ValueError, "custom storage"):
             DdpCheckpointer(self.root, storage=object())
+
+    def test_dlrovers_checkpointer_module(self):
+        from ftrun.flash_checkpoint import checkpointer
+        self.assertIs(checkpointer.StorageType, StorageType)  # DLRover's mnist example's import
+        self.assertIsInstance(DdpCheckpointer(self.root), checkpointer.Checkpointer)
+        self.assertIsInstance(ShardedCheckpointer(self.root), checkpointer.Checkpointer)
 
     def test_wait_without_a_disk_save_returns_at_once(self):
         self.assertTrue(DdpCheckpointer(self.root).wait_latest_checkpoint(timeout=0))

@@ -5,6 +5,7 @@ import os
 from .. import checkpoint
 from ..checkpoint import CheckpointError
 from . import engine
+from .checkpointer import Checkpointer
 from .engine import StorageType
 
 __all__ = ["DdpCheckpointer", "StorageType"]
@@ -17,7 +18,7 @@ def _default_path(root: str, step: int) -> str:
     return f"{root}{'' if not root or root.endswith('/') else '/'}{step}/{_FILE}"
 
 
-class DdpCheckpointer:
+class DdpCheckpointer(Checkpointer):
     """Saves and loads the state of a data-parallel job under checkpoint_dir.
 
     Create it on every rank, after torch.distributed is initialised (without it, the process
@@ -127,7 +128,10 @@ class DdpCheckpointer:
     def load_checkpoint(self, resume_path=""):
         """The newest complete state dict under checkpoint_dir (the same step on every rank),
         or {} when there is none. resume_path: a checkpoint file or ftrun checkpoint
-        directory to load instead."""
+        directory to load instead. Rank 0 first removes what an interrupted deletion left
+        (engine.discard_staged)."""
+        if self._rank == 0:
+            engine.discard_staged(self.checkpoint_dir)
         if resume_path:
             return _load_path(resume_path)
         step, state = engine.restore_from_memory(self._comm, self.checkpoint_dir, "",

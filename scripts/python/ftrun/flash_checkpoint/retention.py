@@ -148,7 +148,8 @@ class Stored:
         return ok
 
 
-_DELETED = re.compile(r"^\.ftrun-step-\d+\.deleted-")
+# A stored checkpoint renamed for deletion (loaders never read names starting with a dot).
+DELETED = re.compile(r"^\.ftrun-step-\d+\.deleted-")
 _STEP_NAMES = (re.compile(r"^(\d+)$"), checkpoint._FINAL,
                re.compile(r"^iter_(\d{7})$"))  # DLRover's <step>, ftrun's, Megatron-LM's
 
@@ -204,7 +205,7 @@ class Retention:
                 names = os.listdir(self._root)
             except OSError:
                 names = []
-            self._doomed.extend(os.path.join(self._root, n) for n in names if _DELETED.match(n))
+            self._doomed.extend(os.path.join(self._root, n) for n in names if DELETED.match(n))
         while self._given < len(self._chain) - 1:
             step = self._chain[self._given]
             self._given += 1

@@ -5,12 +5,13 @@ import os
 
 from .. import control
 from . import engine
+from .checkpointer import Checkpointer
 from .engine import StorageType, WorldSizeError
 
 __all__ = ["ShardedCheckpointer", "StorageType", "WorldSizeError"]
 
 
-class ShardedCheckpointer:
+class ShardedCheckpointer(Checkpointer):
     """Saves and loads one shard per rank under checkpoint_dir.
 
     Create it on every rank, after torch.distributed is initialised. Rank r restores the shard

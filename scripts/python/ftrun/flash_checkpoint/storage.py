@@ -21,8 +21,8 @@ from .. import checkpoint
 from ..checkpoint import CheckpointError
 from . import snapshot
 # DLRover has its deletion strategies in dlrover.python.common.storage: here too.
-from .retention import (CheckpointDeletionStrategy, KeepLatestStepStrategy,  # noqa: F401
-                        KeepStepIntervalStrategy)
+from .retention import (DELETED, CheckpointDeletionStrategy,  # noqa: F401
+                        KeepLatestStepStrategy, KeepStepIntervalStrategy)
 
 TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
 
@@ -70,7 +70,8 @@ _STAGED = re.compile(r"^\.ftrun-step-\d+\.parts$")
 def discard_staged(root: str):
     """Removes the staging areas that agents of an earlier, failed run left under root (the
     shards of a multi-node step whose other shards never arrived), so that they are never
-    completed with shards of this run's timeline. Loaders ignore them either way."""
+    completed with shards of this run's timeline, and what interrupted deletions of a
+    deletion strategy left. Loaders ignore both either way."""
     try:
         names = os.listdir(root)
     except FileNotFoundError:
@@ -79,6 +80,8 @@ def discard_staged(root: str):
         if _STAGED.match(name):
             print(f"ftrun: removing {os.path.join(root, name)}: shards of a step that an "
                   "earlier run did not store whole", file=sys.stderr, flush=True)
+            shutil.rmtree(os.path.join(root, name), ignore_errors=True)
+        elif DELETED.match(name):  # a deletion (retention.py) that a process exit interrupted
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)
 
 
