@@ -330,12 +330,7 @@ void FlashService::Enqueue(const std::string& key, CheckpointRequest request) {
   if (in_flight_++ == 0) busy_.emplace(io_.get_executor());
   persister_.Persist(std::move(request), [this, key, step, shared,
                                           root = std::move(root)](Result<std::string> outcome) {
-    if (!outcome) {
-      failed_[root] = {step, outcome.error().message};
-    } else if (auto it = failed_.find(root); it != failed_.end() && it->second.step <= step) {
-      failed_.erase(it);
-    }
-    Persisted(key, step, shared, std::move(outcome));
+    Persisted(key, root, step, shared, std::move(outcome));
   });
 }
 
@@ -392,8 +387,13 @@ void FlashService::PersistSharedForExit() {
   }
 }
 
-void FlashService::Persisted(const std::string& key, uint64_t step, bool shared,
-                             Result<std::string> outcome) {
+void FlashService::Persisted(const std::string& key, const std::string& root, uint64_t step,
+                             bool shared, Result<std::string> outcome) {
+  if (!outcome) {
+    failed_[root] = {step, outcome.error().message};
+  } else if (auto it = failed_.find(root); it != failed_.end() && it->second.step <= step) {
+    failed_.erase(it);
+  }
   if (outcome && shared) {
     // Some shards of a multi-node step: the step may be complete now, completed by another
     // agent, superseded by a newer complete step, or still waiting for other agents' shards.

@@ -139,7 +139,8 @@ class FlashService {
   // Queues `request` with the persister; `key` records its step as stored (until it fails).
   void Enqueue(const std::string& key, CheckpointRequest request);
   // `shared`: shards of a multi-node step, which other agents may complete.
-  void Persisted(const std::string& key, uint64_t step, bool shared, Result<std::string> outcome);
+  void Persisted(const std::string& key, const std::string& root, uint64_t step, bool shared,
+                 Result<std::string> outcome);
   std::optional<SnapshotView> Find(const std::string& group, uint64_t step) const;
   // Where a "snapshot_get" may be served from, in order; the next is tried when one is corrupt.
   struct Source {

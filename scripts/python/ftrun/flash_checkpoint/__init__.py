@@ -8,8 +8,8 @@ A DLRover script migrates by changing its import:
     state_dict = checkpointer.load_checkpoint()      # {} when there is none
     checkpointer.wait_latest_checkpoint(timeout=1800)  # the newest DISK save is on storage
 
-DLRover's deletion strategies (dlrover.python.common.storage) are retention.py's, also
-importable from ftrun.flash_checkpoint.storage:
+DLRover's deletion strategies (dlrover.python.common.storage) are in
+ftrun.flash_checkpoint.storage (retention.py applies them):
 
     from ftrun.flash_checkpoint.storage import KeepLatestStepStrategy
     DdpCheckpointer(checkpoint_dir, deletion_strategy=KeepLatestStepStrategy(3, checkpoint_dir))

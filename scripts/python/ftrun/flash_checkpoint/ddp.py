@@ -28,7 +28,7 @@ class DdpCheckpointer(Checkpointer):
     supported (state that differs per rank belongs in
     ftrun.flash_checkpoint.sharded.ShardedCheckpointer). comm_backend: the backend of the
     small group the checkpointer synchronises on (default gloo). deletion_strategy: which
-    older checkpoints to delete (retention.py: KeepLatestStepStrategy, KeepStepIntervalStrategy
+    older checkpoints to delete (storage.py: KeepLatestStepStrategy, KeepStepIntervalStrategy
     or DLRover's own; default None keeps all). save_timeout: accepted (ftrun waits
     FTRUN_SAVE_TIMEOUT for a busy buffer); replica_count: ignored, with a message (copies on
     other nodes are ftrun's --flash-replicas)."""

@@ -16,7 +16,7 @@ from . import engine, megatron
 from .engine import StorageType
 from .megatron import SAVE_TIMEOUT, wait_latest_checkpoint
 # Importable from DLRover's module too.
-from .retention import KeepLatestStepStrategy, KeepStepIntervalStrategy  # noqa: F401
+from .storage import KeepLatestStepStrategy, KeepStepIntervalStrategy  # noqa: F401
 
 __all__ = ["save_checkpoint", "load_checkpoint", "wait_latest_checkpoint", "StorageType"]
 

@@ -1,7 +1,8 @@
 """What a script learns of its DISK saves after save_checkpoint returned, as DLRover's
 checkpointers offer it: waiting until the newest is on storage (wait_latest_checkpoint), and
 deleting older checkpoints by a deletion strategy (their deletion_strategy argument, with
-DLRover's KeepLatestStepStrategy and KeepStepIntervalStrategy).
+DLRover's KeepLatestStepStrategy and KeepStepIntervalStrategy: storage.py's, where DLRover
+has them).
 
 Under an ftrun agent a DISK save returns once the state is in the agent's memory; the agent
 writes it to storage in the background: the step's checkpoint <checkpoint_dir>/ftrun-step-<S>/
@@ -23,17 +24,7 @@ import threading
 import time
 
 from .. import checkpoint
-
-__all__ = ["CheckpointDeletionStrategy", "KeepLatestStepStrategy", "KeepStepIntervalStrategy"]
-
-
-def tracked(root: str, tracker: str) -> int:
-    """The step the tracker under root records; -1 when there is none (or it is unreadable)."""
-    try:
-        with open(os.path.join(root, tracker)) as f:
-            return int(f.read().strip() or -1)
-    except (OSError, ValueError):
-        return -1
+from .storage import DELETED, _steps, tracked
 
 
 def is_stored(root: str, tracker: str, step: int) -> bool:
@@ -65,41 +56,6 @@ def wait(root: str, tracker: str, step: int, timeout: float, failed=None) -> boo
         time.sleep(min(delay, max(0.0, deadline - now)))
         delay = min(delay * 2, 0.2)
     return True
-
-
-class CheckpointDeletionStrategy:
-    """DLRover's interface: clean_up(step, delete_func) may delete the checkpoint of `step` by
-    calling delete_func(<checkpoint_dir>/<step>)."""
-
-    def clean_up(self, step: int, delete_func):
-        raise NotImplementedError
-
-
-class KeepStepIntervalStrategy(CheckpointDeletionStrategy):
-    """Keeps the steps that are multiples of keep_interval (and the newest); deletes the
-    others once a newer step is stored."""
-
-    def __init__(self, keep_interval: int, checkpoint_dir: str):
-        self._keep_interval = keep_interval
-        self._checkpoint_dir = checkpoint_dir
-
-    def clean_up(self, step, delete_func):
-        if step % self._keep_interval != 0:
-            delete_func(os.path.join(self._checkpoint_dir, str(step)))
-
-
-class KeepLatestStepStrategy(CheckpointDeletionStrategy):
-    """Keeps the newest max_to_keep steps (at least one) and deletes older ones."""
-
-    def __init__(self, max_to_keep: int, checkpoint_dir: str):
-        self._max_to_keep = max(max_to_keep, 1)
-        self._checkpoint_dir = checkpoint_dir
-        self._steps = []
-
-    def clean_up(self, step, delete_func):
-        self._steps.append(step)
-        if len(self._steps) == self._max_to_keep:
-            delete_func(os.path.join(self._checkpoint_dir, str(self._steps.pop(0))))
 
 
 class Stored:
@@ -148,19 +104,8 @@ class Stored:
         return ok
 
 
-# A stored checkpoint renamed for deletion (loaders never read names starting with a dot).
-DELETED = re.compile(r"^\.ftrun-step-\d+\.deleted-")
 _STEP_NAMES = (re.compile(r"^(\d+)$"), checkpoint._FINAL,
                re.compile(r"^iter_(\d{7})$"))  # DLRover's <step>, ftrun's, Megatron-LM's
-
-
-def stored_steps(root: str) -> set:
-    """The steps whose checkpoint is complete under root."""
-    try:
-        names = os.listdir(root)
-    except OSError:
-        return set()
-    return {int(m.group(1)) for n in names if (m := checkpoint._FINAL.match(n))}
 
 
 class Retention:
@@ -179,8 +124,8 @@ class Retention:
         self._root = os.path.realpath(root)
         self._strategy = strategy
         self._companions = companions or (lambda step: [])
-        before = stored_steps(self._root)
-        self._chain = [max(before)] if before else []  # each the newest in turn
+        before = _steps(self._root)
+        self._chain = before[:1]  # each the newest in turn
         self._given = 0
         self._mine = []  # this run's DISK saves not seen stored yet, in order
         self._doomed = []
@@ -192,7 +137,7 @@ class Retention:
 
     def tick(self):
         """Gives the strategy each step that stopped being the newest since the last tick."""
-        stored = stored_steps(self._root)
+        stored = set(_steps(self._root))
         # Saves are written in order: one not stored before a later one that is has failed.
         last = max((i for i, s in enumerate(self._mine) if s in stored), default=-1)
         for step in self._mine[:last + 1]:

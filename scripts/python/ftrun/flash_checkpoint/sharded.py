@@ -100,7 +100,7 @@ class ShardedCheckpointer(Checkpointer):
                                              self._comm.world_size, self._target(step, given),
                                              False)
             if one_node:
-                taken = agreed = False
+                taken = False
                 try:
                     taken = engine.save_to_memory(mem, step, state_dict(), self._group,
                                                   self._comm.world_size,

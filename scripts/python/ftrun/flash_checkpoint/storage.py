@@ -20,9 +20,6 @@ import torch
 from .. import checkpoint
 from ..checkpoint import CheckpointError
 from . import snapshot
-# DLRover has its deletion strategies in dlrover.python.common.storage: here too.
-from .retention import (DELETED, CheckpointDeletionStrategy,  # noqa: F401
-                        KeepLatestStepStrategy, KeepStepIntervalStrategy)
 
 TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
 
@@ -40,6 +37,15 @@ def warn_once(key: str, message: str):
     print(f"ftrun: {message}", file=sys.stderr, flush=True)
 
 
+def tracked(root: str, tracker: str) -> int:
+    """The step the tracker under root records; -1 when there is none (or it is unreadable)."""
+    try:
+        with open(os.path.join(root, tracker)) as f:
+            return int(f.read().strip() or -1)
+    except (OSError, ValueError):
+        return -1
+
+
 def _write_tracker(root: str, step: int, name: str = TRACKER_FILE_NAME):
     """Records step in the tracker unless it names a newer one. Under an flock on root, as
     the agents take it (launcher/checkpoint/checkpoint_io.h): writers on several nodes sharing
@@ -48,12 +54,8 @@ def _write_tracker(root: str, step: int, name: str = TRACKER_FILE_NAME):
     lock = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            with open(tracker) as f:
-                if int(f.read().strip() or -1) > step:
-                    return  # an older step saved late does not hide a newer one
-        except (OSError, ValueError):
-            pass
+        if tracked(root, name) > step:
+            return  # an older step saved late does not hide a newer one
         tmp = f"{tracker}.tmp-{os.getpid()}"
         with open(tmp, "w") as f:
             f.write(f"{step}\n")
@@ -65,6 +67,8 @@ def _write_tracker(root: str, step: int, name: str = TRACKER_FILE_NAME):
 
 
 _STAGED = re.compile(r"^\.ftrun-step-\d+\.parts$")
+# A stored checkpoint renamed for deletion (loaders never read names starting with a dot).
+DELETED = re.compile(r"^\.ftrun-step-\d+\.deleted-")
 
 
 def discard_staged(root: str):
@@ -264,3 +268,40 @@ def verify_shard(path: str, group: str, world_size: int) -> dict:
         if checkpoint._sha256(os.path.join(path, part["dir"], rel)) != meta["sha256"]:
             raise CheckpointError(f"{part['dir']}/{rel} has the wrong checksum")
     return manifest
+
+
+# DLRover's deletion strategies (dlrover.python.common.storage; retention.py applies them).
+
+class CheckpointDeletionStrategy:
+    """DLRover's interface: clean_up(step, delete_func) may delete the checkpoint of `step` by
+    calling delete_func(<checkpoint_dir>/<step>)."""
+
+    def clean_up(self, step: int, delete_func):
+        raise NotImplementedError
+
+
+class KeepStepIntervalStrategy(CheckpointDeletionStrategy):
+    """Keeps the steps that are multiples of keep_interval (and the newest); deletes the
+    others once a newer step is stored."""
+
+    def __init__(self, keep_interval: int, checkpoint_dir: str):
+        self._keep_interval = keep_interval
+        self._checkpoint_dir = checkpoint_dir
+
+    def clean_up(self, step, delete_func):
+        if step % self._keep_interval != 0:
+            delete_func(os.path.join(self._checkpoint_dir, str(step)))
+
+
+class KeepLatestStepStrategy(CheckpointDeletionStrategy):
+    """Keeps the newest max_to_keep steps (at least one) and deletes older ones."""
+
+    def __init__(self, max_to_keep: int, checkpoint_dir: str):
+        self._max_to_keep = max(max_to_keep, 1)
+        self._checkpoint_dir = checkpoint_dir
+        self._steps = []
+
+    def clean_up(self, step, delete_func):
+        self._steps.append(step)
+        if len(self._steps) == self._max_to_keep:
+            delete_func(os.path.join(self._checkpoint_dir, str(self._steps.pop(0))))
