@@ -211,6 +211,9 @@ class SignatureTest(TestCase):
         self.assertIn("replica_count is ignored", err)
         with self.assertRaisesRegex(ValueError, "custom storage"):
             DdpCheckpointer(self.root, storage=object())
+        with self.assertRaisesRegex(ValueError, "custom storage"):  # checked with a strategy too
+            DdpCheckpointer(self.root, deletion_strategy=KeepLatestStepStrategy(1, self.root),
+                            storage=object())
 
     def test_dlrovers_checkpointer_module(self):
         from ftrun.flash_checkpoint import checkpointer

@@ -36,8 +36,8 @@ class DdpCheckpointer(Checkpointer):
     def __init__(self, checkpoint_dir: str, local_shard_num=1, global_shard_num=1,
                  comm_backend="", deletion_strategy=None, save_timeout=600, replica_count=0,
                  *, storage=None):
-        deletion_strategy = deletion_strategy or engine.accepted_options(
-            storage, replica_count, "checkpoint_dir")
+        carried = engine.accepted_options(storage, replica_count, "checkpoint_dir")
+        deletion_strategy = deletion_strategy or carried
         if local_shard_num != 1 or global_shard_num != 1:
             raise ValueError("state that differs per rank: use ftrun.flash_checkpoint.sharded."
                              "ShardedCheckpointer (local_shard_num/global_shard_num must be 1)")
