@@ -68,6 +68,26 @@ class SnapshotFormatTest(unittest.TestCase):
             self.assertFalse(got[name].is_conj() or got[name].is_neg(), name)
         self.assertEqual((got["step"], got["note"]), (12, ("a", 1.5, None)))
 
+    def test_sparse_and_quantized_tensors_come_back_through_the_pickle(self):
+        # They have no raw bytes of their values: copying them into the buffer raised
+        # "copy_() between dense and sparse Tensors is not implemented".
+        dense = torch.randn(4, 5)
+        state = {"sparse": torch.randn(3, 4).relu().to_sparse(),
+                 "csr": torch.eye(3).to_sparse_csr(), "dense": dense,
+                 "q": torch.quantize_per_tensor(torch.randn(6), 0.1, 3, torch.qint8),
+                 "qc": torch.quantize_per_channel(torch.randn(2, 3), torch.tensor([0.1, 0.2]),
+                                                  torch.tensor([0, 1]), 0, torch.quint8)}
+        for through_fd in (False, True):
+            _, got = round_trip(state, through_fd=through_fd)
+            self.assertTrue(torch.equal(got["dense"], dense))
+            for name in ("sparse", "csr"):
+                self.assertEqual(got[name].layout, state[name].layout, name)
+                self.assertTrue(torch.equal(got[name].to_dense(), state[name].to_dense()), name)
+            for name in ("q", "qc"):
+                self.assertEqual(got[name].dtype, state[name].dtype, name)
+                self.assertTrue(torch.equal(got[name].int_repr(), state[name].int_repr()), name)
+                self.assertTrue(torch.equal(got[name].dequantize(), state[name].dequantize()))
+
     def test_a_damaged_snapshot_is_a_clear_error(self):
         plan = snapshot.Plan({"w": torch.ones(3)}, 1, 1)
         buf = bytearray(plan.bytes)

@@ -156,6 +156,8 @@ class LayoutTest(unittest.TestCase):
                             ("a set", {"s": {1, 2}}),
                             ("a dict subclass", {"d": collections.defaultdict(int)}),
                             ("a sparse tensor", {"s": torch.eye(2).to_sparse()}),
+                            ("a quantized tensor", {"q": torch.quantize_per_tensor(
+                                torch.ones(2), 0.5, 0, torch.qint8)}),
                             ("a container held twice", {"a": [1], "b": None})):
             if what == "a container held twice":
                 state["b"] = state["a"]

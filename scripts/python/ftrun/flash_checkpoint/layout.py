@@ -126,8 +126,8 @@ class Layout:
             self._number_values.append(obj)
             return (_NUMBER, j), _Ref(self._marker_base + j)
         if isinstance(obj, torch.Tensor):
-            if not obj.is_cpu or obj.layout is not torch.strided:
-                raise _Unsupported
+            if not obj.is_cpu or not snapshot.raw(obj):
+                raise _Unsupported  # a quantized dtype never matches again: checked once
             k = len(self._tensors)
             self._tensors.append((obj.dtype, tuple(obj.shape)))
             return (_TENSOR, k, obj.dtype, obj.shape), _Ref(k)

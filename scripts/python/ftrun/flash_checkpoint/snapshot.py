@@ -84,7 +84,7 @@ class _Pickler(pickle.Pickler):
         self._tensors = tensors
 
     def persistent_id(self, obj):
-        if isinstance(obj, torch.Tensor):
+        if isinstance(obj, torch.Tensor) and raw(obj):
             self._tensors.append(obj)
             return len(self._tensors) - 1
         return None
@@ -97,6 +97,13 @@ class _Unpickler(pickle.Unpickler):
 
     def persistent_load(self, pid):
         return self._tensors[pid]
+
+
+def raw(t: torch.Tensor) -> bool:
+    """Whether a snapshot keeps `t` as its raw bytes: a dense tensor of plain numbers. Sparse
+    and quantized tensors have no such bytes (their values, indices, scales are separate
+    tensors): they go into the pickle, as torch.save keeps them."""
+    return t.layout is torch.strided and not t.is_quantized
 
 
 def _host(t: torch.Tensor, side_streams: dict) -> torch.Tensor:
