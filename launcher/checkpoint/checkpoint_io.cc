@@ -266,8 +266,10 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
   }
   Status status;
   std::ifstream in(path);
-  unsigned long long recorded = 0;
-  if (!(in >> recorded && recorded > step)) {
+  // Signed: an unsigned read takes "-1" (which the Python side reads as no step) for 2^64-1,
+  // and a tracker never lowered would then never name this run's steps.
+  long long recorded = -1;
+  if (!(in >> recorded && recorded >= 0 && static_cast<uint64_t>(recorded) > step)) {
     std::string tmp = path + ".tmp-" + UniqueSuffix();
     FileEntry unused;
     status = WriteNewFile(tmp, std::to_string(step) + "\n", &unused);

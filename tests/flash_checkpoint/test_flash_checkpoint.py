@@ -101,6 +101,15 @@ class DdpTest(TestCase):
         assert_state_equal(self, state, training_state(2))
         self.assertIn("ftrun-step-4: group-all/ckpt-4.pt has the wrong checksum", err)
         self.assertIn("ftrun-step-3: no MANIFEST.json", err)
+        # The damaged ones are moved aside (kept), so that saving their steps again stores
+        # them: an existing step directory is never overwritten, and the corrupt copy kept
+        # every later load from resuming after step 2.
+        aside = sorted(n for n in os.listdir(self.root) if ".damaged-" in n)
+        self.assertEqual([n.split(".damaged-")[0] for n in aside],
+                         [".ftrun-step-3", ".ftrun-step-4"], err)
+        self.assertIn(f"moved to {self.root}/{aside[1]} so that a new save of step 4", err)
+        cp.save_checkpoint(4, training_state(40))
+        assert_state_equal(self, cp.load_checkpoint(), training_state(40))
 
     def test_a_failed_save_leaves_the_previous_checkpoint(self):
         cp = DdpCheckpointer(self.root)

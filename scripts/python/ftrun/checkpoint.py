@@ -28,6 +28,11 @@ class CheckpointError(Exception):
     pass
 
 
+class CheckpointDamaged(CheckpointError):
+    """A checkpoint directory whose contents do not match its manifest (or its name): it
+    was changed on storage after it was complete."""
+
+
 def part_dir_name(group: str) -> str:
     """Directory of a replica group's files: readable, and unique for any group name."""
     if not group:
@@ -162,20 +167,26 @@ def verify(path: str, checksums: bool = True) -> dict:
         with open(os.path.join(path, "MANIFEST.json")) as f:
             manifest = json.load(f)
     except FileNotFoundError:
-        raise CheckpointError("no MANIFEST.json (an interrupted save)")
+        raise CheckpointDamaged("no MANIFEST.json (an interrupted save)")
     except (OSError, ValueError) as e:
-        raise CheckpointError(f"unreadable MANIFEST.json: {e}")
+        raise CheckpointDamaged(f"unreadable MANIFEST.json: {e}")
     if manifest.get("format") != FORMAT or "step" not in manifest or "groups" not in manifest:
-        raise CheckpointError("MANIFEST.json is not an ftrun manifest")
+        raise CheckpointDamaged("MANIFEST.json is not an ftrun manifest")
+    named = _FINAL.match(os.path.basename(os.path.normpath(path)))
+    if named and int(named.group(1)) != manifest["step"]:
+        # A copy under another step's name would be loaded as that step, and would keep a
+        # real save of it out (the agent keeps a step directory that exists).
+        raise CheckpointDamaged(f"MANIFEST.json is of step {manifest['step']}, not of the "
+                                f"step {named.group(1)} its directory names")
     for group, part in manifest["groups"].items():
         for rel, meta in part["files"].items():
             fpath = os.path.join(path, part["dir"], rel)
             if not os.path.isfile(fpath):
-                raise CheckpointError(f"missing file {part['dir']}/{rel}")
+                raise CheckpointDamaged(f"missing file {part['dir']}/{rel}")
             if os.path.getsize(fpath) != meta["size"]:
-                raise CheckpointError(f"{part['dir']}/{rel} has the wrong size")
+                raise CheckpointDamaged(f"{part['dir']}/{rel} has the wrong size")
             if checksums and _sha256(fpath) != meta["sha256"]:
-                raise CheckpointError(f"{part['dir']}/{rel} has the wrong checksum")
+                raise CheckpointDamaged(f"{part['dir']}/{rel} has the wrong checksum")
     return manifest
 
 

@@ -2,6 +2,7 @@
 the worker end of the control protocol against a fake agent."""
 import json
 import os
+import shutil
 import select
 import socket
 import subprocess
@@ -51,11 +52,15 @@ class CheckpointTest(unittest.TestCase):
         short = ftrun.save_checkpoint(self.root, 3, write_state("short"))
         os.truncate(os.path.join(short, "group-all", "sub", "more.bin"), 10)
         os.makedirs(os.path.join(self.root, "ftrun-step-4"))  # renamed without a manifest?
+        shutil.copytree(os.path.join(self.root, "ftrun-step-1"),  # a copy under a newer name
+                        os.path.join(self.root, "ftrun-step-6"))
         os.makedirs(os.path.join(self.root, ".ftrun-step-5.tmp-x", "group-all"))  # interrupted
         log = open(os.devnull, "w")
         ckpt = ftrun.latest_checkpoint(self.root, log=log)
         self.assertEqual(ckpt.step, 1)
-        for path, why in ((bad, "wrong checksum"), (short, "wrong size")):
+        for path, why in ((bad, "wrong checksum"), (short, "wrong size"),
+                          (os.path.join(self.root, "ftrun-step-6"), "is of step 1, not of the "
+                           "step 6 its directory names")):
             with self.assertRaisesRegex(ftrun.CheckpointError, why):
                 checkpoint.verify(path)
 

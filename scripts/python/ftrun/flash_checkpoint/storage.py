@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import sys
+import time
 
 import torch
 
@@ -222,10 +223,24 @@ def choose(comm, root: str, check):
             error = e
         if comm.all_ok(error is None):
             return path, manifest
+        damaged = isinstance(error, checkpoint.CheckpointDamaged)
         print(f"ftrun: skipping checkpoint {path}: "
-              f"{error or 'another rank cannot restore it (see its log)'}",
-              file=sys.stderr, flush=True)
+              f"{error or 'another rank cannot restore it (see its log)'}"
+              f"{_set_aside(root, step) if damaged else ''}", file=sys.stderr, flush=True)
     return None, None
+
+
+def _set_aside(root: str, step: int) -> str:
+    """Renames the damaged directory of `step` (after every rank checked it) out of the
+    stored steps' names, kept for a look: an existing step directory is never overwritten,
+    so a new save of that step would otherwise be kept out of storage. Returns what it
+    says about it (another rank may have moved it first)."""
+    aside = os.path.join(root, f".ftrun-step-{step}.damaged-{os.getpid()}-{time.time_ns()}")
+    try:
+        os.rename(checkpoint.final_dir(root, step), aside)
+    except OSError:
+        return ""
+    return f"; moved to {aside} so that a new save of step {step} can be stored"
 
 
 def load_file(path: str):
@@ -266,7 +281,7 @@ def verify_shard(path: str, group: str, world_size: int) -> dict:
         raise CheckpointError(f"no shard '{group}'")
     for rel, meta in part["files"].items():
         if checkpoint._sha256(os.path.join(path, part["dir"], rel)) != meta["sha256"]:
-            raise CheckpointError(f"{part['dir']}/{rel} has the wrong checksum")
+            raise checkpoint.CheckpointDamaged(f"{part['dir']}/{rel} has the wrong checksum")
     return manifest
 
 

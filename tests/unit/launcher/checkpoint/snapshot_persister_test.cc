@@ -100,6 +100,19 @@ TEST_F(SnapshotPersisterTest, ACompleteCheckpointIsNeverOverwritten) {
   EXPECT_EQ(PythonLatest(root_), "(9, [''])\nexit=0");
 }
 
+// A tracker that names no step ("-1", as the Python side writes none; or not a number) is
+// replaced; "-1" read as unsigned was 2^64-1 and kept every later step out of it.
+TEST_F(SnapshotPersisterTest, ATrackerNamingNoStepIsReplaced) {
+  std::filesystem::create_directories(root_);
+  for (std::string before : {"-1\n", "-7", "not a step\n", "99999999999999999999999\n"}) {
+    std::ofstream(root_ + "/dlrover_latest.txt") << before;
+    Save(store_, 0, 3, "three");
+    auto persisted = Persist(Request(3, {{"", 0}}));
+    ASSERT_TRUE(persisted) << persisted.error().message;
+    EXPECT_EQ(ftrun::testing::ReadFile(root_ + "/dlrover_latest.txt"), "3\n") << before;
+  }
+}
+
 TEST_F(SnapshotPersisterTest, AFullDiskNamesThePathAndKeepsTheOldCheckpoint) {
   Save(store_, 0, 5, "five");
   ASSERT_TRUE(Persist(Request(5, {{"", 0}})));
