@@ -79,7 +79,7 @@ void FlashService::Begin(int local_rank, const v1::ControlSnapshotBegin& r) {
   if (static_cast<uint64_t>(r.bytes()) > std::numeric_limits<size_t>::max()) {
     return refuse("snapshot too large", false);
   }
-  if (store_.Busy(local_rank)) {
+  if (store_.Busy(local_rank, static_cast<size_t>(r.bytes()))) {
     return refuse("the buffer this save needs is being written to storage", true);
   }
   auto lease =

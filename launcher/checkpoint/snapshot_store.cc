@@ -75,29 +75,61 @@ Result<SnapshotLease> SnapshotStore::Begin(int local_rank, uint64_t step, size_t
   if (rank->lent) return Error{what + ": its buffers are lent to the worker"};
   Abort(local_rank);
   Slot& slot = rank->slots[WriteSlot(*rank)];
+  // The buffer this save would overwrite is being read: it is set aside for its reader and
+  // the save takes a spare, so that a save during a persist is not lost.
+  std::shared_ptr<SnapshotBuffer> set_aside;
   if (slot.buffer && slot.buffer.use_count() > 1) {
-    return Error{what + ": its buffer still holds step " + std::to_string(slot.step) +
-                 ", which is being read (persisted or copied); try the next save"};
+    if (!CanSetAside(*rank, bytes)) {
+      return Error{what + ": its buffer still holds step " + std::to_string(slot.step) +
+                   ", which is being read (persisted or copied), and a spare buffer of " +
+                   std::to_string(bytes) + " bytes does not fit in the flash checkpoint " +
+                   "memory budget of " + std::to_string(budget_) + " bytes; try the next save"};
+    }
+    set_aside = std::move(slot.buffer);
+    auto spare = std::find_if(rank->spares.begin(), rank->spares.end(),
+                              [](const auto& b) { return b.use_count() == 1; });
+    if (spare != rank->spares.end()) {
+      slot.buffer = std::move(*spare);
+      rank->spares.erase(spare);
+    }
   }
+  const uint64_t reserved_before = reserved_;
+  // Undoes the setting aside when this save fails: nothing changed.
+  auto failed = [&](Error error) {
+    if (set_aside) {
+      if (slot.buffer) rank->spares.push_back(std::move(slot.buffer));
+      slot.buffer = std::move(set_aside);
+    }
+    return error;
+  };
   size_t have = slot.buffer ? slot.buffer->size() : 0;
   if (bytes > have) {
     uint64_t after = reserved_ - have + bytes;
     if (after > budget_ || bytes > budget_) {
-      return Error{what + ": " + std::to_string(bytes) + " bytes do not fit in the flash " +
-                   "checkpoint memory budget of " + std::to_string(budget_) + " bytes (" +
-                   std::to_string(reserved_ - have) +
-                   " bytes already hold other snapshots); raise --flash-memory-budget "
-                   "(FTRUN_FLASH_MEMORY_BUDGET)"};
+      return failed(Error{what + ": " + std::to_string(bytes) + " bytes do not fit in the " +
+                          "flash checkpoint memory budget of " + std::to_string(budget_) +
+                          " bytes (" + std::to_string(reserved_ - have) +
+                          " bytes already hold other snapshots); raise --flash-memory-budget "
+                          "(FTRUN_FLASH_MEMORY_BUDGET)"});
     }
     if (!slot.buffer) {
       auto created = NewMemfdBuffer<SnapshotBuffer>("ftrun-snapshot-" + std::to_string(local_rank),
                                                     bytes, MemfdBuffer::Access::kRead);
-      if (!created) return created.error().Wrap(what);
+      if (!created) return failed(created.error().Wrap(what));
       slot.buffer = std::move(*created);
     } else if (auto grown = slot.buffer->Grow(bytes); !grown) {
-      return grown.error().Wrap(what);
+      return failed(grown.error().Wrap(what));
     }
     reserved_ = after;
+  }
+  if (set_aside) {
+    // At info once per new spare (the memory grows), not at every persist that reuses one.
+    LauncherLog()->log(
+        reserved_ > reserved_before ? spdlog::level::info : spdlog::level::debug,
+        "memory snapshot of local rank {}: step {} is being read (persisted or copied); the "
+        "save of step {} goes to a spare buffer ({} bytes of snapshot memory now)",
+        local_rank, slot.step, step, reserved_);
+    rank->spares.push_back(std::move(set_aside));
   }
   rank->begun = step;
   // Before the worker gets the descriptor: an unpinned reader sees the change after its read.
@@ -202,11 +234,21 @@ Status SnapshotStore::Reclaim(int local_rank, const std::optional<Recorded>& new
   return {};
 }
 
-bool SnapshotStore::Busy(int local_rank) const {
+bool SnapshotStore::CanSetAside(const Rank& rank, size_t bytes) const {
+  for (const auto& spare : rank.spares) {
+    if (spare.use_count() == 1 &&
+        (spare->size() >= bytes || reserved_ - spare->size() + bytes <= budget_)) {
+      return true;
+    }
+  }
+  return bytes <= budget_ && reserved_ + bytes <= budget_;
+}
+
+bool SnapshotStore::Busy(int local_rank, size_t bytes) const {
   const Rank* rank = RankAt(local_rank);
   if (rank == nullptr) return false;
   const Slot& slot = rank->slots[WriteSlot(*rank)];
-  return slot.buffer && slot.buffer.use_count() > 1;
+  return slot.buffer && slot.buffer.use_count() > 1 && !CanSetAside(*rank, bytes);
 }
 
 void SnapshotStore::Abort(int local_rank) {

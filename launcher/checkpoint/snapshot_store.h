@@ -22,6 +22,11 @@
 // newest: the worker writes its buffer only after recording a save in the other one; and the
 // save begun with the loan may still be committed).
 //
+// A Begin whose buffer is being read (pinned by a view: a persist to storage) does not fail:
+// that buffer is set aside for its reader, and the save takes a spare buffer (made once, then
+// reused) when the budget holds it, so that the saves made while a snapshot is written to
+// storage are kept (they were refused, and a step could be lost).
+//
 // Memory budget: the sum of every buffer's size, for the whole store. A Begin that would
 // exceed it fails naming --flash-memory-budget / FTRUN_FLASH_MEMORY_BUDGET and the sizes, and
 // changes nothing. Pages are allocated when first written (by the worker), not by Begin.
@@ -37,8 +42,9 @@
 // Thread: loop only (not thread-safe), except that a SnapshotView may be read and dropped on
 // any thread (SnapshotPersister's). Ownership: the store owns the descriptors; a Lease's fd is
 // borrowed (valid while the store lives; dup it to keep it). A view keeps its buffer alive and
-// pinned: while a view of a buffer exists, Begin will not hand that buffer out (it fails
-// saying the snapshot is being read), so a persist in progress never sees it overwritten.
+// pinned: while a view of a buffer exists, Begin will not hand that buffer out (it takes a
+// spare, or fails saying the snapshot is being read), so a persist in progress never sees it
+// overwritten.
 // Errors: Result/Status whose message names the rank, step and sizes.
 #pragma once
 
@@ -153,8 +159,9 @@ class SnapshotStore {
   // none. Errors: a record that names neither buffer, or more bytes than its buffer: then
   // neither buffer is a complete snapshot any more (the worker may have written both).
   Status Reclaim(int local_rank, const std::optional<Recorded>& newest);
-  // Whether the rank's next Begin would fail because its buffer is being read (pinned).
-  bool Busy(int local_rank) const;
+  // Whether the rank's next Begin of `bytes` would fail because its buffer is being read
+  // (pinned) and no spare buffer fits the budget.
+  bool Busy(int local_rank, size_t bytes) const;
   // Abandons the rank's begun save, if any (e.g. its worker died).
   void Abort(int local_rank);
 
@@ -183,7 +190,12 @@ class SnapshotStore {
     int newest = -1;                // index of the newest complete snapshot, -1 for none
     std::optional<uint64_t> begun;  // the step of the save in progress (in slots[1-newest])
     bool lent = false;              // both slots are the worker's (Lend)
+    // Buffers set aside by a Begin while being read, then kept as spares for the next such
+    // Begin (counted in the budget; a worker keeps its mapping of each buffer it was given,
+    // so they are reused rather than freed and made anew).
+    std::vector<std::shared_ptr<SnapshotBuffer>> spares;
   };
+  bool CanSetAside(const Rank& rank, size_t bytes) const;
   Rank* RankAt(int local_rank);
   const Rank* RankAt(int local_rank) const;
   static int WriteSlot(const Rank& rank) { return rank.newest == 0 ? 1 : 0; }

@@ -131,20 +131,55 @@ TEST(SnapshotStoreTest, VerifyFindsACorruptByte) {
       << verified.error().message;
 }
 
-TEST(SnapshotStoreTest, ABufferBeingReadIsNotHandedToASave) {
+// A persist pins the older buffer while the worker keeps saving: the save that would
+// overwrite it takes a spare buffer instead (it was refused, and a kill then lost that step).
+TEST(SnapshotStoreTest, ASaveWhileABufferIsBeingReadTakesASpareAndTheReaderKeepsItsBytes) {
   SnapshotStore store(1, kMiB);
   Save(store, 0, 1, "one");
   auto reading = store.Newest(0);  // e.g. being persisted
   Save(store, 0, 2, "two");
-  auto lease = store.Begin(0, 3, 5);
+  const uint64_t two_buffers = store.reserved_bytes();
+  EXPECT_FALSE(store.Busy(0, 5));
+  Save(store, 0, 3, "three");
+  EXPECT_EQ(Contents(*reading), "one");
+  EXPECT_EQ(Contents(*store.Newest(0)), "three");
+  {
+    auto complete = store.Complete(0);
+    ASSERT_EQ(complete.size(), 2u);
+    EXPECT_EQ(Contents(complete[1]), "two");
+  }
+  EXPECT_GT(store.reserved_bytes(), two_buffers);
+  Save(store, 0, 4, "four");  // over "two": read by nobody
+  EXPECT_EQ(Contents(*reading), "one");
+  const uint64_t three_buffers = store.reserved_bytes();
+  // The set-aside buffer, read no more, is the spare of the next such save: no new memory.
+  reading.reset();
+  auto again = store.Newest(0);  // four
+  Save(store, 0, 5, "five");
+  Save(store, 0, 6, "six");
+  EXPECT_EQ(Contents(*again), "four");
+  EXPECT_EQ(Contents(*store.Newest(0)), "six");
+  EXPECT_EQ(store.reserved_bytes(), three_buffers);
+}
+
+TEST(SnapshotStoreTest, ABufferBeingReadWithNoRoomForASpareIsNotHandedToASave) {
+  SnapshotStore store(1, 10000);
+  Save(store, 0, 1, testing::Pattern(4000, 'a'));
+  auto reading = store.Newest(0);
+  Save(store, 0, 2, testing::Pattern(4000, 'b'));
+  EXPECT_TRUE(store.Busy(0, 4000));
+  auto lease = store.Begin(0, 3, 4000);
   ASSERT_FALSE(lease);
   EXPECT_EQ(lease.error().message,
             "memory snapshot of local rank 0 at step 3: its buffer still holds step 1, which is "
-            "being read (persisted or copied); try the next save");
-  EXPECT_EQ(Contents(*reading), "one");
-  EXPECT_EQ(Contents(*store.Newest(0)), "two");
+            "being read (persisted or copied), and a spare buffer of 4000 bytes does not fit in "
+            "the flash checkpoint memory budget of 10000 bytes; try the next save");
+  EXPECT_EQ(Contents(*reading), testing::Pattern(4000, 'a'));
+  EXPECT_EQ(Contents(*store.Newest(0)), testing::Pattern(4000, 'b'));
+  EXPECT_EQ(store.reserved_bytes(), 8000u);
   reading.reset();
-  EXPECT_TRUE(store.Begin(0, 3, 5));
+  EXPECT_FALSE(store.Busy(0, 4000));
+  EXPECT_TRUE(store.Begin(0, 3, 4000));
 }
 
 TEST(SnapshotStoreTest, AViewOutlivesTheStore) {
