@@ -118,6 +118,10 @@ Status ParseRendezvous(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
       if (!ep) return ep.error();
       c.endpoint_host = ep->host;
       c.endpoint_port = ep->port;
+      // As torch 1.13 (_get_addr_and_port): the endpoint is the static job's master, whatever
+      // --master-addr says; its default (127.0.0.1) sent other nodes' workers to their own host.
+      c.master_addr = ep->host;
+      c.master_port = ep->port;
     }
     if (c.node_rank >= c.max_nodes) {
       return Error{"--node-rank: " + std::to_string(c.node_rank) + " is not below --nnodes " +

@@ -125,6 +125,26 @@ TEST(DropinConfig, EndpointWrittenAsAUrlIsAUsageError) {
       Build({"--nnodes", "2", "--rdzv-backend", "c10d", "--rdzv-endpoint", "node-0.svc:1"}));
 }
 
+// torch 1.13's static backend takes its master from --rdzv-endpoint when one is given (the
+// workers' MASTER_ADDR): other nodes' workers got the --master-addr default, their own host.
+TEST(DropinConfig, StaticWithAnEndpointTakesItsMasterFromIt) {
+  for (std::vector<std::string> extra :
+       {std::vector<std::string>{}, std::vector<std::string>{"--master_addr", "10.0.0.9"}}) {
+    std::vector<std::string> argv{"--nnodes",        "2", "--node_rank", "1", "--rdzv_endpoint",
+                                  "node-0.svc:29562"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto c = Build(argv);
+    ASSERT_TRUE(c) << c.error().message;
+    EXPECT_EQ(c->master_addr, "node-0.svc");
+    EXPECT_EQ(c->master_port, 29562);
+    EXPECT_EQ(c->endpoint_host, "node-0.svc");
+  }
+  auto plain = Build({"--nnodes", "2", "--node_rank", "1", "--master_addr", "10.0.0.9"});
+  ASSERT_TRUE(plain) << plain.error().message;
+  EXPECT_EQ(plain->master_addr, "10.0.0.9");
+  EXPECT_EQ(plain->endpoint_host, "10.0.0.9");
+}
+
 TEST(DropinConfig, C10dWithoutAnEndpointIsLocalhost29400) {
   for (const char* nnodes : {"1", "2"}) {
     auto c = Build({"--nnodes", nnodes, "--rdzv-backend", "c10d"});
