@@ -75,62 +75,51 @@ Result<SnapshotLease> SnapshotStore::Begin(int local_rank, uint64_t step, size_t
   if (rank->lent) return Error{what + ": its buffers are lent to the worker"};
   Abort(local_rank);
   Slot& slot = rank->slots[WriteSlot(*rank)];
-  // The buffer this save would overwrite is being read: it is set aside for its reader and
-  // the save takes a spare, so that a save during a persist is not lost.
-  std::shared_ptr<SnapshotBuffer> set_aside;
-  if (slot.buffer && slot.buffer.use_count() > 1) {
-    if (!CanSetAside(*rank, bytes)) {
-      return Error{what + ": its buffer still holds step " + std::to_string(slot.step) +
-                   ", which is being read (persisted or copied), and a spare buffer of " +
-                   std::to_string(bytes) + " bytes does not fit in the flash checkpoint " +
-                   "memory budget of " + std::to_string(budget_) + " bytes; try the next save"};
-    }
-    set_aside = std::move(slot.buffer);
-    auto spare = std::find_if(rank->spares.begin(), rank->spares.end(),
-                              [](const auto& b) { return b.use_count() == 1; });
-    if (spare != rank->spares.end()) {
-      slot.buffer = std::move(*spare);
-      rank->spares.erase(spare);
-    }
+  // The buffer this save would overwrite is being read (a persist): it stays its reader's and
+  // the save takes a spare (one set aside before and read no more, else a new one), so that a
+  // save during a persist is not lost. Nothing changes until the buffer is ready.
+  const bool pinned = slot.buffer && slot.buffer.use_count() > 1;
+  if (pinned && !CanSetAside(*rank, bytes)) {
+    return Error{what + ": its buffer still holds step " + std::to_string(slot.step) +
+                 ", which is being read (persisted or copied), and a spare buffer of " +
+                 std::to_string(bytes) + " bytes does not fit in the flash checkpoint " +
+                 "memory budget of " + std::to_string(budget_) + " bytes; try the next save"};
   }
-  const uint64_t reserved_before = reserved_;
-  // Undoes the setting aside when this save fails: nothing changed.
-  auto failed = [&](Error error) {
-    if (set_aside) {
-      if (slot.buffer) rank->spares.push_back(std::move(slot.buffer));
-      slot.buffer = std::move(set_aside);
-    }
-    return error;
-  };
-  size_t have = slot.buffer ? slot.buffer->size() : 0;
+  const auto spare = pinned ? FreeSpare(*rank) : rank->spares.end();
+  std::shared_ptr<SnapshotBuffer> buffer = !pinned                       ? slot.buffer
+                                           : spare != rank->spares.end() ? *spare
+                                                                         : nullptr;
+  const size_t have = buffer ? buffer->size() : 0;
   if (bytes > have) {
     uint64_t after = reserved_ - have + bytes;
     if (after > budget_ || bytes > budget_) {
-      return failed(Error{what + ": " + std::to_string(bytes) + " bytes do not fit in the " +
-                          "flash checkpoint memory budget of " + std::to_string(budget_) +
-                          " bytes (" + std::to_string(reserved_ - have) +
-                          " bytes already hold other snapshots); raise --flash-memory-budget "
-                          "(FTRUN_FLASH_MEMORY_BUDGET)"});
+      return Error{what + ": " + std::to_string(bytes) + " bytes do not fit in the flash " +
+                   "checkpoint memory budget of " + std::to_string(budget_) + " bytes (" +
+                   std::to_string(reserved_ - have) +
+                   " bytes already hold other snapshots); raise --flash-memory-budget "
+                   "(FTRUN_FLASH_MEMORY_BUDGET)"};
     }
-    if (!slot.buffer) {
+    if (!buffer) {
       auto created = NewMemfdBuffer<SnapshotBuffer>("ftrun-snapshot-" + std::to_string(local_rank),
                                                     bytes, MemfdBuffer::Access::kRead);
-      if (!created) return failed(created.error().Wrap(what));
-      slot.buffer = std::move(*created);
-    } else if (auto grown = slot.buffer->Grow(bytes); !grown) {
-      return failed(grown.error().Wrap(what));
+      if (!created) return created.error().Wrap(what);
+      buffer = std::move(*created);
+    } else if (auto grown = buffer->Grow(bytes); !grown) {
+      return grown.error().Wrap(what);
     }
     reserved_ = after;
   }
-  if (set_aside) {
-    // At info once per new spare (the memory grows), not at every persist that reuses one.
+  if (pinned) {
+    // At info when the memory grows, not at every persist that reuses the spare.
     LauncherLog()->log(
-        reserved_ > reserved_before ? spdlog::level::info : spdlog::level::debug,
+        bytes > have ? spdlog::level::info : spdlog::level::debug,
         "memory snapshot of local rank {}: step {} is being read (persisted or copied); the "
         "save of step {} goes to a spare buffer ({} bytes of snapshot memory now)",
         local_rank, slot.step, step, reserved_);
-    rank->spares.push_back(std::move(set_aside));
+    if (spare != rank->spares.end()) rank->spares.erase(spare);
+    rank->spares.push_back(std::move(slot.buffer));
   }
+  slot.buffer = std::move(buffer);
   rank->begun = step;
   // Before the worker gets the descriptor: an unpinned reader sees the change after its read.
   slot.buffer->generation()->fetch_add(1, std::memory_order_seq_cst);
@@ -234,14 +223,17 @@ Status SnapshotStore::Reclaim(int local_rank, const std::optional<Recorded>& new
   return {};
 }
 
+std::vector<std::shared_ptr<SnapshotBuffer>>::const_iterator SnapshotStore::FreeSpare(
+    const Rank& rank) {
+  return std::find_if(rank.spares.begin(), rank.spares.end(),
+                      [](const auto& b) { return b.use_count() == 1; });
+}
+
 bool SnapshotStore::CanSetAside(const Rank& rank, size_t bytes) const {
-  for (const auto& spare : rank.spares) {
-    if (spare.use_count() == 1 &&
-        (spare->size() >= bytes || reserved_ - spare->size() + bytes <= budget_)) {
-      return true;
-    }
-  }
-  return bytes <= budget_ && reserved_ + bytes <= budget_;
+  // What Begin's budget check will find with the spare it takes.
+  const auto spare = FreeSpare(rank);
+  const size_t have = spare != rank.spares.end() ? (*spare)->size() : 0;
+  return bytes <= have || (bytes <= budget_ && reserved_ - have + bytes <= budget_);
 }
 
 bool SnapshotStore::Busy(int local_rank, size_t bytes) const {

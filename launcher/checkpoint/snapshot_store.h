@@ -195,6 +195,9 @@ class SnapshotStore {
     // so they are reused rather than freed and made anew).
     std::vector<std::shared_ptr<SnapshotBuffer>> spares;
   };
+  // The rank's first spare that no view reads any more (end() for none).
+  static std::vector<std::shared_ptr<SnapshotBuffer>>::const_iterator FreeSpare(const Rank& rank);
+  // Whether a Begin of `bytes` whose buffer is pinned can take a spare within the budget.
   bool CanSetAside(const Rank& rank, size_t bytes) const;
   Rank* RankAt(int local_rank);
   const Rank* RankAt(int local_rank) const;

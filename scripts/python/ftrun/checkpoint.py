@@ -49,6 +49,12 @@ def temp_dir(root: str, step: int, tag: str) -> str:
     return os.path.join(root, f".ftrun-step-{step}.tmp-{tag}")
 
 
+def aside_dir(root: str, step: int, kind: str) -> str:
+    """A hidden name, unique to this process and call, for the directory of `step` moved out
+    of the loaders' sight (kind: "deleted" by a deletion strategy, "damaged")."""
+    return os.path.join(root, f".ftrun-step-{step}.{kind}-{os.getpid()}-{time.monotonic_ns()}")
+
+
 def _fsync_path(path: str, directory: bool = False):
     fd = os.open(path, os.O_RDONLY | (os.O_DIRECTORY if directory else 0))
     try:

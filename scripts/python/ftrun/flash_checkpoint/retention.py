@@ -181,8 +181,7 @@ class Retention:
                                  "being written")
             stored = checkpoint.final_dir(self._root, step)
             if os.path.isdir(stored):
-                doomed = os.path.join(self._root, f".ftrun-step-{step}.deleted-{os.getpid()}-"
-                                                  f"{time.monotonic_ns()}")
+                doomed = checkpoint.aside_dir(self._root, step, "deleted")
                 os.rename(stored, doomed)  # no loader sees a half-deleted checkpoint
                 self._doomed.append(doomed)
                 self._unlink_links_into(stored)

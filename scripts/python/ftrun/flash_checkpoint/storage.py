@@ -14,7 +14,6 @@ import os
 import re
 import shutil
 import sys
-import time
 
 import torch
 
@@ -223,10 +222,10 @@ def choose(comm, root: str, check):
             error = e
         if comm.all_ok(error is None):
             return path, manifest
-        damaged = isinstance(error, checkpoint.CheckpointDamaged)
+        moved = _set_aside(root, step) if isinstance(error, checkpoint.CheckpointDamaged) else ""
         print(f"ftrun: skipping checkpoint {path}: "
-              f"{error or 'another rank cannot restore it (see its log)'}"
-              f"{_set_aside(root, step) if damaged else ''}", file=sys.stderr, flush=True)
+              f"{error or 'another rank cannot restore it (see its log)'}{moved}",
+              file=sys.stderr, flush=True)
     return None, None
 
 
@@ -235,7 +234,7 @@ def _set_aside(root: str, step: int) -> str:
     stored steps' names, kept for a look: an existing step directory is never overwritten,
     so a new save of that step would otherwise be kept out of storage. Returns what it
     says about it (another rank may have moved it first)."""
-    aside = os.path.join(root, f".ftrun-step-{step}.damaged-{os.getpid()}-{time.time_ns()}")
+    aside = checkpoint.aside_dir(root, step, "damaged")
     try:
         os.rename(checkpoint.final_dir(root, step), aside)
     except OSError:
