@@ -39,9 +39,11 @@ Result<std::unique_ptr<store::StoreServer>> StartAgentStore(boost::asio::io_cont
                                                             const std::string& fqdn,
                                                             AgentStoreSettings settings) {
   const std::string reported = c.local_addr.empty() ? fqdn : c.local_addr;
-  const std::string where =
-      c.backend == RendezvousBackend::kStatic && IsThisHost(c.master_addr, fqdn) ? c.master_addr
-                                                                                 : reported;
+  // Only node rank 0 is group rank 0 under the static backend: another node on the master's
+  // host is probed (and reached) at the address it reports, so it must not bind the master's.
+  const bool master = c.backend == RendezvousBackend::kStatic && c.node_rank == 0 &&
+                      IsThisHost(c.master_addr, fqdn);
+  const std::string where = master ? c.master_addr : reported;
   store::StoreServerOptions o;
   if (!settings.host.empty()) {
     o.address = settings.host == "*" ? "" : settings.host;

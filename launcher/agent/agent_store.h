@@ -34,9 +34,9 @@ struct AgentStoreSettings {
 Result<AgentStoreSettings> AgentStoreSettingsFrom(const EnvMap& env);
 
 // Listens where the other nodes reach this node's store: where its workers are told MASTER_ADDR
-// is when it is group rank 0 (static: --master-addr, when that is this host), else the address
-// it reports to the rendezvous (--local-addr or this host's name): that address only, when it
-// is one of this host's; else (the name resolves here to 127.0.1.1 only, or to no address of
+// is when it is group rank 0 (static: --master-addr, for node rank 0 on that host), else the
+// address it reports to the rendezvous (--local-addr or this host's name): that address only, when
+// it is one of this host's; else (the name resolves here to 127.0.1.1 only, or to no address of
 // this host) every address, with a warning saying why. FTRUN_AGENT_STORE_HOST overrides it.
 // Errors name the address and port.
 Result<std::unique_ptr<store::StoreServer>> StartAgentStore(boost::asio::io_context& io,
