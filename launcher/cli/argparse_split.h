@@ -118,8 +118,12 @@ inline SplitCommandLine SplitAtScript(const CLI::App& app, const std::vector<std
       written = word.substr(0, 2);
       if (auto it = shorts.find(written); it != shorts.end()) opt = it->second;
       if (word.size() > 2) value = word.substr(word[2] == '=' ? 3 : 2);
-      // -mr3: a short flag followed by more short options, as argparse reads it.
+      // -mr3: a short flag followed by more short options, as argparse reads it; -m3 is
+      // argparse's "ignored explicit argument" (-3 is no option), not -m and a script "-3".
       if (opt != nullptr && opt->get_expected_max() == 0 && value && word[2] != '=') {
+        if (shorts.count("-" + value->substr(0, 1)) == 0) {
+          throw usage("argument " + written + ": ignored explicit argument '" + *value + "'");
+        }
         words[i] = "-" + *value;
         out.options.push_back(opt->get_name());
         out.given.insert(opt);

@@ -21,6 +21,7 @@
 #include "common/version.h"
 #include "launcher/cli/argparse_split.h"
 #include "launcher/cli/parsed.h"
+#include "launcher/config/option_values.h"
 
 namespace ftrun::launcher::cli11 {
 
@@ -92,30 +93,30 @@ struct ValueOf<std::optional<T>> {
   using type = T;
 };
 
-// argparse's type= check, in words that name the value: run on the text (from argv or a
-// PET_* variable) before CLI11 converts it, so that no conversion error of CLI11's reaches
-// the user. An empty text is checked too (argparse: int('') fails).
+// argparse's type=int / type=float: the text (from argv or a PET_* variable) as Python's
+// int() or float() reads it (" 2\n", "+2", "1_000"; launcher/config/option_values.h), checked
+// and cleaned before CLI11 converts it, so that no conversion error of CLI11's reaches the user
+// and CLI11 accepts nothing Python would refuse ("0x10", "0x1p-2"). An empty text is checked
+// too (int('') fails).
 template <class T>
 CLI::Validator NumberCheck() {
   using V = typename ValueOf<T>::type;
   return CLI::Validator(
       [](std::string& text) -> std::string {
-        const char* begin = text.c_str();
-        char* end = nullptr;
-        errno = 0;
         if constexpr (std::is_integral_v<V>) {
-          const long long v = std::strtoll(begin, &end, 10);
-          if (text.empty() || *end != '\0' || errno != 0 || v < std::numeric_limits<V>::min() ||
-              v > std::numeric_limits<V>::max() ||
-              std::isspace(static_cast<unsigned char>(text[0]))) {
-            return "'" + text + "' is not an integer";
+          auto clean = PythonIntText(text);
+          if (!clean) return "'" + text + "' is not an integer";
+          errno = 0;
+          const long long v = std::strtoll(clean->c_str(), nullptr, 10);
+          if (errno != 0 || v < std::numeric_limits<V>::min() ||
+              v > std::numeric_limits<V>::max()) {
+            return "'" + text + "' is out of range";
           }
+          text = *clean;
         } else {
-          std::strtod(begin, &end);
-          if (text.empty() || *end != '\0' || errno != 0 ||
-              std::isspace(static_cast<unsigned char>(text[0]))) {
-            return "'" + text + "' is not a number";
-          }
+          auto clean = PythonFloatText(text);
+          if (!clean) return "'" + text + "' is not a number";
+          text = *clean;
         }
         return "";
       },
@@ -136,7 +137,8 @@ CLI::Option* AddOption(CLI::App& app, const std::string& names, T& var, const st
   if (!env.empty()) opt->envname(env);
   if constexpr (!kIsOptional<T>) opt->capture_default_str();
   using V = typename ValueOf<T>::type;
-  if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>) opt->check(NumberCheck<T>());
+  if constexpr (std::is_arithmetic_v<V> && !std::is_same_v<V, bool>)
+    opt->transform(NumberCheck<T>());
   return opt;
 }
 
@@ -170,21 +172,28 @@ inline std::string Explain(const CLI::Error& e, const CLI::App& app,
 // variable in `export PET_MASTER_ADDR=$HEAD`) gives its option the empty value, as --opt= on
 // the command line does; CLI11 would skip it and use the default (a two-node job on
 // 127.0.0.1). Adds such values to split.options (so they are checked like the command line's
-// and an error names the variable); a flag's empty variable is an error, as int('') is to
-// torchrun.
-inline std::optional<std::string> ReadEmptyPetVariables(const CLI::App& app,
-                                                        SplitCommandLine& split) {
+// and an error names the variable). A flag's variable is read as torchrun's check_env does,
+// bool(int(value)): "1", " 1\n", "-1" and "2" set it, "0" clears it, anything else (also "")
+// is an error naming the variable; the flag goes to split.options as --flag=true or =false.
+inline std::optional<std::string> ReadPetVariables(const CLI::App& app, SplitCommandLine& split) {
   for (const CLI::Option* opt : app.get_options()) {
     const std::string& variable = opt->get_envname();
     if (split.given.count(opt) != 0 || variable.rfind("PET_", 0) != 0) continue;
     const char* value = std::getenv(variable.c_str());
-    if (value == nullptr || *value != '\0' || opt->get_lnames().empty()) continue;
+    if (value == nullptr || opt->get_lnames().empty()) continue;
     const std::string name = "--" + opt->get_lnames().front();
     if (opt->get_expected_max() == 0) {
-      return variable + " (read for " + name + "): '' is not a valid value (expected 0 or 1)";
+      auto number = PythonIntText(value);
+      if (!number) {
+        return variable + " (read for " + name + "): '" + value +
+               "' is not a valid value (expected an integer: 0 is off, any other is on)";
+      }
+      const bool on = number->find_first_not_of("-0") != std::string::npos;
+      split.options.push_back(name + (on ? "=true" : "=false"));
+    } else if (*value == '\0') {
+      split.options.push_back(name);
+      split.options.push_back("");
     }
-    split.options.push_back(name);
-    split.options.push_back("");
   }
   return std::nullopt;
 }
@@ -240,7 +249,7 @@ Parsed<Args> ParseCommand(CLI::App& app, std::vector<std::string> argv, const Ar
       split.options = std::move(argv);
     }
     if (shape.abbreviations) {
-      if (auto empty = ReadEmptyPetVariables(app, split)) return usage_error(*empty);
+      if (auto bad = ReadPetVariables(app, split)) return usage_error(*bad);
     }
     std::vector<std::string> options(split.options.rbegin(), split.options.rend());
     app.parse(options);

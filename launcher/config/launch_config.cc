@@ -22,7 +22,6 @@ Status ParseEntryPoint(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
   c.script = a.script;
   c.script_args = a.script_args;
   c.python = Lookup(env, "PYTHON_EXEC").value_or("python3");
-  if (c.python.empty()) return Error{"PYTHON_EXEC is set but empty"};
   if (a.run_path) {
     c.entry = EntryKind::kRunPath;  // takes precedence over --no-python, as in torchrun
     if (a.module) return Error{"--run-path cannot be combined with -m/--module"};
@@ -32,6 +31,10 @@ Status ParseEntryPoint(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c
     c.entry = EntryKind::kModule;
   } else {
     c.entry = EntryKind::kPython;
+  }
+  // Not read at all for --no-python, as by torchrun.
+  if (c.python.empty() && c.entry != EntryKind::kNoPython) {
+    return Error{"PYTHON_EXEC is set but empty"};
   }
   return {};
 }
@@ -185,7 +188,7 @@ Status ParseLogs(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
   if (!a.local_ranks_filter.empty()) {
     std::set<int> ranks;
     for (const auto& item : SplitCommaList(a.local_ranks_filter)) {
-      auto n = ToInt(item);
+      auto n = PythonInt(item);
       if (!n || *n < 0) {
         return Error{"--local-ranks-filter: '" + item +
                      "' is not a local rank (expected e.g. 0,1)"};
@@ -238,7 +241,7 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   if (!nodes) return nodes.error();
   std::tie(c.min_nodes, c.max_nodes) = *nodes;
   c.nproc_spec = a.nproc_per_node;
-  if (auto n = ToInt(a.nproc_per_node)) {
+  if (auto n = PythonInt(a.nproc_per_node)) {
     if (*n <= 0) return Error{"--nproc-per-node: must be at least 1, got " + a.nproc_per_node};
     c.nproc_per_node = *n;
   } else if (!std::regex_match(a.nproc_per_node, std::regex("^[a-z][a-z0-9_]*$"))) {
@@ -265,7 +268,7 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
     shutdown_s = *a.shutdown_timeout;
     if (shutdown_s < 0) return Error{"--shutdown-timeout: must be >= 0 seconds"};
   } else if (auto e = Lookup(env, "TORCH_ELASTIC_SHUTDOWN_TIMEOUT")) {
-    auto n = ToInt(*e);
+    auto n = PythonInt(*e);
     if (!n || *n < 0) {
       return Error{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT: '" + *e + "' is not a number of seconds"};
     }
@@ -334,7 +337,7 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
     c.switch_path = *e;
   }
 
-  if (ToInt(a.nproc_per_node)) {
+  if (PythonInt(a.nproc_per_node)) {
     if (auto s = CheckVirtualLocalRankDevices(c, env); !s) return s.error();
   }
   if (auto s = ParseRendezvous(a, env, c); !s) return s.error();

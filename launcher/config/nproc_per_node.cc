@@ -96,7 +96,7 @@ HostFacts DetectHostFacts(const EnvMap& env, const std::string& nvidia_proc_dir)
 }
 
 Status ResolveNprocPerNode(LaunchConfig& c, const HostFacts& host) {
-  if (ToInt(c.nproc_spec)) return {};
+  if (PythonInt(c.nproc_spec)) return {};
   if (c.nproc_spec == "cpu") {
     c.nproc_per_node = host.cpu_count;
   } else if (c.nproc_spec == "gpu") {

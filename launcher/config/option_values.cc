@@ -18,6 +18,82 @@ std::optional<int> ToInt(std::string_view s) {
   return v;
 }
 
+namespace {
+
+// str.strip()'s ASCII whitespace: also the four separators \x1c..\x1f.
+bool PySpace(char c) {
+  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
+}
+
+std::string_view Strip(std::string_view s) {
+  while (!s.empty() && PySpace(s.front())) s.remove_prefix(1);
+  while (!s.empty() && PySpace(s.back())) s.remove_suffix(1);
+  return s;
+}
+
+bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+
+// Digits with single underscores between them ("1_000"), appended to `out` without them;
+// returns where the digits end (`at` when there are none).
+size_t TakeDigits(std::string_view s, size_t at, std::string& out) {
+  size_t i = at;
+  while (i < s.size() && IsDigit(s[i])) {
+    out += s[i++];
+    if (i + 1 < s.size() && s[i] == '_' && IsDigit(s[i + 1])) ++i;
+  }
+  return i;
+}
+
+// An optional sign, kept only when it is '-'.
+size_t TakeSign(std::string_view s, std::string& out) {
+  if (s.empty() || (s[0] != '+' && s[0] != '-')) return 0;
+  if (s[0] == '-') out += '-';
+  return 1;
+}
+
+}  // namespace
+
+std::optional<std::string> PythonIntText(std::string_view text) {
+  const std::string_view s = Strip(text);
+  std::string out;
+  const size_t start = TakeSign(s, out);
+  const size_t end = TakeDigits(s, start, out);
+  if (end == start || end != s.size()) return std::nullopt;
+  return out;
+}
+
+std::optional<std::string> PythonFloatText(std::string_view text) {
+  const std::string_view s = Strip(text);
+  std::string out;
+  const size_t start = TakeSign(s, out);
+  std::string word(s.substr(start));
+  std::transform(word.begin(), word.end(), word.begin(), ::tolower);
+  if (word == "inf" || word == "infinity" || word == "nan") return out + word;
+  size_t i = TakeDigits(s, start, out);
+  bool digits = i > start;
+  if (i < s.size() && s[i] == '.') {
+    out += '.';
+    const size_t fraction = i + 1;
+    i = TakeDigits(s, fraction, out);
+    digits = digits || i > fraction;
+  }
+  if (!digits) return std::nullopt;
+  if (i < s.size() && (s[i] == 'e' || s[i] == 'E')) {
+    out += 'e';
+    const size_t sign = i + 1;
+    const size_t exponent = sign + TakeSign(s.substr(sign), out);
+    i = TakeDigits(s, exponent, out);
+    if (i == exponent) return std::nullopt;
+  }
+  if (i != s.size()) return std::nullopt;
+  return out;
+}
+
+std::optional<int> PythonInt(std::string_view text) {
+  auto clean = PythonIntText(text);
+  return clean ? ToInt(*clean) : std::nullopt;
+}
+
 Result<std::pair<int, int>> ParseNnodes(const std::string& text) {
   auto bad = [&](const std::string& why) {
     return Error{"--nnodes: '" + text + "' " + why +
@@ -26,13 +102,13 @@ Result<std::pair<int, int>> ParseNnodes(const std::string& text) {
   int lo = 0, hi = 0;
   size_t colon = text.find(':');
   if (colon == std::string::npos) {
-    auto n = ToInt(text);
+    auto n = PythonInt(text);
     if (!n) return bad("is not a number");
     lo = hi = *n;
   } else {
     if (text.find(':', colon + 1) != std::string::npos) return bad("has more than one ':'");
-    auto l = ToInt(text.substr(0, colon));
-    auto h = ToInt(text.substr(colon + 1));
+    auto l = PythonInt(text.substr(0, colon));
+    auto h = PythonInt(text.substr(colon + 1));
     if (!l || !h) return bad("is not of the form MIN:MAX");
     lo = *l;
     hi = *h;

@@ -20,6 +20,16 @@ enum StdMask : int { kStdNone = 0, kStdOut = 1, kStdErr = 2, kStdAll = 3 };
 // A whole decimal int ("12", "-3"); nullopt for anything else ("", "1.5", "12x").
 std::optional<int> ToInt(std::string_view s);
 
+// The text of a number as Python's int() (base 10) or float() takes it, cleaned for C++'s
+// conversions: surrounding whitespace, a '+' and single underscores between digits removed
+// ("  +1_000\n" -> "1000"); float() also takes inf, infinity and nan in any case, and an
+// exponent. nullopt where Python raises ValueError ("", "0x10", "1__0", "1e", "0x1p-2").
+std::optional<std::string> PythonIntText(std::string_view text);
+std::optional<std::string> PythonFloatText(std::string_view text);
+// int(text) as torchrun converts a value: nullopt when Python would refuse it or when it is
+// outside int's range.
+std::optional<int> PythonInt(std::string_view text);
+
 // Per-local-rank stream masks from a "0".."3" or "0:3,1:1" spec (torchrun's Std.from_str).
 Result<std::vector<int>> ParseStdSpec(const std::string& option, const std::string& spec,
                                       int nproc);

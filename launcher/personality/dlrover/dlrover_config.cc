@@ -9,7 +9,7 @@ Result<DlroverArgs> DlroverToTorchrun(DlroverArgs a, const EnvMap& env, const Ho
 
   if (a.auto_config) {
     auto num = Lookup(env, "NODE_NUM");
-    auto n = ToInt(num.value_or(""));
+    auto n = PythonInt(num.value_or(""));
     if (!n || *n <= 0) {
       return Error{"--auto-config: NODE_NUM must be the number of nodes, got '" + num.value_or("") +
                    "'"};

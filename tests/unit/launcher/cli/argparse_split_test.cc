@@ -83,6 +83,54 @@ TEST(ArgparseSplit, CombinedShortFlagsAndNegativeNumbers) {
   EXPECT_EQ(p.args.script_args, std::vector<std::string>{"-1"});
 }
 
+TEST(ArgparseSplit, AShortFlagWithAnUnknownShortAttachedIsArgparsesError) {
+  auto p = ParseTorchrunArgs({"-m3", "pkg.train"});
+  ASSERT_EQ(p.action, Action::kUsageError);
+  EXPECT_EQ(p.error, "argument -m: ignored explicit argument '3'");
+}
+
+// argparse's type=int and type=float are Python's int() and float(): whitespace (a PET_*
+// variable written by a YAML block scalar ends in a newline), a sign, underscores; nothing
+// C's conversions take beyond them (hexadecimal).
+TEST(ArgparseSplit, NumbersAsPythonReadsThem) {
+  ::setenv("PET_MAX_RESTARTS", "3\n", 1);
+  auto p = ParseTorchrunArgs({"--monitor_interval", " 1_0.5 ", "--node_rank=+1", "t.py"});
+  ::unsetenv("PET_MAX_RESTARTS");
+  ASSERT_EQ(p.action, Action::kRun) << p.error;
+  EXPECT_EQ(p.args.max_restarts, 3);
+  EXPECT_EQ(p.args.monitor_interval, 10.5);
+  EXPECT_EQ(p.args.node_rank, 1);
+  EXPECT_EQ(ParseTorchrunArgs({"--monitor_interval", "0x1p-2", "t.py"}).error,
+            "--monitor-interval: '0x1p-2' is not a number");
+  EXPECT_EQ(ParseTorchrunArgs({"--max_restarts", "0x10", "t.py"}).error,
+            "--max-restarts: '0x10' is not an integer");
+  EXPECT_EQ(ParseTorchrunArgs({"--max_restarts", "99999999999", "t.py"}).error,
+            "--max-restarts: '99999999999' is out of range");
+}
+
+// torchrun's check_env: bool(int(PET_<FLAG>)).
+TEST(ArgparseSplit, APetFlagIsTrueForAnyNonZeroInteger) {
+  for (const char* on : {"1", "-1", " 2\n", "+1_0"}) {
+    ::setenv("PET_NO_PYTHON", on, 1);
+    auto p = ParseTorchrunArgs({"t"});
+    ASSERT_EQ(p.action, Action::kRun) << on << ": " << p.error;
+    EXPECT_TRUE(p.args.no_python) << on;
+  }
+  for (const char* off : {"0", " -0 ", "0_0"}) {
+    ::setenv("PET_NO_PYTHON", off, 1);
+    auto p = ParseTorchrunArgs({"t"});
+    ASSERT_EQ(p.action, Action::kRun) << off << ": " << p.error;
+    EXPECT_FALSE(p.args.no_python) << off;
+  }
+  ::setenv("PET_NO_PYTHON", "true", 1);
+  EXPECT_EQ(ParseTorchrunArgs({"t"}).error,
+            "PET_NO_PYTHON (read for --no-python): 'true' is not a valid value (expected an "
+            "integer: 0 is off, any other is on)");
+  ::setenv("PET_NO_PYTHON", "0", 1);
+  EXPECT_TRUE(ParseTorchrunArgs({"--no-python", "t"}).args.no_python) << "the command line wins";
+  ::unsetenv("PET_NO_PYTHON");
+}
+
 TEST(ArgparseSplit, BadPetValuesNameTheVariable) {
   ::setenv("PET_MAX_RESTARTS", "many", 1);
   auto p = ParseTorchrunArgs({"t.py"});
@@ -118,7 +166,8 @@ TEST(ArgparseSplit, AnEmptyPetVariableIsAnEmptyValue) {
   ::unsetenv("PET_MAX_RESTARTS");
   ::setenv("PET_STANDALONE", "", 1);
   EXPECT_EQ(ParseTorchrunArgs({"t.py"}).error,
-            "PET_STANDALONE (read for --standalone): '' is not a valid value (expected 0 or 1)");
+            "PET_STANDALONE (read for --standalone): '' is not a valid value (expected an "
+            "integer: 0 is off, any other is on)");
   ::unsetenv("PET_STANDALONE");
   ::setenv("PET_RDZV_ENDPOINT", "", 1);  // empty is torch's default: fine
   auto e = ParseTorchrunArgs({"t.py"});

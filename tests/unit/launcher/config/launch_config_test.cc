@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "launcher/cli/torchrun_args.h"
+#include "launcher/config/option_values.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -78,6 +79,46 @@ TEST(LaunchConfig, NprocPerNodeSpellings) {
   }
 }
 
+// torchrun converts these with Python's int(): what a YAML block scalar or a hand-written
+// launch line brings ("2\n", " 2", "+2", "1_0") starts the job there, so it must here.
+TEST(LaunchConfig, NumbersAsPythonsIntReadsThem) {
+  EXPECT_EQ(Build({"--nproc-per-node", " 2\n"})->nproc_per_node, 2);
+  EXPECT_EQ(Build({"--nproc-per-node", "+1_0"})->nproc_per_node, 10);
+  auto n = Build({"--nnodes", " 1:2 ", "--rdzv-backend", "c10d", "--rdzv-endpoint", "h"});
+  ASSERT_TRUE(n) << n.error().message;
+  EXPECT_EQ(n->max_nodes, 2);
+  auto r = Build({"--local-ranks-filter", "0, +1"});
+  ASSERT_TRUE(r) << r.error().message;
+  EXPECT_EQ(r->local_ranks_filter, (std::set<int>{0, 1}));
+  for (const char* bad : {"0x2", "1__0", "_1", "2_", "2.0"}) {
+    EXPECT_NE(ErrorOf({"--nproc-per-node", bad}).find("--nproc-per-node"), std::string::npos)
+        << bad;
+  }
+}
+
+TEST(OptionValues, PythonIntAndFloatText) {
+  EXPECT_EQ(PythonIntText(" \t+1_000\n"), "1000");
+  EXPECT_EQ(PythonIntText("-007"), "-007");
+  EXPECT_EQ(PythonIntText("\x1c"
+                          "5\x1f"),
+            "5");
+  for (const char* bad :
+       {"", " ", "+", "-", "0x10", "0b1", "1__0", "1_", "_1", "1.0", "1e3", "+-1", "1 2"}) {
+    EXPECT_FALSE(PythonIntText(bad)) << bad;
+  }
+  EXPECT_EQ(PythonFloatText(" 1_0.2_5e+0_1\n"), "10.25e01");
+  EXPECT_EQ(PythonFloatText(".5"), ".5");
+  EXPECT_EQ(PythonFloatText("5."), "5.");
+  EXPECT_EQ(PythonFloatText("-InFinity"), "-infinity");
+  EXPECT_EQ(PythonFloatText("+NaN"), "nan");
+  for (const char* bad : {"", ".", "e3", "1e", "1e+", "0x1p-2", "1._5", "1_.5", "inf1", "nan(1)",
+                          "1.5f", "1,5", "--1"}) {
+    EXPECT_FALSE(PythonFloatText(bad)) << bad;
+  }
+  EXPECT_EQ(PythonInt(" 42 "), 42);
+  EXPECT_FALSE(PythonInt("99999999999"));
+}
+
 TEST(LaunchConfig, ResolveNprocPerNode) {
   auto c = *Build({"--nproc-per-node", "cpu"});
   ASSERT_TRUE(ResolveNprocPerNode(c, HostFacts{6, 0, "/x"}));
@@ -129,6 +170,9 @@ TEST(LaunchConfig, EntryPoints) {
   EXPECT_EQ(Build({"--run-path", "--no-python"})->entry, EntryKind::kRunPath);
   EXPECT_NE(ErrorOf({"-m", "--no-python"}).find("--no-python"), std::string::npos);
   EXPECT_EQ(Build({}, {{"PYTHON_EXEC", "/opt/py/bin/python"}})->python, "/opt/py/bin/python");
+  EXPECT_EQ(ErrorOf({}, {{"PYTHON_EXEC", ""}}), "PYTHON_EXEC is set but empty");
+  EXPECT_EQ(ErrorOf({"-m"}, {{"PYTHON_EXEC", ""}}), "PYTHON_EXEC is set but empty");
+  EXPECT_TRUE(Build({"--no-python"}, {{"PYTHON_EXEC", ""}})) << "not read for --no-python";
 }
 
 TEST(LaunchConfig, Rendezvous) {
