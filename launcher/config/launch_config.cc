@@ -16,15 +16,14 @@ namespace ftrun::launcher {
 namespace {
 
 Status ParseEntryPoint(const TorchrunArgs& a, const EnvMap& env, LaunchConfig& c) {
-  if (a.module && a.no_python) {
+  if (a.module && a.no_python && !a.run_path) {
     return Error{"--no-python cannot be combined with -m/--module"};
   }
   c.script = a.script;
   c.script_args = a.script_args;
   c.python = Lookup(env, "PYTHON_EXEC").value_or("python3");
   if (a.run_path) {
-    c.entry = EntryKind::kRunPath;  // takes precedence over --no-python, as in torchrun
-    if (a.module) return Error{"--run-path cannot be combined with -m/--module"};
+    c.entry = EntryKind::kRunPath;  // takes precedence over --no-python and -m, as in torchrun
   } else if (a.no_python) {
     c.entry = EntryKind::kNoPython;
   } else if (a.module) {
@@ -260,8 +259,7 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   }
   if (auto e = rendezvous::CheckMaxSeconds("--monitor-interval", a.monitor_interval)) return *e;
   c.monitor_interval = std::chrono::duration<double>(a.monitor_interval);
-  c.role = a.role;
-  if (c.role.empty()) return Error{"--role: must not be empty"};
+  c.role = a.role;  // may be empty, as for torchrun: it only names the workers (ROLE_NAME)
 
   int shutdown_s = 30;
   if (a.shutdown_timeout) {

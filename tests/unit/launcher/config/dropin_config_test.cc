@@ -173,6 +173,10 @@ TEST(DropinConfig, EmptyValuesThatCannotWork) {
   EXPECT_EQ(ErrorOf({"--master_addr="}), "--master-addr: must not be empty");
   EXPECT_NE(ErrorOf({"--nnodes="}).find("--nnodes: ''"), std::string::npos);
   EXPECT_NE(ErrorOf({"--nproc_per_node="}).find("--nproc-per-node: ''"), std::string::npos);
+  // torchrun runs with ROLE_NAME="".
+  auto role = Build({"--role="});
+  ASSERT_TRUE(role) << role.error().message;
+  EXPECT_EQ(role->role, "");
   // An empty endpoint is "none given", as for torch.
   EXPECT_TRUE(Build({"--rdzv_endpoint=", "--rdzv_backend=c10d"}));
   // --standalone sets its own run id and host: empty ones do no harm there.

@@ -168,6 +168,7 @@ TEST(LaunchConfig, EntryPoints) {
   EXPECT_EQ(Build({"--no-python"})->entry, EntryKind::kNoPython);
   EXPECT_EQ(Build({"--run-path"})->entry, EntryKind::kRunPath);
   EXPECT_EQ(Build({"--run-path", "--no-python"})->entry, EntryKind::kRunPath);
+  EXPECT_EQ(Build({"--run-path", "-m"})->entry, EntryKind::kRunPath) << "torchrun ignores -m";
   EXPECT_NE(ErrorOf({"-m", "--no-python"}).find("--no-python"), std::string::npos);
   EXPECT_EQ(Build({}, {{"PYTHON_EXEC", "/opt/py/bin/python"}})->python, "/opt/py/bin/python");
   EXPECT_EQ(ErrorOf({}, {{"PYTHON_EXEC", ""}}), "PYTHON_EXEC is set but empty");
@@ -296,7 +297,6 @@ TEST(LaunchConfig, LogOptions) {
 TEST(LaunchConfig, ValueErrors) {
   EXPECT_NE(ErrorOf({"--max-restarts", "-1"}).find("--max-restarts"), std::string::npos);
   EXPECT_NE(ErrorOf({"--monitor-interval", "0"}).find("--monitor-interval"), std::string::npos);
-  EXPECT_NE(ErrorOf({"--role", ""}).find("--role"), std::string::npos);
   for (const char* opt : {"--monitor-interval", "--save-timeout", "--hang-timeout",
                           "--network-check-timeout", "--switchbox-timeout"}) {
     EXPECT_NE(ErrorOf({opt, "1e12"})
