@@ -9,6 +9,7 @@
 
 #include "common/log.h"
 #include "launcher/checkpoint/checkpoint_io.h"
+#include "launcher/checkpoint/temp_step_dir.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -46,11 +47,13 @@ Result<std::string> WriteCheckpoint(const CheckpointRequest& request) {
   std::error_code ec;
   fs::create_directories(request.root, ec);
   if (ec) return Error{"creating " + request.root + ": " + ec.message()};
-  std::string step = std::to_string(request.step);
-  std::string tmp = request.root + "/.ftrun-step-" + step + ".tmp-" + UniqueSuffix();
-  std::string final_dir = request.root + "/ftrun-step-" + step;
-  if (mkdir(tmp.c_str(), 0755) != 0) return Failed("creating", tmp);
+  SweepAbandonedStepDirs(request.root);
+  auto temp = TempStepDir::Make(request.root, request.step);
+  if (!temp) return temp.error();
+  const std::string& tmp = temp->path();
+  std::string final_dir = request.root + "/ftrun-step-" + std::to_string(request.step);
   Status written = WriteContents(tmp, request);
+  if (written) temp->DropMarker();
   if (written && fs::exists(final_dir, ec)) {
     LauncherLog()->info("checkpoint {} already exists: kept as it is", final_dir);
     fs::remove_all(tmp, ec);

@@ -2,7 +2,9 @@
 // format of scripts/python/ftrun/checkpoint.py, so that its latest() and verify() (and the
 // flash-checkpoint loaders built on them) accept what the agent writes:
 //
-//   <root>/.ftrun-step-<S>.tmp-<pid>-<ns>/   written first; every file fsynced
+//   <root>/.ftrun-step-<S>.tmp-<pid>-<ns>/   written first; every file fsynced; its locked
+//       .ftrun-writer marker (temp_step_dir.h) removed before the rename, so that the next
+//       writer on this machine removes the directory if this one is killed mid-write
 //       group-<name>/<file>...               one directory per replica group (part_dir_name)
 //       group-<name>/PART.json               the group's files with size and sha256
 //       MANIFEST.json                        format 1, step, world size, groups, reason

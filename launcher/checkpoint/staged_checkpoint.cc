@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "launcher/checkpoint/checkpoint_io.h"
+#include "launcher/checkpoint/temp_step_dir.h"
 
 namespace ftrun::launcher {
 namespace {
@@ -97,9 +98,10 @@ Result<Files> ReadPart(const std::string& dir, uint64_t step) {
 // is copied) and renames it into place. An existing complete checkpoint is kept.
 Status Finish(const CheckpointRequest& request, const std::string& staging,
               const std::map<std::string, Files>& parts, const std::string& final_dir) {
-  std::string tmp =
-      request.root + "/.ftrun-step-" + std::to_string(request.step) + ".tmp-" + UniqueSuffix();
-  if (mkdir(tmp.c_str(), 0755) != 0) return Failed("creating", tmp);
+  SweepAbandonedStepDirs(request.root);
+  auto temp = TempStepDir::Make(request.root, request.step);
+  if (!temp) return temp.error();
+  const std::string& tmp = temp->path();
   std::map<std::string, std::string> entries;
   Status status;
   for (const auto& [group, files] : parts) {
@@ -127,6 +129,7 @@ Status Finish(const CheckpointRequest& request, const std::string& staging,
     status = WriteManifest(tmp, request.step, request.world_size, request.reason, entries);
   }
   std::error_code ec;
+  if (status) temp->DropMarker();
   if (status && rename(tmp.c_str(), final_dir.c_str()) != 0) {
     if (errno == EEXIST || errno == ENOTEMPTY) {
       LauncherLog()->info("checkpoint {} completed by another writer: kept as it is", final_dir);

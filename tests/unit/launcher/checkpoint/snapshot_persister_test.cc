@@ -100,6 +100,19 @@ TEST_F(SnapshotPersisterTest, ACompleteCheckpointIsNeverOverwritten) {
   EXPECT_EQ(PythonLatest(root_), "(9, [''])\nexit=0");
 }
 
+// An agent killed while writing a step leaves its temporary directory; the next persist on
+// this machine removes it, and no complete checkpoint keeps the writer's marker.
+TEST_F(SnapshotPersisterTest, TheNextPersistRemovesWhatAKilledWriterLeft) {
+  std::filesystem::create_directories(root_);
+  const std::string left = testing::KilledTempStepDir(root_, 3);
+  ASSERT_TRUE(std::filesystem::exists(left));
+  Save(store_, 0, 4, "four");
+  auto stored = Persist(Request(4, {{"", 0}}));
+  ASSERT_TRUE(stored) << stored.error().message;
+  EXPECT_EQ(Leftovers(), "dlrover_latest.txt ftrun-step-4 ");
+  EXPECT_EQ(testing::NamesIn(*stored), "MANIFEST.json group-all ");
+}
+
 // A tracker that names no step ("-1", as the Python side writes none; or not a number) is
 // replaced; "-1" read as unsigned was 2^64-1 and kept every later step out of it.
 TEST_F(SnapshotPersisterTest, ATrackerNamingNoStepIsReplaced) {

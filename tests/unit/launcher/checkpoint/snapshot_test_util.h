@@ -1,11 +1,13 @@
 // What the snapshot tests share: a stand-in for the worker's side of a save (map the leased
-// memfd, copy the bytes in, commit with their crc32), a stray write into a snapshot, and
-// checkpoint.py run on what the agent wrote.
+// memfd, copy the bytes in, commit with their crc32), a stray write into a snapshot, a writer
+// killed mid-persist, and checkpoint.py run on what the agent wrote.
 #pragma once
 
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstring>
@@ -15,9 +17,39 @@
 #include <string>
 
 #include "launcher/checkpoint/snapshot_store.h"
+#include "launcher/checkpoint/temp_step_dir.h"
 #include "tests/support/test_support.h"
 
 namespace ftrun::launcher::testing {
+
+// A child process that makes step `step`'s temporary directory under `root`, writes into it
+// and is SIGKILLed while it holds it, as an agent killed mid-persist. Returns the directory.
+inline std::string KilledTempStepDir(const std::string& root, uint64_t step) {
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    auto temp = TempStepDir::Make(root, step);
+    if (!temp) _exit(3);
+    if (FILE* f = std::fopen((temp->path() + "/part.bin").c_str(), "w")) {
+      std::fputs("half of a gigabyte", f);
+      std::fclose(f);
+    }
+    const std::string path = temp->path() + "\n";
+    if (write(fds[1], path.data(), path.size()) < 0) _exit(4);
+    raise(SIGKILL);
+  }
+  close(fds[1]);
+  std::string path;
+  char c;
+  while (read(fds[0], &c, 1) == 1 && c != '\n') path += c;
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  EXPECT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+  return path;
+}
 
 inline std::span<const std::byte> AsBytes(const std::string& s) {
   return std::as_bytes(std::span<const char>(s.data(), s.size()));
