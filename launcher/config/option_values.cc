@@ -20,10 +20,8 @@ std::optional<int> ToInt(std::string_view s) {
 
 namespace {
 
-// str.strip()'s ASCII whitespace: also the four separators \x1c..\x1f.
-bool PySpace(char c) {
-  return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
-}
+// The white space int() and float() strip (Python's Py_ISSPACE; not str.isspace's \x1c..\x1f).
+bool PySpace(char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 std::string_view Strip(std::string_view s) {
   while (!s.empty() && PySpace(s.front())) s.remove_prefix(1);

@@ -99,15 +99,16 @@ TEST(LaunchConfig, NumbersAsPythonsIntReadsThem) {
 TEST(OptionValues, PythonIntAndFloatText) {
   EXPECT_EQ(PythonIntText(" \t+1_000\n"), "1000");
   EXPECT_EQ(PythonIntText("-007"), "-007");
-  EXPECT_EQ(PythonIntText("\x1c"
-                          "5\x1f"),
-            "5");
+  EXPECT_EQ(PythonIntText("\v\f5\r"), "5");
   for (const char* bad :
-       {"", " ", "+", "-", "0x10", "0b1", "1__0", "1_", "_1", "1.0", "1e3", "+-1", "1 2"}) {
+       {"", " ", "+", "-", "0x10", "0b1", "1__0", "1_", "_1", "1.0", "1e3", "+-1", "1 2",
+        "\x1c"
+        "5"}) {
     EXPECT_FALSE(PythonIntText(bad)) << bad;
   }
   EXPECT_EQ(PythonFloatText(" 1_0.2_5e+0_1\n"), "10.25e01");
   EXPECT_EQ(PythonFloatText(".5"), ".5");
+  EXPECT_EQ(PythonFloatText("1e5_0"), "1e50");
   EXPECT_EQ(PythonFloatText("5."), "5.");
   EXPECT_EQ(PythonFloatText("-InFinity"), "-infinity");
   EXPECT_EQ(PythonFloatText("+NaN"), "nan");
