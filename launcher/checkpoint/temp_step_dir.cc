@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <filesystem>
 #include <fstream>
 
@@ -44,9 +45,14 @@ const std::string& BootId() {
 }
 
 Result<TempStepDir> TempStepDir::Make(const std::string& root, uint64_t step) {
-  std::string path =
-      root + "/.ftrun-step-" + std::to_string(step) + ".tmp-" + checkpoint_io::UniqueSuffix();
-  if (mkdir(path.c_str(), 0755) != 0) return checkpoint_io::Failed("creating", path);
+  // A name can be taken by a directory an earlier writer with this pid left (a restarted
+  // container's agent often gets the same pid): the next suffix is another name.
+  std::string path;
+  for (int attempt = 0;; ++attempt) {
+    path = root + "/.ftrun-step-" + std::to_string(step) + ".tmp-" + checkpoint_io::UniqueSuffix();
+    if (mkdir(path.c_str(), 0755) == 0) break;
+    if (errno != EEXIST || attempt == 100) return checkpoint_io::Failed("creating", path);
+  }
   if (BootId().empty()) return TempStepDir(std::move(path), -1);
   const std::string marker = path + kMarker;
   int fd = open(marker.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0644);

@@ -75,6 +75,21 @@ TEST_F(TempStepDirTest, WhatItCannotProveAbandonedIsKept) {
   EXPECT_EQ(testing::NamesIn(root_), expected);
 }
 
+// What a writer with this pid left under the next suffix (a restarted container's agent often
+// gets its predecessor's pid) does not stop the next write.
+TEST_F(TempStepDirTest, ANameTakenByALeftoverIsSkipped) {
+  auto first = TempStepDir::Make(root_, 2);
+  ASSERT_TRUE(first);
+  const std::string name = fs::path(first->path()).filename().string();
+  const long n = std::stol(name.substr(name.rfind('-') + 1));
+  for (long k = n + 1; k <= n + 3; ++k) {
+    fs::create_directories(root_ + "/" + name.substr(0, name.rfind('-') + 1) + std::to_string(k));
+  }
+  auto second = TempStepDir::Make(root_, 2);
+  ASSERT_TRUE(second) << second.error().message;
+  EXPECT_TRUE(fs::exists(second->path() + "/.ftrun-writer"));
+}
+
 TEST_F(TempStepDirTest, AMissingRootSweepsNothing) {
   EXPECT_TRUE(SweepAbandonedStepDirs(root_ + "/nowhere").empty());
 }
