@@ -95,6 +95,7 @@ Result<RendezvousConf> ParseRendezvousConf(std::string_view text) {
       {"timeout", &RendezvousConf::timeout},
       {"join_timeout", &RendezvousConf::join_timeout},
       {"last_call_timeout", &RendezvousConf::last_call_timeout},
+      {"lastcall_timeout", &RendezvousConf::last_call_timeout},  // DLRover's spelling
       {"close_timeout", &RendezvousConf::close_timeout},
       {"heartbeat_timeout", &RendezvousConf::heartbeat_timeout},
       {"keep_alive_interval", &RendezvousConf::keep_alive_interval},

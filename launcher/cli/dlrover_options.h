@@ -32,8 +32,9 @@ inline void AddDlroverOptions(TorchrunParser& p, DlroverArgs& a) {
         g, "PORT");
   p.Flag("numa-affinity", a.numa_affinity,
          "Pin each local rank to the CPUs (and memory) of its GPU's NUMA node", g);
-  p.Opt("membind-policy", a.membind_policy, "With --numa-affinity: bind or preferred", g, "POLICY")
-      ->check(CLI::IsMember({"bind", "preferred"}));
+  // Any value, as DLRover's: neither bind nor preferred binds the CPUs only.
+  p.Opt("membind-policy", a.membind_policy,
+        "With --numa-affinity: bind, preferred, or anything else for the CPUs only", g, "POLICY");
   p.Opt("ucp-device-type", a.ucp_device_type,
         "DeepSpeed universal-checkpoint conversion device (accepted; warns)", g, "DEVICE");
 }

@@ -187,10 +187,11 @@ TEST_F(DlroverRun, AutoConfigTakesTheNodeCountFromNodeNum) {
   }
   EXPECT_EQ(Count("group=0 "), Count("group=1 ")) << ReadFile(dir_ / "records");
 
-  auto missing = Run(Cmd({"--auto-config"}), {{"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_}});
-  EXPECT_EQ(missing.exit_code, 2) << missing.err;
-  EXPECT_EQ(Lines(missing.err).size(), 1u) << missing.err;
-  EXPECT_TRUE(Has(missing.err, "NODE_NUM")) << missing.err;
+  // Without NODE_NUM, --nnodes as given (1): DLRover's rule.
+  auto kept = Run(Cmd({"--auto-config", "--nproc-per-node", "1"}, {"exit", "0"}),
+                  {{"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_}});
+  EXPECT_EQ(kept.exit_code, 0) << kept.err;
+  EXPECT_TRUE(Has(kept.err, "starting nnodes=1:1")) << kept.err;
 }
 
 TEST_F(DlroverRun, PrecheckOneRunsTheNetworkCheckBeforeTheWorkers) {
@@ -217,7 +218,7 @@ TEST_F(DlroverRun, PrecheckOneRunsTheNetworkCheckBeforeTheWorkers) {
 
 TEST_F(DlroverRun, BadChoicesAreOneLineUsageErrors) {
   for (const auto& [opt, value] : std::vector<std::pair<std::string, std::string>>{
-           {"--precheck", "3"}, {"--accelerator", "tpu"}, {"--membind-policy", "x"}}) {
+           {"--precheck", "3"}, {"--accelerator", "tpu"}}) {
     auto r = Run(Cmd({opt, value}));
     EXPECT_EQ(r.exit_code, 2) << opt << ": " << r.err;
     ASSERT_EQ(Lines(r.err).size(), 1u) << opt << ": " << r.err;

@@ -8,24 +8,25 @@ Result<DlroverArgs> DlroverToTorchrun(DlroverArgs a, const EnvMap& env, const Ho
   if (a.precheck >= 2) a.comm_perf_test = true;
 
   if (a.auto_config) {
-    auto num = Lookup(env, "NODE_NUM");
-    auto n = PythonInt(num.value_or(""));
-    if (!n || *n <= 0) {
-      return Error{"--auto-config: NODE_NUM must be the number of nodes, got '" + num.value_or("") +
-                   "'"};
+    // As DLRover's: NODE_NUM when it is set, else --nnodes as given.
+    if (auto num = Lookup(env, "NODE_NUM")) {
+      auto n = PythonInt(*num);
+      if (!n || *n <= 0) {
+        return Error{"--auto-config: NODE_NUM must be the number of nodes, got '" + *num + "'"};
+      }
+      a.nnodes = std::to_string(*n);
     }
-    a.nnodes = std::to_string(*n);
     if (host.gpu_count > 0) {
       a.nproc_per_node = std::to_string(host.gpu_count);
     } else {
       warnings.push_back("--auto-config: no GPU found (" + host.gpu_source +
                          "); keeping --nproc-per-node " + a.nproc_per_node);
     }
-    if (*n >= 4) a.network_check = true;
   }
 
   auto nodes = ParseNnodes(a.nnodes);
   if (!nodes) return nodes.error();
+  if (a.auto_config && nodes->first >= 4) a.network_check = true;
   if (nodes->second > 1 && !a.standalone && a.rdzv_endpoint.empty()) {
     if (auto master = Lookup(env, "DLROVER_MASTER_ADDR"); master && !master->empty()) {
       a.rdzv_backend = "c10d";

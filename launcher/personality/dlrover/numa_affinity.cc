@@ -71,8 +71,9 @@ std::vector<std::string> NumaCommandPrefix(const NumaPlacement& p, const std::st
                                            const std::string& numactl_path) {
   const std::string node = std::to_string(p.node);
   if (numactl_path.empty()) return {"taskset", "-c", p.cpus};
-  return {numactl_path, "--cpunodebind=" + node,
-          (policy == "bind" ? "--membind=" : "--preferred=") + node};
+  if (policy == "bind") return {numactl_path, "--cpunodebind=" + node, "--membind=" + node};
+  if (policy == "preferred") return {numactl_path, "--cpunodebind=" + node, "--preferred=" + node};
+  return {numactl_path, "--cpunodebind=" + node};  // DLRover's script: no memory policy
 }
 
 void PlaceRanksOnNuma(LaunchConfig& c, const EnvMap& env) {

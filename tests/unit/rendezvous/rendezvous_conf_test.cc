@@ -37,6 +37,11 @@ TEST(RendezvousConf, ParsesKnownKeys) {
   EXPECT_EQ(c->local_addr, "10.0.0.5");
   EXPECT_EQ(c->token, "s3cret");
   EXPECT_TRUE(c->warnings.empty());
+  // DLRover's spelling (its usage text: lastcall_timeout=60).
+  auto d = ParseRendezvousConf("lastcall_timeout=60");
+  ASSERT_TRUE(d) << d.error().message;
+  EXPECT_EQ(d->last_call_timeout.count(), 60);
+  EXPECT_TRUE(d->warnings.empty());
 }
 
 TEST(RendezvousConf, UnknownKeyIsAWarning) {

@@ -204,6 +204,8 @@ TEST(TorchrunArgs, HelpAndVersion) {
                           "--signals-to-handle", "--shutdown-timeout", "--local-ranks-filter"}) {
     EXPECT_NE(help.find(opt), std::string::npos) << opt;
   }
+  EXPECT_NE(help.find("(0: off) [default: 1]\n"), std::string::npos) << "stated once";
+  EXPECT_EQ(help.find("] [default:"), std::string::npos) << help;
 }
 
 }  // namespace

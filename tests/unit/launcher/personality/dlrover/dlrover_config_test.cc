@@ -112,8 +112,8 @@ TEST(DlroverArgs, EveryOptionInBothSpellings) {
 }
 
 TEST(DlroverArgs, BadChoicesAreUsageErrors) {
-  for (auto argv : std::vector<std::vector<std::string>>{
-           {"--precheck", "3"}, {"--accelerator", "tpu"}, {"--membind-policy", "strict"}}) {
+  for (auto argv :
+       std::vector<std::vector<std::string>>{{"--precheck", "3"}, {"--accelerator", "tpu"}}) {
     auto p = Parse(argv);
     EXPECT_EQ(p.action, Action::kUsageError) << argv[0];
     EXPECT_NE(p.error.find(argv[0]), std::string::npos) << p.error;
@@ -159,9 +159,15 @@ TEST(DlroverConfig, AutoConfigReadsNodeNumAndTheGpus) {
   ASSERT_TRUE(small);
   EXPECT_FALSE(small->network_check);
 
-  auto missing = Build({"--auto-config"});
-  ASSERT_FALSE(missing);
-  EXPECT_NE(missing.error().message.find("NODE_NUM"), std::string::npos);
+  // Without NODE_NUM --nnodes stays, as DLRover's (the network check from 4 nodes all the same).
+  auto kept = DlroverToTorchrun(Args({"--auto-config", "--nnodes", "4"}), {}, gpus, w);
+  ASSERT_TRUE(kept) << kept.error().message;
+  EXPECT_EQ(kept->nnodes, "4");
+  EXPECT_TRUE(kept->network_check);
+  auto bad = Build({"--auto-config"}, {{"NODE_NUM", "many"}});
+  ASSERT_FALSE(bad);
+  EXPECT_NE(bad.error().message.find("NODE_NUM must be the number of nodes, got 'many'"),
+            std::string::npos);
 
   std::vector<std::string> warnings;
   auto no_gpu =
@@ -267,6 +273,9 @@ TEST_F(NumaTest, EachRankGetsItsGpusNode) {
             (std::vector<std::string>{"/usr/bin/numactl", "--cpunodebind=1", "--membind=1"}));
   EXPECT_EQ(NumaCommandPrefix((*p)[0], "preferred", "/usr/bin/numactl"),
             (std::vector<std::string>{"/usr/bin/numactl", "--cpunodebind=0", "--preferred=0"}));
+  // Any other policy, as DLRover's script: the CPUs only.
+  EXPECT_EQ(NumaCommandPrefix((*p)[0], "none", "/usr/bin/numactl"),
+            (std::vector<std::string>{"/usr/bin/numactl", "--cpunodebind=0"}));
   EXPECT_EQ(NumaCommandPrefix((*p)[0], "bind", ""),
             (std::vector<std::string>{"taskset", "-c", "0-15,32-47"}));
 }
