@@ -31,12 +31,20 @@ TEST_F(DlroverRun, WorkersRunAsDlroverTrainerWithTheElasticJobNameAsRunId) {
   EXPECT_TRUE(Has(r.out, "[dlrover-trainer1]:hello")) << r.out;
   EXPECT_TRUE(Has(r.err, "run_id=llama-pretrain")) << r.err;
 
-  // --rdzv-id and --role given on the command line win.
+  // As DLRover's run(): the job's name and dlrover-trainer over the command line's, and over
+  // --standalone's random run id; each override said once.
   auto own = Run(Cmd({"--rdzv-id", "mine", "--role", "actor"}, {"env", dir_ / "own"}),
                  {{"ELASTIC_JOB_NAME", "llama-pretrain"}});
   ASSERT_EQ(own.exit_code, 0) << own.err;
-  EXPECT_EQ(WorkerEnv("own")["TORCHELASTIC_RUN_ID"], "mine");
-  EXPECT_EQ(WorkerEnv("own")["ROLE_NAME"], "actor");
+  EXPECT_EQ(WorkerEnv("own")["TORCHELASTIC_RUN_ID"], "llama-pretrain");
+  EXPECT_EQ(WorkerEnv("own")["ROLE_NAME"], "dlrover-trainer");
+  EXPECT_EQ(Occurrences(own.err, "--rdzv-id mine: the run id is ELASTIC_JOB_NAME"), 1) << own.err;
+  EXPECT_EQ(Occurrences(own.err, "--role actor: dlrover-run's workers are always"), 1) << own.err;
+  auto alone =
+      Run(Cmd({"--standalone"}, {"env", dir_ / "alone"}), {{"ELASTIC_JOB_NAME", "llama-pretrain"}});
+  ASSERT_EQ(alone.exit_code, 0) << alone.err;
+  EXPECT_EQ(WorkerEnv("alone")["TORCHELASTIC_RUN_ID"], "llama-pretrain");
+  EXPECT_FALSE(Has(alone.err, "ignoring")) << alone.err;
 }
 
 TEST_F(DlroverRun, AscendTrainingPortMustBeAPort) {

@@ -24,6 +24,18 @@ Result<DlroverArgs> DlroverToTorchrun(DlroverArgs a, const EnvMap& env, const Ho
     }
   }
 
+  // DLRover's run() sets both after parsing, whatever the command line said.
+  if (a.role != "dlrover-trainer") {
+    warnings.push_back("--role " + a.role +
+                       ": dlrover-run's workers are always dlrover-trainer, as DLRover's");
+    a.role = "dlrover-trainer";
+  }
+  if (auto job = Lookup(env, "ELASTIC_JOB_NAME");
+      job && !job->empty() && a.rdzv_id != "none" && a.rdzv_id != *job) {
+    warnings.push_back("--rdzv-id " + a.rdzv_id + ": the run id is ELASTIC_JOB_NAME (" + *job +
+                       "), as DLRover's");
+  }
+
   auto nodes = ParseNnodes(a.nnodes);
   if (!nodes) return nodes.error();
   if (a.auto_config && nodes->first >= 4) a.network_check = true;
@@ -39,10 +51,6 @@ Result<DlroverArgs> DlroverToTorchrun(DlroverArgs a, const EnvMap& env, const Ho
           std::to_string(a.node_rank));
     }
   }
-  if (auto job = Lookup(env, "ELASTIC_JOB_NAME"); job && !job->empty() && a.rdzv_id == "none") {
-    a.rdzv_id = *job;
-  }
-
   if (a.save_at_breakpoint) {
     a.fault_save = "on";
     warnings.push_back(
@@ -73,6 +81,8 @@ Status ApplyDlroverSettings(const DlroverArgs& a, const EnvMap& env, LaunchConfi
     return Error{"--node-unit " + std::to_string(a.node_unit) + ": --nnodes MAX " +
                  std::to_string(c.max_nodes) + " is not a multiple of it"};
   }
+  // DLRover's run id is the job's name whenever it is set, over --rdzv-id and --standalone.
+  if (auto job = Lookup(env, "ELASTIC_JOB_NAME"); job && !job->empty()) c.run_id = *job;
   c.node_unit = a.node_unit;
   // A round smaller than one unit can never form.
   c.min_nodes = std::max(c.min_nodes, c.node_unit);
