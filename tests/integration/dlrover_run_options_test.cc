@@ -163,10 +163,18 @@ TEST_F(DlroverRun, SharedPreflightOptionsInEverySpelling) {
     EXPECT_EQ(r.exit_code, 0) << s.name << ": " << r.err;
     EXPECT_TRUE(Has(r.out, "network check:  on")) << s.name << ": " << r.out;
   }
+  // Within the network check only, as DLRover's.
   for (const auto& s : Spellings("comm-perf-test")) {
-    auto r = DryRun(s.options, s.env);
+    auto o = s.options;
+    o.push_back("--network-check");
+    auto r = DryRun(o, s.env);
     EXPECT_EQ(r.exit_code, 0) << s.name << ": " << r.err;
     EXPECT_TRUE(Has(r.out, "comm_check.py")) << s.name << ": " << r.out;
+    auto alone = DryRun(s.options, s.env);
+    EXPECT_EQ(alone.exit_code, 0) << s.name << ": " << alone.err;
+    EXPECT_FALSE(Has(alone.out, "comm_check.py")) << s.name << ": " << alone.out;
+    EXPECT_EQ(Occurrences(alone.err, "--comm-perf-test: runs with the network check only"), 1)
+        << s.name << ": " << alone.err;
   }
   for (const auto& s : Spellings("exclude-straggler")) {
     auto o = s.options;

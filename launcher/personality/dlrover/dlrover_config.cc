@@ -6,6 +6,22 @@ Result<DlroverArgs> DlroverToTorchrun(DlroverArgs a, const EnvMap& env, const Ho
                                       std::vector<std::string>& warnings) {
   if (a.precheck >= 1) a.network_check = true;
   if (a.precheck >= 2) a.comm_perf_test = true;
+  // DLRover runs the comm perf test inside the network check only.
+  if (a.comm_perf_test && !a.network_check) {
+    warnings.push_back(
+        "--comm-perf-test: runs with the network check only (--network-check or --precheck 2), "
+        "as DLRover's; not run");
+    a.comm_perf_test = false;
+  }
+  // DLRover's log setup: DLROVER_LOG_AGENT_DIR without --log-dir, and a log directory with
+  // neither --redirects nor --tee given sends every stream to both its files and the console.
+  if (auto dir = Lookup(env, "DLROVER_LOG_AGENT_DIR"); a.log_dir.empty() && dir) {
+    a.log_dir = *dir;
+  }
+  if (!a.log_dir.empty() && a.redirects == "0" && a.tee == "0") {
+    a.redirects = "3";
+    a.tee = "3";
+  }
 
   if (a.auto_config) {
     // As DLRover's: NODE_NUM when it is set, else --nnodes as given.

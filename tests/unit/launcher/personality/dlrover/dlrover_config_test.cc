@@ -141,6 +141,30 @@ TEST(DlroverConfig, PrecheckTurnsOnTheChecks) {
   auto b = DlroverToTorchrun(Args({"--precheck", "2"}), {}, {}, w);
   ASSERT_TRUE(b);
   EXPECT_TRUE(b->network_check && b->comm_perf_test);
+  auto alone = DlroverToTorchrun(Args({"--comm-perf-test"}), {}, {}, w);
+  ASSERT_TRUE(alone);
+  EXPECT_FALSE(alone->network_check || alone->comm_perf_test) << "DLRover's: not run alone";
+}
+
+// DLRover's log setup: its log directory variable, and a log directory alone sends every
+// stream to the files and the console.
+TEST(DlroverConfig, ALogDirectoryRedirectsAndTeesEveryStream) {
+  std::vector<std::string> w;
+  auto a = DlroverToTorchrun(Args({"--log-dir", "/l"}), {}, {}, w);
+  ASSERT_TRUE(a);
+  EXPECT_EQ(a->redirects, "3");
+  EXPECT_EQ(a->tee, "3");
+  auto b = DlroverToTorchrun(Args({}), {{"DLROVER_LOG_AGENT_DIR", "/agent"}}, {}, w);
+  ASSERT_TRUE(b);
+  EXPECT_EQ(b->log_dir, "/agent");
+  EXPECT_EQ(b->tee, "3");
+  auto c = DlroverToTorchrun(Args({"--log-dir", "/l", "--tee", "1"}), {}, {}, w);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->redirects, "0");
+  EXPECT_EQ(c->tee, "1");
+  auto d = DlroverToTorchrun(Args({}), {}, {}, w);
+  ASSERT_TRUE(d);
+  EXPECT_EQ(d->tee, "0") << "no log directory: as torchrun";
 }
 
 TEST(DlroverConfig, AutoConfigReadsNodeNumAndTheGpus) {
