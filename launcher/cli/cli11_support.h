@@ -45,11 +45,7 @@ class HelpFormatter : public CLI::Formatter {
   }
   std::string make_option_desc(const CLI::Option* opt) const override {
     std::string desc = opt->get_description();
-    // A description that states its default (a shared option's, written for commands that
-    // show none) is not given it twice.
-    if (!opt->get_default_str().empty() && desc.find("[default:") == std::string::npos) {
-      desc += " [default: " + opt->get_default_str() + "]";
-    }
+    if (!opt->get_default_str().empty()) desc += " [default: " + opt->get_default_str() + "]";
     return desc;
   }
 

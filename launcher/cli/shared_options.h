@@ -38,12 +38,12 @@ inline constexpr Option kHangTimeout{
 inline constexpr Option kRestartBackoff{
     "restart-backoff",
     "Seconds the next round waits when the node behind a restart caused one before within 10 "
-    "minutes, doubled for each repeat up to 30 s (0: off) [default: 1]",
+    "minutes, doubled for each repeat up to 30 s (0: off)",
     "SECONDS"};
 inline constexpr Option kExcludeAfter{
     "exclude-after",
     "Leave a node out once it caused this many restarts within 10 minutes, while a spare or "
-    "--nnodes MIN allows (0: never) [default: 3]",
+    "--nnodes MIN allows (0: never)",
     "N"};
 inline constexpr Option kFlashMemoryBudget{
     "flash-memory-budget",

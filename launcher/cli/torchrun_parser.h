@@ -120,7 +120,7 @@ class TorchrunParser {
          g);
     Opt("preload", a.preload,
         "With --warm-restart: comma-separated modules the standbys import in advance; they "
-        "must not read per-rank variables at import [default: torch]",
+        "must not read per-rank variables at import",
         g, "MODULES");
 
     g = "Operations (ftrun)";
