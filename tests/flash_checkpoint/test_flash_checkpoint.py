@@ -83,8 +83,50 @@ class DdpTest(TestCase):
         assert_state_equal(self, cp.load_checkpoint(resume_path=default), training_state(1))
         assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "ftrun-step-1")),
                            training_state(1))
-        with self.assertRaisesRegex(ftrun.CheckpointError, "no checkpoint at"):
-            cp.load_checkpoint(os.path.join(self.root, "nothing.pt"))
+        # DLRover's storage reads nothing from a path that does not exist: {}, not an error.
+        missing = os.path.join(self.root, "nothing.pt")
+        state, err = self.quietly(cp.load_checkpoint, missing)
+        self.assertEqual(state, {})
+        self.assertIn(f"ftrun: no checkpoint at resume_path {missing}: nothing restored", err)
+
+    def test_a_snapshot_in_memory_wins_over_resume_path_as_in_dlrover(self):
+        # A restart within the job restores the agents' newest snapshot even when the script
+        # passes resume_path (DLRover's engines read memory first), else every restart of
+        # such a script would go back to the file. End to end: test_flash_memory.py.
+        cp = DdpCheckpointer(self.root)
+        cp.save_checkpoint(1, training_state(1))
+        in_memory = (2, training_state(2))
+        with mock.patch.object(engine, "restore_from_memory", return_value=in_memory):
+            assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "1", "rank_0.pt")),
+                               training_state(2))
+        with mock.patch.object(engine, "restore_from_memory", return_value=(None, None)):
+            assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "1", "rank_0.pt")),
+                               training_state(1))
+
+    def test_a_checkpoint_dlrover_saved_is_restored_when_ftrun_saved_none(self):
+        # A job moved from DLRover: its tracker and <step>/rank_0.pt, written by torch.save.
+        os.makedirs(os.path.join(self.root, "7"))
+        torch.save(training_state(7), os.path.join(self.root, "7", "rank_0.pt"))
+        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME), "w") as f:
+            f.write("7")
+        state, err = self.quietly(DdpCheckpointer(self.root).load_checkpoint)
+        assert_state_equal(self, state, training_state(7))
+        self.assertIn(f"restored step 7 from {self.root}/7/rank_0.pt, as DLRover saved it", err)
+        # ftrun's own, once there is one, come first (they verify; DLRover's files do not).
+        cp = DdpCheckpointer(self.root)
+        cp.save_checkpoint(8, training_state(8))
+        assert_state_equal(self, cp.load_checkpoint(), training_state(8))
+
+    def test_an_unreadable_checkpoint_dlrover_saved_is_skipped(self):
+        os.makedirs(os.path.join(self.root, "7"))
+        with open(os.path.join(self.root, "7", "rank_0.pt"), "wb") as f:
+            f.write(b"not a torch file")
+        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME), "w") as f:
+            f.write("7\n")
+        state, err = self.quietly(DdpCheckpointer(self.root).load_checkpoint)
+        self.assertEqual(state, {})
+        self.assertIn(f"ftrun: skipping checkpoint {self.root}/7/rank_0.pt "
+                      f"({engine.TRACKER_FILE_NAME} names step 7)", err)
 
     def test_newest_complete_step_wins_partial_and_corrupt_ones_are_skipped(self):
         cp = DdpCheckpointer(self.root)
@@ -185,6 +227,31 @@ class ShardedTest(TestCase):
                          os.path.realpath(os.path.join(self.root, "ftrun-step-3")))
         assert_state_equal(self, cp.load_checkpoint(resume_path=os.path.join(self.root, "3")),
                            training_state(3))
+
+    def test_resume_path_that_does_not_exist_restores_nothing(self):
+        missing = os.path.join(self.root, "9")
+        state, err = self.quietly(ShardedCheckpointer(self.root).load_checkpoint, missing)
+        self.assertEqual(state, {})
+        self.assertIn(f"no checkpoint at resume_path {missing}", err)
+
+    def test_a_snapshot_in_memory_wins_over_resume_path(self):
+        cp = ShardedCheckpointer(self.root)
+        cp.save_checkpoint(3, training_state(3))
+        with mock.patch.object(engine, "restore_from_memory",
+                               return_value=(4, training_state(4))):
+            assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "3")),
+                               training_state(4))
+
+    def test_shards_dlrover_saved_are_restored_at_the_same_world_size_only(self):
+        os.makedirs(os.path.join(self.root, "6"))
+        torch.save(training_state(6), os.path.join(self.root, "6", "rank_0.pt"))
+        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME), "w") as f:
+            f.write("6")
+        state, _ = self.quietly(ShardedCheckpointer(self.root).load_checkpoint)
+        assert_state_equal(self, state, training_state(6))
+        torch.save(training_state(6), os.path.join(self.root, "6", "rank_1.pt"))
+        with self.assertRaisesRegex(WorldSizeError, "saved by 2 ranks and this job has 1"):
+            ShardedCheckpointer(self.root).load_checkpoint()
 
     def test_a_different_world_size_is_an_error_naming_both(self):
         cp = ShardedCheckpointer(self.root)

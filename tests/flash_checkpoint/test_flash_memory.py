@@ -49,7 +49,7 @@ def train(root, config):
     ballast = torch.zeros(config.get("ballast_mb", 0) * (1 << 18))  # float32: 4 bytes each
     progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
 
-    start = resume(cp, model, opt, rank, sharded)
+    start = resume(cp, model, opt, rank, sharded, config.get("resume_path", ""))
     progress.write(f"start {start} attempt {attempt}\n")
     for step in range(start, config["steps"]):
         one_step(net, opt, step, rank, lockstep=sharded)
@@ -142,10 +142,10 @@ def start_rank(root, config):
     return rank, attempt, sharded, model, net, opt, cp
 
 
-def resume(cp, model, opt, rank, sharded):
+def resume(cp, model, opt, rank, sharded, resume_path=""):
     """Loads the newest checkpoint into model and opt; the step to start at. A shard must be
     the one this rank saved."""
-    state = cp.load_checkpoint()
+    state = cp.load_checkpoint(resume_path)
     if not state:
         return 0
     if sharded and state["rank"] != rank:
@@ -295,6 +295,23 @@ class FlashMemoryTest(unittest.TestCase):
         self.assertGreaterEqual(resumed, 11)
         self.assertFalse(os.path.exists(os.path.join(self.root, "ckpt")),
                          "a job that succeeded writes no MEMORY save to disk")
+
+    def test_a_restart_restores_memory_even_when_the_script_gives_resume_path(self):
+        # DLRover's order: memory first, resume_path only when memory holds nothing. Attempt
+        # 0 starts from the file (the untrained state, as step -1); the restart after the kill
+        # must not go back to it.
+        import torch
+        torch.manual_seed(0)
+        model = torch.nn.Linear(16, 4)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        initial = os.path.join(self.root, "initial", "rank_0.pt")
+        os.makedirs(os.path.dirname(initial))
+        torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "step": -1}, initial)
+        done = run_job(self.root, {"kill_at": 11, "resume_path": initial})
+        self.assertEqual(done.returncode, 0, done.stdout)
+        resumed = self.assert_resumed_without_loss(self.root, done.stdout)
+        self.assertIn(f"ftrun: restored step {resumed - 1} from memory", done.stdout)
+        self.assertEqual(progress(self.root, 0)[0], "start 0 attempt 0")
 
     def test_saves_every_step_take_a_loan_of_both_buffers_and_a_kill_loses_nothing(self):
         # A pause after each save, as a training step takes: the agent has written the next

@@ -3,7 +3,6 @@ copy; every rank can restore it. See the package docstring for what is not imple
 import os
 
 from .. import checkpoint
-from ..checkpoint import CheckpointError
 from . import engine
 from .checkpointer import Checkpointer
 from .engine import StorageType
@@ -126,21 +125,24 @@ class DdpCheckpointer(Checkpointer):
         return self._stored.wait(timeout)
 
     def load_checkpoint(self, resume_path=""):
-        """The newest complete state dict under checkpoint_dir (the same step on every rank),
-        or {} when there is none. resume_path: a checkpoint file or ftrun checkpoint
-        directory to load instead. Rank 0 first removes what an interrupted deletion left
-        (engine.discard_staged)."""
+        """The newest complete state dict (the same step on every rank), or {} when there is
+        none. In DLRover's order: the snapshot in the agents' memory (a restart within the
+        job); else resume_path, a checkpoint file or ftrun checkpoint directory ({} when it
+        does not exist); else the newest checkpoint under checkpoint_dir that verifies, or the
+        one DLRover itself saved there (its tracker's <step>/rank_0.pt) when ftrun saved none.
+        Rank 0 first removes what an interrupted deletion left (engine.discard_staged)."""
         if self._rank == 0:
             engine.discard_staged(self.checkpoint_dir)
-        if resume_path:
-            return _load_path(resume_path)
         step, state = engine.restore_from_memory(self._comm, self.checkpoint_dir, "",
                                                  shared=True)
         if step is not None:
             return state
+        if resume_path:
+            return _load_path(resume_path)
         path, manifest = engine.choose(self._comm, self.checkpoint_dir, _verify_copy)
         if path is None:
-            return {}
+            return engine.dlrover_written(self._comm, self.checkpoint_dir,
+                                          engine.TRACKER_FILE_NAME, _FILE) or {}
         return engine.load_file(engine.only_file(path, manifest, ""))
 
 
@@ -155,4 +157,5 @@ def _load_path(path: str):
         return engine.load_file(engine.only_file(path, _verify_copy(path), ""))
     if os.path.isfile(path):
         return engine.load_file(path)
-    raise CheckpointError(f"no checkpoint at {path}")
+    engine.warn_once(f"resume:{path}", f"no checkpoint at resume_path {path}: nothing restored")
+    return {}

@@ -19,6 +19,7 @@ from .sources import agreed, inventory, shard_sources
 # Re-exported: the checkpointers and tests know these as engine's.
 from .storage import (TRACKER_FILE_NAME, Once, WorldSizeError, _link, _steps,  # noqa: F401
                       _torch_save, _warned, _write_tracker, built, choose, discard_staged,
+                      dlrover_written,
                       load_file, only_file, save_one_copy, save_shards, shard_group,
                       verify_shard, warn_once)
 

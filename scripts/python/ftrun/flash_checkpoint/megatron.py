@@ -76,6 +76,9 @@ class MegatronCheckpointer(ShardedCheckpointer):
     def step_companions(self, step: int) -> list:
         return [_iter_dir(os.path.abspath(self.checkpoint_dir), step)]  # its links
 
+    def saved_by_dlrover(self):
+        return None  # _load() hands a checkpoint of Megatron-LM's layout to its own loader
+
 
 _checkpointers = {}
 

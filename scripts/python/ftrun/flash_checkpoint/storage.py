@@ -229,6 +229,49 @@ def choose(comm, root: str, check):
     return None, None
 
 
+def dlrover_written(comm, root: str, tracker: str, name: str, shards: int = 0):
+    """A checkpoint DLRover itself wrote under root, for a job moved from DLRover: the step
+    its tracker records, each rank's `name` in `<root>/<step>/` saved by torch.save. Loaded
+    only when root holds no ftrun checkpoint (choose() found none), so ftrun's own links
+    there are not considered. shards: the world size a sharded job must have saved at
+    (checked against the number of rank_<r>.pt files), 0 for one copy. The state dict, the
+    same step on every rank, or None with a line saying why."""
+    step = comm.from_rank0(tracked(root, tracker))
+    if step < 0:
+        return None
+    step_dir = os.path.join(root, str(step))
+    if shards:
+        saved = comm.from_rank0(_count_shards(step_dir))
+        if saved and saved != shards:
+            raise WorldSizeError(f"{step_dir} was saved by {saved} ranks and this job has "
+                                 f"{shards}: a sharded checkpoint restores only at the world "
+                                 "size that saved it (resharding is not supported)")
+    path = os.path.join(step_dir, name)
+    state, error = None, None
+    if os.path.islink(step_dir) or os.path.islink(path):
+        error = "a link to an ftrun checkpoint that is not complete"
+    else:
+        try:
+            state = torch.load(path, map_location="cpu")
+        except Exception as e:  # noqa: BLE001 (any unreadable file: skipped, as choose() does)
+            error = e
+    if comm.all_ok(error is None):
+        print(f"ftrun: restored step {step} from {path}, as DLRover saved it ({tracker})",
+              file=sys.stderr, flush=True)
+        return state
+    print(f"ftrun: skipping checkpoint {path} ({tracker} names step {step}): "
+          f"{error or 'another rank cannot restore it (see its log)'}",
+          file=sys.stderr, flush=True)
+    return None
+
+
+def _count_shards(step_dir: str) -> int:
+    try:
+        return sum(1 for n in os.listdir(step_dir) if re.fullmatch(r"rank_\d+\.pt", n))
+    except OSError:
+        return 0
+
+
 def _set_aside(root: str, step: int) -> str:
     """Renames the damaged directory of `step` (after every rank checked it) out of the
     stored steps' names, kept for a look: an existing step directory is never overwritten,
