@@ -268,11 +268,13 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
   std::ifstream in(path);
   // Signed: an unsigned read takes "-1" (which the Python side reads as no step) for 2^64-1,
   // and a tracker never lowered would then never name this run's steps.
+  // Written as DLRover and Megatron-LM write it, without a newline: DLRover's FSDP loader joins
+  // the content to the directory unstripped.
   long long recorded = -1;
   if (!(in >> recorded && recorded >= 0 && static_cast<uint64_t>(recorded) > step)) {
     std::string tmp = path + ".tmp-" + UniqueSuffix();
     FileEntry unused;
-    status = WriteNewFile(tmp, std::to_string(step) + "\n", &unused);
+    status = WriteNewFile(tmp, std::to_string(step), &unused);
     if (!status) {
       unlink(tmp.c_str());
     } else if (rename(tmp.c_str(), path.c_str()) != 0) {

@@ -284,7 +284,7 @@ class StagedShardsTest(TestCase):
         engine._write_tracker(self.root, 8)
         engine._write_tracker(self.root, 5)
         with open(os.path.join(self.root, engine.TRACKER_FILE_NAME)) as f:
-            self.assertEqual(f.read(), "8\n")
+            self.assertEqual(f.read(), "8")
         self.assertEqual(sorted(os.listdir(self.root)), [engine.TRACKER_FILE_NAME])
 
 

@@ -55,11 +55,11 @@ def train(root, config):
         kind = ddp.StorageType.DISK if step % 3 == 0 else ddp.StorageType.MEMORY
         return real_save(self, step, state, path, storage_type=kind)
 
-    def resume(cp, model, opt, rank, sharded):
+    def resume(cp, model, opt, rank, sharded, resume_path=""):
         if os.environ.get("TORCHELASTIC_RESTART_COUNT") == "1":
             with open(os.path.join(root, f"corrupted-{rank}.txt"), "w") as f:
                 f.write(str(corrupt_agent_snapshots(2 << 20)))
-        return real_resume(cp, model, opt, rank, sharded)
+        return real_resume(cp, model, opt, rank, sharded, resume_path)
 
     ddp.DdpCheckpointer.save_checkpoint = save
     memory.resume = resume

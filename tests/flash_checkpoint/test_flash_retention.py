@@ -161,6 +161,31 @@ class DeletionTest(TestCase):
         with self.assertRaisesRegex(ValueError, "custom storage"):
             DdpCheckpointer(self.root, storage=object())
 
+    def test_ftruns_storage_objects_as_dlrovers(self):
+        from ftrun.flash_checkpoint import storage
+        self.assertIsInstance(storage.get_checkpoint_storage(), storage.PosixDiskStorage)
+        with_deletion = storage.get_checkpoint_storage(KeepLatestStepStrategy(1, self.root))
+        self.assertIsInstance(with_deletion, storage.PosixStorageWithDeletion)
+        cp = DdpCheckpointer(self.root, storage=with_deletion)
+        self.save_steps(cp, [1, 2])
+        self.assertEqual(stored_steps(self.root), [2])
+        # A script's own use of the storage, DLRover's behaviour: the step a tracker write
+        # replaces goes to the strategy at commit.
+        own = os.path.join(self.root, "own")
+        plain = storage.PosixDiskStorage()
+        plain.safe_makedirs(os.path.join(own, "5"))
+        self.assertEqual(plain.read(os.path.join(own, "none.txt")), "")
+        self.assertEqual(plain.read_state_dict(os.path.join(own, "none.pt"), open), {})
+        tracker = os.path.join(own, storage.TRACKER_FILE_NAME)
+        deleting = storage.PosixStorageWithDeletion(storage.TRACKER_FILE_NAME,
+                                                    KeepLatestStepStrategy(1, own))
+        deleting.write("5", tracker)
+        deleting.write(b"6", tracker)
+        deleting.commit(6, True)
+        self.assertFalse(deleting.exists(os.path.join(own, "5")))
+        self.assertEqual(deleting.read(tracker), "6")
+        self.assertEqual(deleting.listdir(own), [storage.TRACKER_FILE_NAME])
+
     def test_the_newest_step_is_refused_to_a_strategy_that_asks(self):
         class Greedy:
             def clean_up(self, step, delete_func):

@@ -20,8 +20,11 @@ import torch
 from .. import checkpoint
 from ..checkpoint import CheckpointError
 from . import snapshot
-
-TRACKER_FILE_NAME = "dlrover_latest.txt"  # DLRover's CheckpointConstant.TRACER_FILE_NAME
+# DLRover's names of dlrover.python.common.storage: a script imports them from here.
+from .dlrover_storage import (TRACKER_FILE_NAME, CheckpointDeletionStrategy,  # noqa: F401
+                              CheckpointStorage, KeepLatestStepStrategy,
+                              KeepStepIntervalStrategy, PosixDiskStorage,
+                              PosixStorageWithDeletion, get_checkpoint_storage)
 
 _warned = set()
 
@@ -58,7 +61,7 @@ def _write_tracker(root: str, step: int, name: str = TRACKER_FILE_NAME):
             return  # an older step saved late does not hide a newer one
         tmp = f"{tracker}.tmp-{os.getpid()}"
         with open(tmp, "w") as f:
-            f.write(f"{step}\n")
+            f.write(str(step))  # as DLRover and Megatron-LM write it: no newline
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, tracker)
@@ -326,39 +329,3 @@ def verify_shard(path: str, group: str, world_size: int) -> dict:
             raise checkpoint.CheckpointDamaged(f"{part['dir']}/{rel} has the wrong checksum")
     return manifest
 
-
-# DLRover's deletion strategies (dlrover.python.common.storage; retention.py applies them).
-
-class CheckpointDeletionStrategy:
-    """DLRover's interface: clean_up(step, delete_func) may delete the checkpoint of `step` by
-    calling delete_func(<checkpoint_dir>/<step>)."""
-
-    def clean_up(self, step: int, delete_func):
-        raise NotImplementedError
-
-
-class KeepStepIntervalStrategy(CheckpointDeletionStrategy):
-    """Keeps the steps that are multiples of keep_interval (and the newest); deletes the
-    others once a newer step is stored."""
-
-    def __init__(self, keep_interval: int, checkpoint_dir: str):
-        self._keep_interval = keep_interval
-        self._checkpoint_dir = checkpoint_dir
-
-    def clean_up(self, step, delete_func):
-        if step % self._keep_interval != 0:
-            delete_func(os.path.join(self._checkpoint_dir, str(step)))
-
-
-class KeepLatestStepStrategy(CheckpointDeletionStrategy):
-    """Keeps the newest max_to_keep steps (at least one) and deletes older ones."""
-
-    def __init__(self, max_to_keep: int, checkpoint_dir: str):
-        self._max_to_keep = max(max_to_keep, 1)
-        self._checkpoint_dir = checkpoint_dir
-        self._steps = []
-
-    def clean_up(self, step, delete_func):
-        self._steps.append(step)
-        if len(self._steps) == self._max_to_keep:
-            delete_func(os.path.join(self._checkpoint_dir, str(self._steps.pop(0))))

@@ -63,7 +63,7 @@ TEST_F(FlashSharedTest, TwoAgentsStoreTheNewestStepEveryShardHoldsBetweenThem) {
     EXPECT_EQ(Shard(to, 5, rank), "r" + std::to_string(rank) + "s5");
   }
   EXPECT_FALSE(fs::exists(to.root + "/ftrun-step-6")) << "rank 3 never saved it";
-  EXPECT_EQ(ReadFile(to.root + "/latest.txt"), "5\n");
+  EXPECT_EQ(ReadFile(to.root + "/latest.txt"), "5");
   EXPECT_EQ(testing::PythonLatest(to.root),
             "(5, ['rank-0', 'rank-1', 'rank-2', 'rank-3'])\nexit=0");
   EXPECT_EQ(fs::canonical(to.path), fs::canonical(to.root + "/ftrun-step-5"));
@@ -98,7 +98,7 @@ TEST_F(FlashSharedTest, ReplicasOfTheOtherNodesShardsLetOneAgentStoreTheStepAlon
       << "named as its own rank named it, not after this node's shards";
   EXPECT_EQ(ReadFile(step + PartDirName("rank-3") + "/state.bin"), "replica 3")
       << "a copy without its name: the default name";
-  EXPECT_EQ(ReadFile(to.root + "/latest.txt"), "8\n");
+  EXPECT_EQ(ReadFile(to.root + "/latest.txt"), "8");
   EXPECT_EQ(testing::PythonLatest(to.root),
             "(8, ['rank-0', 'rank-1', 'rank-2', 'rank-3'])\nexit=0");
 }

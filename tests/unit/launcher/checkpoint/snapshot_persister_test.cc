@@ -77,7 +77,7 @@ TEST_F(SnapshotPersisterTest, WritesWhatCheckpointPyVerifies) {
             PartDirName("rank-1") + " " + PartDirName("a b/c") + " group-all\nexit=0");
   EXPECT_EQ(ftrun::testing::ReadFile(*final_dir + "/" + PartDirName("rank-0") + "/state.bin"),
             "H" + shard0);
-  EXPECT_EQ(ftrun::testing::ReadFile(root_ + "/dlrover_latest.txt"), "12\n");
+  EXPECT_EQ(ftrun::testing::ReadFile(root_ + "/dlrover_latest.txt"), "12");
   EXPECT_EQ(Leftovers(), "dlrover_latest.txt ftrun-step-12 ");
   // The persisted buffers are free again as soon as the completion runs.
   Save(store_, 0, 13, "x");
@@ -96,7 +96,7 @@ TEST_F(SnapshotPersisterTest, ACompleteCheckpointIsNeverOverwritten) {
   ASSERT_TRUE(Persist(Request(9, {{"", 0}})));
   Save(store_, 0, 8, "eight");
   ASSERT_TRUE(Persist(Request(8, {{"", 0}})));
-  EXPECT_EQ(ftrun::testing::ReadFile(root_ + "/dlrover_latest.txt"), "9\n");
+  EXPECT_EQ(ftrun::testing::ReadFile(root_ + "/dlrover_latest.txt"), "9");
   EXPECT_EQ(PythonLatest(root_), "(9, [''])\nexit=0");
 }
 
@@ -122,7 +122,7 @@ TEST_F(SnapshotPersisterTest, ATrackerNamingNoStepIsReplaced) {
     Save(store_, 0, 3, "three");
     auto persisted = Persist(Request(3, {{"", 0}}));
     ASSERT_TRUE(persisted) << persisted.error().message;
-    EXPECT_EQ(ftrun::testing::ReadFile(root_ + "/dlrover_latest.txt"), "3\n") << before;
+    EXPECT_EQ(ftrun::testing::ReadFile(root_ + "/dlrover_latest.txt"), "3") << before;
   }
 }
 
@@ -147,7 +147,7 @@ TEST_F(SnapshotPersisterTest, AFullDiskNamesThePathAndKeepsTheOldCheckpoint) {
       << full.error().message;
   EXPECT_EQ(Leftovers(), "dlrover_latest.txt ftrun-step-5 ");
   EXPECT_EQ(PythonLatest(root_), "(5, [''])\nexit=0");
-  EXPECT_EQ(ftrun::testing::ReadFile(root_ + "/dlrover_latest.txt"), "5\n");
+  EXPECT_EQ(ftrun::testing::ReadFile(root_ + "/dlrover_latest.txt"), "5");
 }
 
 TEST_F(SnapshotPersisterTest, AnUnwritableDirectoryIsNamed) {

@@ -72,7 +72,7 @@ TEST_F(StagedCheckpointTest, TwoWritersCompleteTheStepTogetherAndOnlyThenTheTrac
   EXPECT_EQ(PythonLatest(root_), "(7, ['rank-0', 'rank-1', 'rank-2', 'rank-3'])\nexit=0");
   EXPECT_EQ(ReadFile(root_ + "/ftrun-step-7/" + PartDirName("rank-2") + "/rank_2.pt"),
             "shard 2 of step 7");
-  EXPECT_EQ(ReadFile(root_ + "/dlrover_latest.txt"), "7\n");
+  EXPECT_EQ(ReadFile(root_ + "/dlrover_latest.txt"), "7");
   EXPECT_EQ(Names(), "dlrover_latest.txt ftrun-step-7 ") << "the staging area is gone";
   EXPECT_EQ(fs::canonical(dir_ / "link-7"), fs::canonical(root_ + "/ftrun-step-7"));
 }
@@ -116,7 +116,7 @@ TEST_F(StagedCheckpointTest, AStagingAreaOfAStepThatANewerCompleteStepSupersedes
 TEST_F(StagedCheckpointTest, APartialNewerStepLeavesTheTrackerOnTheCompleteOne) {
   ASSERT_TRUE(StageShards(Holding({0, 1, 2, 3}, 5)));
   ASSERT_TRUE(StageShards(Holding({0, 1, 3}, 7)));  // rank 2's holder was killed
-  EXPECT_EQ(ReadFile(root_ + "/dlrover_latest.txt"), "5\n");
+  EXPECT_EQ(ReadFile(root_ + "/dlrover_latest.txt"), "5");
   EXPECT_EQ(PythonLatest(root_), "(5, ['rank-0', 'rank-1', 'rank-2', 'rank-3'])\nexit=0");
   EXPECT_FALSE(fs::exists(root_ + "/ftrun-step-7"));
 }
@@ -168,7 +168,7 @@ TEST_F(StagedCheckpointTest, WritersRacingOnOneStepMakeExactlyOneCompleteCheckpo
       ASSERT_TRUE(outcome) << outcome.error().message;
       EXPECT_EQ(*outcome, root_ + "/ftrun-step-" + std::to_string(step));
     }
-    EXPECT_EQ(ReadFile(root_ + "/dlrover_latest.txt"), std::to_string(step) + "\n");
+    EXPECT_EQ(ReadFile(root_ + "/dlrover_latest.txt"), std::to_string(step));
   }
   EXPECT_EQ(PythonLatest(root_), "(11, ['rank-0', 'rank-1', 'rank-2', 'rank-3'])\nexit=0");
   for (const auto& entry : fs::directory_iterator(root_)) {
