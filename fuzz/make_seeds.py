@@ -7,7 +7,10 @@ The text seeds are written as they are; the protobuf ones are encoded with
 libFuzzer's FuzzedDataProvider (integers are taken from the end of the input, byte strings
 from the front).
 """
+import io
+import json
 import os
+import pickle
 import shutil
 import struct
 import subprocess
@@ -423,6 +426,60 @@ MAILBOX = {
 }
 
 
+# --- a memory snapshot as a worker writes it (torch_file_fuzzer.cc; snapshot.py's layout):
+# "FTRUNSN1", the header's length, the header, then at 64-byte boundaries the pickle (tensors
+# as persistent ids 0..n-1) and each tensor's bytes. Made with pickle alone (no torch).
+class _Tensor:
+    def __init__(self, index):
+        self.index = index
+
+
+class _SnapshotPickler(pickle.Pickler):
+    def persistent_id(self, obj):
+        return obj.index if isinstance(obj, _Tensor) else None
+
+
+def snapshot(state, tensors, protocol=3, header_extra=None):
+    """tensors: (dtype, shape, element size) each; state holds _Tensor(i) where tensor i is."""
+    buf = io.BytesIO()
+    _SnapshotPickler(buf, protocol=protocol).dump(state)
+    pickled = buf.getvalue()
+    align = lambda n: (n + 63) // 64 * 64  # noqa: E731
+    at = 1024
+    entries, offset = [], align(at + len(pickled))
+    for dtype, shape, size in tensors:
+        entries.append([offset, dtype, shape])
+        n = size
+        for d in shape:
+            n *= d
+        offset = align(offset + n)
+    header = dict({"format": 1, "step": 3, "world_size": 1, "bytes": offset,
+                   "pickle": [at, len(pickled)], "tensors": entries}, **(header_extra or {}))
+    text = json.dumps(header, separators=(",", ":")).encode()
+    data = bytearray(offset)
+    data[:16 + len(text)] = b"FTRUNSN1" + struct.pack("<Q", len(text)) + text
+    data[at:at + len(pickled)] = pickled
+    for i, (start, _, _) in enumerate(entries):
+        data[start:start + 4] = bytes([i, 1, 2, 3])
+    return bytes(data)
+
+
+_MODEL = {"model": {"w": _Tensor(0), "b": _Tensor(1)}, "step": 3, "lr": 0.1, "name": "run",
+          "opt": {"state": {0: {"exp_avg": _Tensor(2)}}, "param_groups": [{"params": [0]}]}}
+_MODEL_TENSORS = [("float32", [3, 5], 4), ("float32", [3], 4), ("bfloat16", [2, 2], 2)]
+TORCH_FILE = {
+    "model_protocol_3": snapshot(_MODEL, _MODEL_TENSORS),
+    "model_protocol_5": snapshot(_MODEL, _MODEL_TENSORS, protocol=5),
+    "scalar_and_empty": snapshot([_Tensor(0), _Tensor(1)], [("int64", [], 8),
+                                                           ("bool", [0, 4], 1)]),
+    "no_tensors": snapshot({"step": 1}, []),
+    "unknown_dtype": snapshot([_Tensor(0)], [("float8_e4m3fn", [2], 1)]),
+    "index_beyond_the_tensors": snapshot([_Tensor(1)], [("uint8", [2], 1)]),
+    "tensor_outside": snapshot([_Tensor(0)], [("float64", [2], 8)],
+                               header_extra={"tensors": [[1 << 40, "float64", [2]]]}),
+}
+
+
 def main():
     if os.path.isdir(CORPUS):
         shutil.rmtree(CORPUS)
@@ -431,7 +488,7 @@ def main():
                           ("fuzz_control_channel", CONTROL), ("fuzz_file_timer", FILE_TIMER),
                           ("fuzz_switchbox", SWITCHBOX), ("fuzz_probe_wire", PROBE),
                           ("fuzz_store_wire", STORE),
-                          ("fuzz_lease_mailbox", MAILBOX)]:
+                          ("fuzz_lease_mailbox", MAILBOX), ("fuzz_torch_file", TORCH_FILE)]:
         for name, data in seeds.items():
             write(target, name, data)
     for name, (kind, message, text) in WIRE.items():

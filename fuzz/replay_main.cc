@@ -28,7 +28,8 @@
   X(fuzz_switchbox)           \
   X(fuzz_probe_wire)          \
   X(fuzz_store_wire)          \
-  X(fuzz_lease_mailbox)
+  X(fuzz_lease_mailbox)       \
+  X(fuzz_torch_file)
 // clang-format on
 
 #define FTRUN_DECLARE(name)                        \

@@ -32,7 +32,7 @@ case "$seconds" in ''|*[!0-9]*) echo "fuzz.sh: --seconds needs a whole number" >
 
 all=(fuzz_torchrun_args fuzz_dlrover_args fuzz_msrun_args fuzz_rdzv_conf fuzz_control_channel
      fuzz_file_timer fuzz_rdzv_wire fuzz_rdzv_state fuzz_switchbox fuzz_probe_wire fuzz_store_wire
-     fuzz_lease_mailbox)
+     fuzz_lease_mailbox fuzz_torch_file)
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 
 scripts/install-deps.sh --fuzz

@@ -19,6 +19,7 @@
 #include <span>
 
 #include "common/log.h"
+#include "launcher/checkpoint/torch_file.h"
 
 namespace ftrun::launcher {
 namespace checkpoint_io {
@@ -110,39 +111,67 @@ Content Contents(const CheckpointFile& file) {
   return {};
 }
 
-// Writes `header` then `content`'s bytes into a new file at `path` and fsyncs it; the sha256
-// (and, without a header, the CRC-32C) of what was written go to `entry`. The CRC-32C of the
-// bytes written must be the one recorded when they were saved: bytes changed in memory since
-// are not persisted.
+// A snapshot's bytes written as torch.save's file (torch_file.h), so that torch.load reads
+// it; other bytes, or a snapshot that cannot be converted (said at debug level: it is then
+// written as it is, which ftrun's loaders read too), as they are.
+std::vector<std::span<const std::byte>> FilePieces(const Content& content,
+                                                   std::optional<ZipArchive>& archive) {
+  if (auto torch = TorchArchive(content.bytes); torch) {
+    archive.emplace(std::move(*torch));
+    return archive->pieces();
+  } else if (content.bytes.size() >= 8 && std::memcmp(content.bytes.data(), "FTRUNSN1", 8) == 0) {
+    LauncherLog()->debug("flash checkpoint: {} is written in its own format: {}", content.what,
+                         torch.error().message);
+  }
+  return {content.bytes};
+}
+
+// Writes `header` then `content` into a new file at `path` and fsyncs it; the sha256 and
+// CRC-32C of what was written go to `entry`. The CRC-32C of content's bytes must be the one
+// recorded when they were saved: bytes changed in memory since are not persisted.
 Status WriteNewFile(const std::string& path, const std::string& header, FileEntry* entry,
                     const Content& content = {}) {
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) return Failed("creating", path);
-  Digest digest(EVP_sha256());
-  auto write_piece = [&](std::span<const std::byte> piece) -> Status {
-    digest.Update(piece);
-    return WriteAll(fd, piece, path);
-  };
-  Status status = write_piece(Bytes(header));
-  uint32_t crc = 0;
-  for (auto data = content.bytes; status && !data.empty();) {
-    auto piece = data.first(std::min(data.size(), kChunk));
-    crc = SnapshotChecksum(piece, crc);
-    status = write_piece(piece);
-    data = data.subspan(piece.size());
-  }
-  if (status && content.recorded && crc != *content.recorded) {
-    status = Error{content.what + " has checksum " + std::to_string(crc) + ", not the " +
+  if (content.recorded) {
+    uint32_t crc = 0;
+    for (auto data = content.bytes; !data.empty();
+         data = data.subspan(std::min(data.size(), kChunk))) {
+      crc = SnapshotChecksum(data.first(std::min(data.size(), kChunk)), crc);
+    }
+    if (crc != *content.recorded) {
+      return Error{content.what + " has checksum " + std::to_string(crc) + ", not the " +
                    std::to_string(*content.recorded) +
                    " recorded when it was saved (changed in memory since): not persisted, "
                    "writing " +
                    path};
+    }
+  }
+  std::optional<ZipArchive> archive;
+  std::vector<std::span<const std::byte>> pieces{Bytes(header)};
+  if (!content.bytes.empty()) {
+    auto body = FilePieces(content, archive);
+    pieces.insert(pieces.end(), body.begin(), body.end());
+  }
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) return Failed("creating", path);
+  Digest digest(EVP_sha256());
+  Status status;
+  uint32_t crc = 0;
+  uint64_t size = 0;
+  for (auto data : pieces) {
+    while (status && !data.empty()) {
+      auto piece = data.first(std::min(data.size(), kChunk));
+      digest.Update(piece);
+      crc = SnapshotChecksum(piece, crc);
+      status = WriteAll(fd, piece, path);
+      size += piece.size();
+      data = data.subspan(piece.size());
+    }
   }
   if (status && fsync(fd) != 0) status = Failed("fsync of", path);
   if (close(fd) != 0 && status) status = Failed("closing", path);
   if (status) {
     entry->sha256 = digest.Hex();
-    entry->size = header.size() + content.bytes.size();
+    entry->size = size;
     if (header.empty()) entry->crc32c = crc;
   }
   return status;

@@ -391,6 +391,11 @@ class FlashMemoryTest(unittest.TestCase):
             stored = int(f.read())
         link = os.path.join(self.root, "ckpt", str(stored), "rank_0.pt")
         self.assertTrue(os.path.islink(link) and os.path.isfile(link), link)
+        # The agent wrote torch.save's format: any tool reads it with torch.load.
+        import torch
+        saved = torch.load(link)
+        self.assertEqual((saved["step"], sorted(saved)),
+                         (stored, ["ballast", "model", "opt", "rank", "step"]))
         again = run_job(self.root, {})
         self.assertEqual(again.returncode, 0, again.stdout)
         starts = [l for l in progress(self.root, 0) if l.startswith("start")]

@@ -1,5 +1,6 @@
-"""The byte layout of a memory snapshot (ftrun-flash-checkpoint(7)), the same in the agent's
-memory and in a file the agent persisted from it:
+"""The byte layout of a memory snapshot (ftrun-flash-checkpoint(7)) in the agent's memory (a
+file the agent persists from it is torch.save's format, launcher/checkpoint/torch_file.h,
+unless it cannot be converted: then this layout too):
 
     b"FTRUNSN1"  u64 little-endian header length  header (JSON)
     then, each at a 64-byte boundary: the pickled state with its tensors taken out, and the

@@ -1,0 +1,163 @@
+// TorchArchive and ZipArchive: memory snapshots made by the worker's own code (snapshot.py's
+// Plan and layout.py's Layout, real torch) become files that torch.load reads back equal to
+// what torch.save wrote of the same state; Python's zipfile checks the archive (CRCs, zip64
+// form); bytes that are not a convertible snapshot give an error, never a crash.
+#include "launcher/checkpoint/torch_file.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "tests/support/test_support.h"
+#include "tests/unit/launcher/checkpoint/snapshot_test_util.h"
+
+namespace ftrun::launcher {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::AsBytes;
+using testing::Python;
+
+// Writes the snapshots and torch.save's file of two states (the second with the first's
+// structure: the layout's reused pickle, numbers re-encoded).
+constexpr const char* kMakeSnapshots = R"(
+import sys, torch
+from ftrun.flash_checkpoint import snapshot
+from ftrun.flash_checkpoint.layout import Layout
+out = sys.argv[1]
+def state(seed):
+    torch.manual_seed(seed)
+    m = torch.nn.Linear(5, 3)
+    opt = torch.optim.Adam(m.parameters())
+    m(torch.randn(2, 5)).sum().backward()
+    opt.step()
+    return {"model": m.state_dict(), "opt": opt.state_dict(), "step": seed,
+            "lr": 0.5 + seed, "bf16": torch.ones(3, dtype=torch.bfloat16) * seed,
+            "scalar": torch.tensor(2.5 + seed), "t": torch.arange(12).view(3, 4).t(),
+            "empty": torch.empty(0, 4), "mask": torch.tensor([True, False]),
+            "half": torch.zeros(2, 2, dtype=torch.float16), "c": torch.ones(2, dtype=torch.cfloat),
+            "i8": torch.tensor([-1, 2], dtype=torch.int8), "name": "run", "list": [1, (2, 3)]}
+a, b = state(1), state(2)
+torch.save(a, out + "/a.pt")
+torch.save(b, out + "/b.pt")
+plan = snapshot.Plan(a, 1, 4)
+buf = bytearray(plan.bytes)
+plan.write(buf)
+open(out + "/plan.snap", "wb").write(buf)
+layout = Layout.build(a, 1, 4)
+tensors = layout.refresh(b, 2, 4)
+pickled = layout.pickled()
+buf = bytearray(layout.bytes)
+layout.write(buf, 2, pickled, tensors)
+open(out + "/layout.snap", "wb").write(bytes(buf))
+print("made")
+)";
+
+// torch.load of `file` equal, tensor by tensor (dtype, shape, values), to torch.load of `ref`.
+constexpr const char* kCompare = R"(
+import sys, torch, zipfile
+file, ref = sys.argv[1], sys.argv[2]
+assert zipfile.ZipFile(file).testzip() is None
+def eq(x, y):
+    if isinstance(x, torch.Tensor):
+        return x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+    if isinstance(x, dict):
+        return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
+    if isinstance(x, (list, tuple)):
+        return type(x) == type(y) and len(x) == len(y) and all(map(eq, x, y))
+    return x == y
+print("equal" if eq(torch.load(file), torch.load(ref)) else "differ")
+)";
+
+class TorchFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("ftrun-torch-file-" + std::to_string(getpid()));
+    fs::create_directories(dir_);
+    Script("make.py", kMakeSnapshots);
+    Script("compare.py", kCompare);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  void Script(const std::string& name, const char* text) { std::ofstream(dir_ / name) << text; }
+  std::string Run(const std::string& script, const std::string& args) {
+    return Python("import sys, runpy\nsys.argv = [\"x\"] + \"" + args +
+                  "\".split()\nrunpy.run_path(\"" + (dir_ / script).string() + "\")");
+  }
+  std::string Read(const std::string& name) { return ftrun::testing::ReadFile(dir_ / name); }
+  void Write(const std::string& name, const ZipArchive& zip) {
+    std::ofstream out(dir_ / name, std::ios::binary);
+    for (auto piece : zip.pieces()) {
+      out.write(reinterpret_cast<const char*>(piece.data()), piece.size());
+    }
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TorchFileTest, TorchLoadReadsWhatTorchSaveWroteOfTheSameState) {
+  ASSERT_EQ(Run("make.py", dir_.string()), "made\nexit=0");
+  for (auto [snap, ref] : {std::pair{"plan.snap", "a.pt"}, std::pair{"layout.snap", "b.pt"}}) {
+    for (bool zip64 : {false, true}) {
+      SCOPED_TRACE(std::string(snap) + (zip64 ? " zip64" : ""));
+      const std::string bytes = Read(snap);
+      auto zip = TorchArchive(AsBytes(bytes), zip64);
+      ASSERT_TRUE(zip) << zip.error().message;
+      Write("out.pt", *zip);
+      EXPECT_EQ(fs::file_size(dir_ / "out.pt"), zip->size());
+      EXPECT_EQ(Run("compare.py", (dir_ / "out.pt").string() + " " + (dir_ / ref).string()),
+                "equal\nexit=0");
+    }
+  }
+}
+
+TEST_F(TorchFileTest, BytesThatAreNotAConvertibleSnapshotAreAnErrorSayingWhy) {
+  ASSERT_EQ(Run("make.py", dir_.string()), "made\nexit=0");
+  const std::string good = Read("plan.snap");
+  auto error = [](const std::string& bytes) {
+    auto zip = TorchArchive(AsBytes(bytes));
+    return zip ? std::string("converted") : zip.error().message;
+  };
+  EXPECT_EQ(error("not a snapshot at all"), "not a snapshot");
+  EXPECT_EQ(error(good.substr(0, 30)), "the header is cut short");
+  std::string bad = good;
+  bad[16] = '!';
+  EXPECT_EQ(error(bad), "the header is not JSON");
+  EXPECT_NE(error(good.substr(0, good.size() / 2)).find("lies outside the snapshot"),
+            std::string::npos);
+  // Every cut of the pickle or a changed byte in it: an error or a conversion, never a crash
+  // (what a changed byte converts to is torch.load's to judge).
+  const size_t header_end = good.find('}') + 1;
+  for (size_t at = header_end; at < std::min(good.size(), header_end + 2000); ++at) {
+    std::string changed = good;
+    changed[at] = static_cast<char>(changed[at] ^ 0x5a);
+    (void)TorchArchive(AsBytes(changed));
+  }
+  std::string dtype = good;
+  auto at = dtype.find("\"float32\"");
+  ASSERT_NE(at, std::string::npos);
+  dtype.replace(at, 9, "\"qint8\"  ");
+  EXPECT_EQ(error(dtype), "dtype qint8 has no torch storage type");
+}
+
+TEST(TorchPickleTest, PersistentIdsMustBeTensorIndices) {
+  std::vector<SnapshotTensor> one{{0, "FloatStorage", 4, {2}}};
+  auto pickle = [](const std::string& s) { return TorchPickle(AsBytes(s), {}); };
+  EXPECT_EQ(TorchPickle(AsBytes(std::string("\x80\x03K\x01Q.", 6)), one).error().message,
+            "a persistent id beyond the tensors");
+  EXPECT_EQ(pickle("\x80\x03N)Q.").error().message, "a persistent id that is not a tensor's index");
+  EXPECT_EQ(pickle("\x80\x03N").error().message, "the pickle has no end");
+  EXPECT_EQ(pickle("\x80\x03X\xff\xff\xff\x7f").error().message,
+            "the pickle ends inside an opcode");
+  EXPECT_EQ(pickle("\xff").error().message, "pickle opcode 255 is not known");
+  EXPECT_EQ(pickle("\x80\x03N.N").error().message, "bytes after the pickle's end");
+  auto converted = TorchPickle(AsBytes(std::string("\x80\x03K\x00Q.", 6)), one);
+  ASSERT_TRUE(converted);
+  EXPECT_NE(converted->find("ctorch._utils\n_rebuild_tensor_v2\n"), std::string::npos);
+  EXPECT_NE(converted->find("ctorch\nFloatStorage\n"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace ftrun::launcher
