@@ -217,7 +217,7 @@ struct NodeInfo {
   std::string node_id;  // unique per agent process: host, pid, random
   std::string addr;     // where other nodes reach it (MASTER_ADDR when it is group rank 0)
   std::string host;     // its name in reports
-  int node_rank = -1;   // static rendezvous: --node-rank
+  int node_rank = -1;   // static rendezvous: --node-rank; dynamic: the rank it declares, if any
   int nproc_per_node = 1;
   int free_port = 0;        // a port free on this node now: the round's MASTER_PORT if rank 0
   int probe_port = 0;       // its network-check probe listens here (0: none)

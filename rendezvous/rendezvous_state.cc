@@ -223,8 +223,14 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
   for (const auto& entry : nodes_) {
     if (!taken.count(entry.first)) rest.push_back(&entry);
   }
-  std::sort(rest.begin(), rest.end(),
-            [](auto* a, auto* b) { return a->second.join_seq < b->second.join_seq; });
+  // Nodes that declare a rank (dlrover-run: NODE_RANK, as DLRover's master orders them) come
+  // first, in its order; the others in joining order.
+  std::sort(rest.begin(), rest.end(), [](auto* a, auto* b) {
+    const int ra = a->second.info.node_rank, rb = b->second.info.node_rank;
+    if ((ra >= 0) != (rb >= 0)) return ra >= 0;
+    if (ra != rb) return ra < rb;
+    return a->second.join_seq < b->second.join_seq;
+  });
   // The last round's places: this state's members, or, when it knows no round (a leader that
   // took over in etcd), the group ranks the nodes say they had.
   std::vector<std::string> places = members_;

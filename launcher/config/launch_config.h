@@ -77,6 +77,9 @@ struct LaunchConfig {
   std::string run_id = "none";
   rendezvous::RendezvousConf rdzv;
   int node_rank = 0;
+  // Dynamic rendezvous: the rank this node declares for the order of group ranks (dlrover-run:
+  // NODE_RANK, by which DLRover's master sorts the nodes), -1 for none (joining order).
+  int declared_node_rank = -1;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
   std::string local_addr;

@@ -29,7 +29,6 @@ Result<std::unique_ptr<Coordinator>> MakeEtcdCoordinator(boost::asio::io_context
   opts.role = c.role;
   opts.event_log = std::move(event_log);
   opts.node = std::move(node);
-  opts.node.node_rank = -1;
   opts.store_port = store_port;
   if (replicas != nullptr) {
     // Whichever agent leads hands out its own key: a round formed by a new leader carries

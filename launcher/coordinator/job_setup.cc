@@ -57,7 +57,7 @@ rendezvous::NodeInfo Node(const LaunchConfig& c, const std::string& fqdn,
   n.node_id = node_id;
   n.addr = c.local_addr.empty() ? fqdn : c.local_addr;
   n.host = fqdn;
-  n.node_rank = c.backend == RendezvousBackend::kStatic ? c.node_rank : -1;
+  n.node_rank = c.backend == RendezvousBackend::kStatic ? c.node_rank : c.declared_node_rank;
   n.nproc_per_node = c.nproc_per_node;
   return n;
 }

@@ -42,6 +42,8 @@ class DlroverRun : public ::testing::Test {
     std::vector<std::string> out = {"DLROVER_MASTER_ADDR",
                                     "ELASTIC_JOB_NAME",
                                     "NODE_NUM",
+                                    "NODE_RANK",
+                                    "WORKER_RANK",
                                     "HCCL_IF_BASE_PORT",
                                     "DLROVER_TRAINING_ELASTIC_MODE",
                                     "LOGLEVEL",

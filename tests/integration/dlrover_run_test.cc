@@ -115,6 +115,24 @@ TEST_F(DlroverRun, SeveralNodesWithoutMasterAddrWarnOnceAndUseTheStaticRendezvou
 
 // ---- several agents on loopback ----
 
+TEST_F(DlroverRun, GroupRanksFollowNodeRankNotJoiningOrder) {
+  // As DLRover's master sorts its nodes: NODE_RANK 1 joins first (and hosts the rendezvous),
+  // NODE_RANK 0 still gets group rank 0 and global rank 0.
+  auto opts = [&](const std::string& records) {
+    return Cmd({"--nnodes", "2", "--nproc-per-node", "1", "--rdzv-conf", kFastConf},
+               {"record", dir_ / records});
+  };
+  const std::string master = "127.0.0.1:" + port_;
+  auto one = Start(opts("one"), {{"DLROVER_MASTER_ADDR", master}, {"NODE_RANK", "1"}});
+  ASSERT_TRUE(WaitFor([&] { return Has(one->Err(), "joined the job"); }, 20s)) << one->Err();
+  auto zero = Start(opts("zero"), {{"DLROVER_MASTER_ADDR", master}, {"NODE_RANK", "0"}});
+  RunResult r1 = one->Wait(30s), r0 = zero->Wait(30s);
+  ASSERT_EQ(r1.exit_code, 0) << r1.err;
+  ASSERT_EQ(r0.exit_code, 0) << r0.err;
+  EXPECT_TRUE(Has(ReadFile(dir_ / "zero"), "rank=0 local=0 group=0 world=2")) << r0.err;
+  EXPECT_TRUE(Has(ReadFile(dir_ / "one"), "rank=1 local=0 group=1 world=2")) << r1.err;
+}
+
 TEST_F(DlroverRun, NodeUnitTwoFormsARoundOfTwoAndTheThirdWaits) {
   const std::map<std::string, std::string> env = {{"DLROVER_MASTER_ADDR", "127.0.0.1:" + port_},
                                                   {"ELASTIC_JOB_NAME", "unit"}};

@@ -100,6 +100,19 @@ Status ApplyDlroverSettings(const DlroverArgs& a, const EnvMap& env, LaunchConfi
   // DLRover's run id is the job's name whenever it is set, over --rdzv-id and --standalone.
   if (auto job = Lookup(env, "ELASTIC_JOB_NAME"); job && !job->empty()) c.run_id = *job;
   c.node_unit = a.node_unit;
+  // DLRover's agent reports NODE_RANK (WORKER_RANK before DLRover 0.3) and its master orders
+  // the nodes by it.
+  for (const char* name : {"NODE_RANK", "WORKER_RANK"}) {
+    auto value = Lookup(env, name);
+    if (!value) continue;
+    auto rank = PythonInt(*value);
+    if (!rank || *rank < 0) {
+      return Error{std::string(name) + ": must be this node's rank (a whole number from 0), got '" +
+                   *value + "'"};
+    }
+    c.declared_node_rank = *rank;
+    break;
+  }
   // A round smaller than one unit can never form.
   c.min_nodes = std::max(c.min_nodes, c.node_unit);
   c.min_nodes += (c.node_unit - c.min_nodes % c.node_unit) % c.node_unit;

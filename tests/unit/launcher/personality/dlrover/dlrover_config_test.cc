@@ -225,6 +225,23 @@ TEST(DlroverConfig, SeveralNodesUseTheMasterAddressAndTheJobName) {
   EXPECT_EQ(given->endpoint_host, "n0");
 }
 
+TEST(DlroverConfig, NodeRankOrdersTheNodesAsDlroversMaster) {
+  const EnvMap master = {{"DLROVER_MASTER_ADDR", "m:1"}};
+  auto declared = [&](EnvMap env) {
+    env.insert(master.begin(), master.end());
+    auto c = Build({"--nnodes", "2"}, env);
+    return c ? std::to_string(c->declared_node_rank) : c.error().message;
+  };
+  EXPECT_EQ(declared({}), "-1");
+  EXPECT_EQ(declared({{"NODE_RANK", "3"}}), "3");
+  EXPECT_EQ(declared({{"WORKER_RANK", "2"}}), "2");  // DLRover before 0.3
+  EXPECT_EQ(declared({{"NODE_RANK", " 1 "}, {"WORKER_RANK", "2"}}), "1");
+  EXPECT_EQ(declared({{"NODE_RANK", "x"}}),
+            "NODE_RANK: must be this node's rank (a whole number from 0), got 'x'");
+  EXPECT_EQ(declared({{"WORKER_RANK", "-1"}}),
+            "WORKER_RANK: must be this node's rank (a whole number from 0), got '-1'");
+}
+
 TEST(DlroverConfig, NodeUnitMustDivideMaxAndRaisesMin) {
   auto c = Build({"--nnodes", "3:8", "--node-unit", "2"}, {{"DLROVER_MASTER_ADDR", "m:1"}});
   ASSERT_TRUE(c) << c.error().message;
