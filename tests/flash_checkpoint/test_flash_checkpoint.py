@@ -321,6 +321,20 @@ class DlroverShapeTest(unittest.TestCase):
         self.assertIn("ftrun.flash_checkpoint.sharded.ShardedCheckpointer", message)
         self.assertNotIn("\n", message)
 
+    def test_deepspeed_and_hf_trainer_fail_to_import_with_one_line_saying_why(self):
+        for module, names, instead in [
+                ("deepspeed", "DeepSpeedCheckpointer", "ShardedCheckpointer"),
+                ("hf_trainer", "FlashCkptTrainer, HfDdpCheckpointer", "DdpCheckpointer")]:
+            with self.assertRaises(ImportError) as caught:
+                importlib.import_module(f"ftrun.flash_checkpoint.{module}")
+            message = str(caught.exception)
+            self.assertTrue(message.startswith(f"ftrun.flash_checkpoint.{module} ({names}"),
+                            message)
+            self.assertIn("not in this release of ftrun", message)
+            self.assertIn(instead, message)
+            self.assertNotIn("\n", message)
+            self.assertEqual(caught.exception.name, f"ftrun.flash_checkpoint.{module}")
+
     def test_sharded_has_the_same_methods(self):
         for name in ("save_checkpoint", "load_checkpoint", "wait_latest_checkpoint"):
             self.assertEqual(self.params(getattr(ShardedCheckpointer, name)),

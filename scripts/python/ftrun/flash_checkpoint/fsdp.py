@@ -1,11 +1,13 @@
 """DLRover's FSDP names (dlrover.trainer.torch.flash_checkpoint.fsdp: FsdpShardCheckpointer,
 FsdpFullCheckpointer), so that a migrated script's import fails with one line saying why and
-what to use instead, not "No module named ...".
+what to use instead.
 
 They build on torch.distributed.checkpoint (torch >= 2.0). The torch ftrun is tested with
 (Debian's 1.13) has none, so they are not in this release: they could not be tested.
 """
 import torch
+
+from .unavailable import unavailable
 
 try:
     import torch.distributed.checkpoint  # noqa: F401
@@ -15,8 +17,6 @@ except ImportError:
     _WHY = (f"they need torch.distributed.checkpoint, which torch {torch.__version__} here "
             "does not have (torch >= 2.0)")
 
-raise ImportError(
-    "ftrun.flash_checkpoint.fsdp (FsdpShardCheckpointer, FsdpFullCheckpointer): " + _WHY +
-    "; for a shard per rank use ftrun.flash_checkpoint.sharded.ShardedCheckpointer with the "
-    "FSDP module's sharded state_dict (see ftrun-flash-checkpoint(7))",
-    name="ftrun.flash_checkpoint.fsdp")
+raise unavailable("fsdp", "FsdpShardCheckpointer, FsdpFullCheckpointer", _WHY,
+                  "for a shard per rank use ftrun.flash_checkpoint.sharded.ShardedCheckpointer "
+                  "with the FSDP module's sharded state_dict")
