@@ -52,6 +52,14 @@ class TestCase(unittest.TestCase):
         for name in ("FTRUN_CONTROL_SOCKET", "WORLD_SIZE", "RANK_SIZE"):
             os.environ.pop(name, None)
 
+    def saved_by_dlrover(self, step, *names):
+        """What DLRover's own save leaves: <root>/<step>/<name> by torch.save, the tracker."""
+        os.makedirs(os.path.join(self.root, str(step)), exist_ok=True)
+        for name in names:
+            torch.save(training_state(step), os.path.join(self.root, str(step), name))
+        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME), "w") as f:
+            f.write(str(step))
+
     def quietly(self, fn, *args, **kwargs):
         """fn's result and what it wrote to stderr."""
         err = io.StringIO()
@@ -96,19 +104,15 @@ class DdpTest(TestCase):
         cp = DdpCheckpointer(self.root)
         cp.save_checkpoint(1, training_state(1))
         in_memory = (2, training_state(2))
-        with mock.patch.object(engine, "restore_from_memory", return_value=in_memory):
-            assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "1", "rank_0.pt")),
-                               training_state(2))
-        with mock.patch.object(engine, "restore_from_memory", return_value=(None, None)):
-            assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "1", "rank_0.pt")),
-                               training_state(1))
+        for memory, want in [(in_memory, 2), ((None, None), 1)]:
+            with mock.patch.object(engine, "restore_from_memory", return_value=memory):
+                assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "1",
+                                                                         "rank_0.pt")),
+                                   training_state(want))
 
     def test_a_checkpoint_dlrover_saved_is_restored_when_ftrun_saved_none(self):
         # A job moved from DLRover: its tracker and <step>/rank_0.pt, written by torch.save.
-        os.makedirs(os.path.join(self.root, "7"))
-        torch.save(training_state(7), os.path.join(self.root, "7", "rank_0.pt"))
-        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME), "w") as f:
-            f.write("7")
+        self.saved_by_dlrover(7, "rank_0.pt")
         state, err = self.quietly(DdpCheckpointer(self.root).load_checkpoint)
         assert_state_equal(self, state, training_state(7))
         self.assertIn(f"restored step 7 from {self.root}/7/rank_0.pt, as DLRover saved it", err)
@@ -118,11 +122,9 @@ class DdpTest(TestCase):
         assert_state_equal(self, cp.load_checkpoint(), training_state(8))
 
     def test_an_unreadable_checkpoint_dlrover_saved_is_skipped(self):
-        os.makedirs(os.path.join(self.root, "7"))
+        self.saved_by_dlrover(7)
         with open(os.path.join(self.root, "7", "rank_0.pt"), "wb") as f:
             f.write(b"not a torch file")
-        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME), "w") as f:
-            f.write("7\n")
         state, err = self.quietly(DdpCheckpointer(self.root).load_checkpoint)
         self.assertEqual(state, {})
         self.assertIn(f"ftrun: skipping checkpoint {self.root}/7/rank_0.pt "
@@ -243,13 +245,10 @@ class ShardedTest(TestCase):
                                training_state(4))
 
     def test_shards_dlrover_saved_are_restored_at_the_same_world_size_only(self):
-        os.makedirs(os.path.join(self.root, "6"))
-        torch.save(training_state(6), os.path.join(self.root, "6", "rank_0.pt"))
-        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME), "w") as f:
-            f.write("6")
+        self.saved_by_dlrover(6, "rank_0.pt")
         state, _ = self.quietly(ShardedCheckpointer(self.root).load_checkpoint)
         assert_state_equal(self, state, training_state(6))
-        torch.save(training_state(6), os.path.join(self.root, "6", "rank_1.pt"))
+        self.saved_by_dlrover(6, "rank_1.pt")
         with self.assertRaisesRegex(WorldSizeError, "saved by 2 ranks and this job has 1"):
             ShardedCheckpointer(self.root).load_checkpoint()
 
