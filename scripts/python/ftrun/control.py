@@ -267,11 +267,11 @@ class Controller:
     def _save(self, save_id: int, step: int, group: str, finalize: bool, tag: str):
         if self._memory_saver is not None:
             threading.Thread(target=self._answer_save, name="ftrun-fault-save", daemon=True,
-                             args=(save_id, step, "the agent's memory",
-                                   lambda: self._memory_saver(step))).start()
+                             args=(save_id, step, "the agent's memory", self._memory_saver,
+                                   True)).start()
             return
 
-        def to_disk():
+        def to_disk(step):
             if self._handler is None or self._root is None:
                 raise RuntimeError("no save handler registered")
             os.makedirs(self._root, exist_ok=True)
@@ -283,16 +283,23 @@ class Controller:
                 self._completed(step)
         self._answer_save(save_id, step, "", to_disk)
 
-    def _answer_save(self, save_id: int, step: int, where: str, save):
-        """Runs save() at `step` under the state lock and answers the agent's order."""
+    def _answer_save(self, save_id: int, step: int, where: str, save, newer_ok=False):
+        """Runs save(step) under the state lock and answers the agent's order. newer_ok: a
+        state that moved on since the progress the order is based on (its update ended while
+        the order was on its way) is saved at its own step instead: a memory snapshot carries
+        its step, and the restore takes the newest step every copy holds."""
         ok, error = True, ""
         started = time.monotonic()
         to = f" to {where}" if where else ""
         try:
             with self._state_lock:  # never in the middle of an optimizer update
+                if newer_ok and self._step > step:
+                    _log(f"fault-time save of step {step}: the state is at step {self._step} "
+                         "by now, which is saved instead")
+                    step = self._step
                 if self._step != step:
                     raise RuntimeError(f"the state is at step {self._step}, not {step}")
-                save()
+                save(step)
             _log(f"fault-time save of step {step}{to} done in {time.monotonic() - started:.2f}s")
         except Exception as e:
             ok, error = False, f"{type(e).__name__}: {e}"

@@ -222,6 +222,31 @@ class ControlTest(unittest.TestCase):
         self.assert_save_of_step_6_refused_at_step_5(ft)
         self.assertEqual(asked, [])
 
+    def test_a_memory_fault_save_of_a_step_the_state_has_passed_saves_the_newer_one(self):
+        # The order was planned on step 5's progress; the update of 6 ended while it was on
+        # its way. A snapshot of 6 carries its step (the restore takes what every copy holds),
+        # better than none: the files of a disk save must be of the step asked (above).
+        ft = ftrun.connect()
+        asked = []
+        ft.register_memory_save(asked.append)
+        ft.report(6)
+        self.agent.wait_for(lambda m: m.get("step") == 6)
+        self.agent.send({"type": "save", "id": 8, "step": 5, "group": "", "finalize": False})
+        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
+        self.assertEqual((ack["id"], ack["ok"]), (8, True), ack)
+        self.assertEqual(asked, [6])
+
+    def test_a_disk_fault_save_of_a_step_the_state_has_passed_is_refused(self):
+        ft = ftrun.connect()
+        ft.register_save_handler(write_state("w"), self.root)
+        ft.report(6)
+        self.agent.wait_for(lambda m: m.get("step") == 6)
+        self.agent.send({"type": "save", "id": 9, "step": 5, "group": "", "finalize": True})
+        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
+        self.assertFalse(ack["ok"])
+        self.assertIn("at step 6, not 5", ack["error"])
+        self.assertIsNone(ftrun.latest_checkpoint(self.root))
+
     def test_guard_reports_a_peer_failure_and_waits(self):
         ft = ftrun.connect()
         ft.save_timeout = 0.2  # how long it waits past the save (plus a minute in real use)
