@@ -266,7 +266,8 @@ std::vector<std::string> RendezvousState::FormingCandidates() const {
 std::vector<std::string> RendezvousState::PlacesClaimed(
     std::vector<const std::pair<const std::string, Node>*>& rest,
     std::set<std::string>& taken) const {
-  // rest is in joining order: of two nodes claiming one place, the first to join keeps it.
+  // rest is in declared-rank, then joining order: of two nodes claiming one place, the first
+  // of them keeps it.
   std::vector<std::string> places;
   std::vector<const std::pair<const std::string, Node>*> newcomers;
   for (auto* entry : rest) {

@@ -114,57 +114,66 @@ Content Contents(const CheckpointFile& file) {
 // A snapshot's bytes written as torch.save's file (torch_file.h), so that torch.load reads
 // it; other bytes, or a snapshot that cannot be converted (said at debug level: it is then
 // written as it is, which ftrun's loaders read too), as they are.
-std::vector<std::span<const std::byte>> FilePieces(const Content& content,
-                                                   std::optional<ZipArchive>& archive) {
-  if (auto torch = TorchArchive(content.bytes); torch) {
-    archive.emplace(std::move(*torch));
-    return archive->pieces();
-  } else if (content.bytes.size() >= 8 && std::memcmp(content.bytes.data(), "FTRUNSN1", 8) == 0) {
+std::optional<ZipArchive> AsTorchFile(const Content& content) {
+  if (content.bytes.empty()) return std::nullopt;
+  auto torch = TorchArchive(content.bytes);
+  if (torch) return std::move(*torch);
+  if (content.bytes.size() >= 8 && std::memcmp(content.bytes.data(), "FTRUNSN1", 8) == 0) {
     LauncherLog()->debug("flash checkpoint: {} is written in its own format: {}", content.what,
                          torch.error().message);
   }
-  return {content.bytes};
+  return std::nullopt;
 }
 
-// Writes `header` then `content` into a new file at `path` and fsyncs it; the sha256 and
-// CRC-32C of what was written go to `entry`. The CRC-32C of content's bytes must be the one
-// recorded when they were saved: bytes changed in memory since are not persisted.
+// The CRC-32C of `data`, in pieces.
+uint32_t ChecksumOf(std::span<const std::byte> data) {
+  uint32_t crc = 0;
+  for (; !data.empty(); data = data.subspan(std::min(data.size(), kChunk))) {
+    crc = SnapshotChecksum(data.first(std::min(data.size(), kChunk)), crc);
+  }
+  return crc;
+}
+
+// Writes `header` then `content` into a new file at `path` and fsyncs it; the sha256 (and,
+// for content's bytes written as they are, the CRC-32C) of what was written go to `entry`.
+// The CRC-32C of content's bytes must be the one recorded when they were saved: bytes
+// changed in memory since are not persisted. It is taken as the bytes are written, or, for
+// a snapshot written as torch.save's file (its parts reordered, its zip CRC-32s taken
+// first), once the file is written, which covers every read of them.
 Status WriteNewFile(const std::string& path, const std::string& header, FileEntry* entry,
                     const Content& content = {}) {
-  if (content.recorded) {
-    uint32_t crc = 0;
-    for (auto data = content.bytes; !data.empty();
-         data = data.subspan(std::min(data.size(), kChunk))) {
-      crc = SnapshotChecksum(data.first(std::min(data.size(), kChunk)), crc);
-    }
-    if (crc != *content.recorded) {
-      return Error{content.what + " has checksum " + std::to_string(crc) + ", not the " +
-                   std::to_string(*content.recorded) +
-                   " recorded when it was saved (changed in memory since): not persisted, "
-                   "writing " +
-                   path};
-    }
-  }
-  std::optional<ZipArchive> archive;
+  const std::optional<ZipArchive> archive = header.empty() ? AsTorchFile(content) : std::nullopt;
+  const bool as_is = !archive;
   std::vector<std::span<const std::byte>> pieces{Bytes(header)};
-  if (!content.bytes.empty()) {
-    auto body = FilePieces(content, archive);
-    pieces.insert(pieces.end(), body.begin(), body.end());
+  if (as_is) {
+    pieces.push_back(content.bytes);
+  } else {
+    pieces.insert(pieces.end(), archive->pieces().begin(), archive->pieces().end());
   }
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Failed("creating", path);
   Digest digest(EVP_sha256());
   Status status;
-  uint32_t crc = 0;
+  uint32_t crc = 0;  // of content's bytes as written (as_is)
   uint64_t size = 0;
-  for (auto data : pieces) {
-    while (status && !data.empty()) {
+  for (size_t i = 0; i < pieces.size(); ++i) {
+    for (auto data = pieces[i]; status && !data.empty();) {
       auto piece = data.first(std::min(data.size(), kChunk));
       digest.Update(piece);
-      crc = SnapshotChecksum(piece, crc);
+      if (as_is && i == 1) crc = SnapshotChecksum(piece, crc);
       status = WriteAll(fd, piece, path);
       size += piece.size();
       data = data.subspan(piece.size());
+    }
+  }
+  if (status && content.recorded) {
+    const uint32_t now = as_is ? crc : ChecksumOf(content.bytes);
+    if (now != *content.recorded) {
+      status = Error{content.what + " has checksum " + std::to_string(now) + ", not the " +
+                     std::to_string(*content.recorded) +
+                     " recorded when it was saved (changed in memory since): not persisted, "
+                     "writing " +
+                     path};
     }
   }
   if (status && fsync(fd) != 0) status = Failed("fsync of", path);
@@ -172,7 +181,7 @@ Status WriteNewFile(const std::string& path, const std::string& header, FileEntr
   if (status) {
     entry->sha256 = digest.Hex();
     entry->size = size;
-    if (header.empty()) entry->crc32c = crc;
+    if (header.empty() && as_is) entry->crc32c = crc;
   }
   return status;
 }

@@ -3,6 +3,8 @@
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
+#include <climits>
 #include <cstring>
 #include <map>
 #include <optional>
@@ -175,11 +177,12 @@ void PushTensor(std::string& out, const SnapshotTensor& t, size_t index) {
   out += "tQ";  // the tuple, as the persistent id
   PushInt(out, 0);
   PushInts(out, t.shape);
+  // torch's contiguous strides: a size-0 dimension counts as 1 (ReadTensor bounds them).
   std::vector<int64_t> strides(t.shape.size());
-  int64_t stride = 1;
+  uint64_t stride = 1;
   for (size_t i = t.shape.size(); i-- > 0;) {
-    strides[i] = stride;
-    stride *= t.shape[i];
+    strides[i] = static_cast<int64_t>(stride);
+    stride *= std::max<uint64_t>(static_cast<uint64_t>(t.shape[i]), 1);
   }
   PushInts(out, strides);
   out += '\x89';  // requires_grad: False
@@ -212,11 +215,16 @@ Result<SnapshotTensor> ReadTensor(const google::protobuf::Value& v, uint64_t siz
   }
   SnapshotTensor t{*Count(l[0]), dtype->second.storage, dtype->second.size, {}};
   unsigned __int128 bytes = t.element_size;
+  unsigned __int128 span = 1;  // the largest stride's bound: the sizes with 0 taken as 1
   for (const auto& d : l[2].list_value().values()) {
     auto n = Count(d);
     if (!n) return Error{"a tensor's shape is not a list of sizes"};
     t.shape.push_back(static_cast<int64_t>(*n));
     bytes *= *n;
+    span *= std::max<uint64_t>(*n, 1);
+    if (span > static_cast<unsigned __int128>(INT64_MAX)) {
+      return Error{"a tensor's shape is too large"};
+    }
   }
   if (bytes > size || t.offset > size - static_cast<uint64_t>(bytes)) {
     return Error{"a tensor lies outside the snapshot"};
@@ -238,7 +246,8 @@ Result<std::string> TorchPickle(std::span<const std::byte> pickle,
   const size_t n = pickle.size();
   std::string out;
   out.reserve(n + tensors.size() * 160);
-  size_t last_start = std::string::npos;  // in `out`: the opcode before the current one
+  size_t last_start = std::string::npos;   // in `out`: the opcode before the current one
+  std::vector<bool> used(tensors.size());  // a snapshot pickles each tensor once
   unsigned char last_op = 0;
   for (size_t at = 0; at < n;) {
     const unsigned char op = p[at];
@@ -282,6 +291,8 @@ Result<std::string> TorchPickle(std::span<const std::byte> pickle,
       const auto* arg = reinterpret_cast<const unsigned char*>(out.data()) + last_start + 1;
       uint64_t index = Little(arg, last_op == 'K' ? 1 : last_op == 'M' ? 2 : 4);
       if (index >= tensors.size()) return Error{"a persistent id beyond the tensors"};
+      if (used[index]) return Error{"a tensor's persistent id used twice"};
+      used[index] = true;
       out.resize(last_start);
       PushTensor(out, tensors[index], index);
       last_op = 0;

@@ -5,6 +5,7 @@ import inspect
 import io
 import json
 import os
+import shutil
 import sys
 import tempfile
 import unittest
@@ -103,12 +104,30 @@ class DdpTest(TestCase):
         # such a script would go back to the file. End to end: test_flash_memory.py.
         cp = DdpCheckpointer(self.root)
         cp.save_checkpoint(1, training_state(1))
-        in_memory = (2, training_state(2))
-        for memory, want in [(in_memory, 2), ((None, None), 1)]:
+        in_memory = engine.Restored(2, training_state(2), True)
+        for memory, want in [(in_memory, 2), (engine.Restored(None, None, False), 1)]:
             with mock.patch.object(engine, "restore_from_memory", return_value=memory):
                 assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "1",
                                                                          "rank_0.pt")),
                                    training_state(want))
+
+    def test_resume_path_is_not_read_when_memory_held_an_older_snapshot_than_disk(self):
+        # The agents' memory held a step but disk has a newer one (a refused memory save, a
+        # damaged snapshot): the newer checkpoint on disk, not the script's resume_path.
+        cp = DdpCheckpointer(self.root)
+        cp.save_checkpoint(1, training_state(1))
+        cp.save_checkpoint(2, training_state(2))
+        older = os.path.join(self.root, "1", "rank_0.pt")
+        with mock.patch.object(engine, "restore_from_memory",
+                               return_value=engine.Restored(None, None, True)):
+            assert_state_equal(self, cp.load_checkpoint(older), training_state(2))
+            shutil.rmtree(os.path.join(self.root, "ftrun-step-2"))
+            os.remove(os.path.join(self.root, "2", "rank_0.pt"))
+            # Nothing stored verifies: resume_path after all.
+            shutil.copy(older, os.path.join(self.root, "initial.pt"))
+            shutil.rmtree(os.path.join(self.root, "ftrun-step-1"))
+            assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "initial.pt")),
+                               training_state(1))
 
     def test_a_checkpoint_dlrover_saved_is_restored_when_ftrun_saved_none(self):
         # A job moved from DLRover: its tracker and <step>/rank_0.pt, written by torch.save.
@@ -240,7 +259,7 @@ class ShardedTest(TestCase):
         cp = ShardedCheckpointer(self.root)
         cp.save_checkpoint(3, training_state(3))
         with mock.patch.object(engine, "restore_from_memory",
-                               return_value=(4, training_state(4))):
+                               return_value=engine.Restored(4, training_state(4), True)):
             assert_state_equal(self, cp.load_checkpoint(os.path.join(self.root, "3")),
                                training_state(4))
 

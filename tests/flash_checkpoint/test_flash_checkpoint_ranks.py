@@ -78,6 +78,14 @@ def worker(act, root):
         shard = sharded.load_checkpoint()
         out.update(shard_step=shard.get("step"), shard_rank=shard.get("rank"),
                    shard_w=shard["w"].tolist())
+    if act == "load":  # a resume_path only rank 0 sees (a node-local disk): {} on both
+        mine = os.path.join(root, f"resume-{rank}.pt")
+        if rank == 0:
+            torch.save({"w": torch.zeros(4), "step": 0}, mine)
+        err = io.StringIO()
+        with contextlib.redirect_stderr(err):
+            out["partial_resume"] = ddp.load_checkpoint(mine)
+        out["partial_resume_err"] = err.getvalue()
     dist.destroy_process_group()
     with open(os.path.join(root, f"{act}-{rank}.json"), "w") as f:
         json.dump(out, f)
@@ -152,6 +160,8 @@ class TwoRanksTest(unittest.TestCase):
             self.assertEqual(out["shard_w"], [10.0 + rank] * 4)
             self.assertEqual(out["ddp_step"], 2)
             self.assertIn("skipping checkpoint", err)
+            self.assertEqual(out["partial_resume"], {})
+            self.assertIn("nothing restored (on every rank alike)", out["partial_resume_err"])
 
         # A job of another size gets a clear error naming both sizes.
         from ftrun.flash_checkpoint.sharded import ShardedCheckpointer, WorldSizeError

@@ -104,7 +104,7 @@ Status ApplyDlroverSettings(const DlroverArgs& a, const EnvMap& env, LaunchConfi
   // the nodes by it.
   for (const char* name : {"NODE_RANK", "WORKER_RANK"}) {
     auto value = Lookup(env, name);
-    if (!value) continue;
+    if (!value || value->empty()) continue;  // empty: unset, as ELASTIC_JOB_NAME
     auto rank = PythonInt(*value);
     if (!rank || *rank < 0) {
       return Error{std::string(name) + ": must be this node's rank (a whole number from 0), got '" +

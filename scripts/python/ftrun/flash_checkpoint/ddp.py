@@ -126,24 +126,18 @@ class DdpCheckpointer(Checkpointer):
 
     def load_checkpoint(self, resume_path=""):
         """The newest complete state dict (the same step on every rank), or {} when there is
-        none. In DLRover's order: the snapshot in the agents' memory (a restart within the
-        job); else resume_path, a checkpoint file or ftrun checkpoint directory ({} when it
-        does not exist); else the newest checkpoint under checkpoint_dir that verifies, or the
-        one DLRover itself saved there (its tracker's <step>/rank_0.pt) when ftrun saved none.
+        none. In DLRover's order (engine.restore): the snapshot in the agents' memory (a
+        restart within the job); else, when memory held none, resume_path, a checkpoint file
+        or ftrun checkpoint directory ({} when it does not exist); else the newest checkpoint
+        under checkpoint_dir that verifies, or the one DLRover itself saved there (its
+        tracker's <step>/rank_0.pt) when ftrun saved none.
         Rank 0 first removes what an interrupted deletion left (engine.discard_staged)."""
         if self._rank == 0:
             engine.discard_staged(self.checkpoint_dir)
-        step, state = engine.restore_from_memory(self._comm, self.checkpoint_dir, "",
-                                                 shared=True)
-        if step is not None:
-            return state
-        if resume_path:
-            return _load_path(resume_path)
-        path, manifest = engine.choose(self._comm, self.checkpoint_dir, _verify_copy)
-        if path is None:
-            return engine.dlrover_written(self._comm, self.checkpoint_dir,
-                                          engine.TRACKER_FILE_NAME, _FILE) or {}
-        return engine.load_file(engine.only_file(path, manifest, ""))
+        return engine.restore(self._comm, self.checkpoint_dir, "", True, resume_path, _load_path,
+                              _verify_copy,
+                              lambda: engine.dlrover_written(self._comm, self.checkpoint_dir,
+                                                             engine.TRACKER_FILE_NAME, _FILE))
 
 
 def _verify_copy(path: str) -> dict:
@@ -153,9 +147,7 @@ def _verify_copy(path: str) -> dict:
 
 
 def _load_path(path: str):
+    """resume_path: a checkpoint file, or an ftrun checkpoint directory."""
     if os.path.isdir(path):
         return engine.load_file(engine.only_file(path, _verify_copy(path), ""))
-    if os.path.isfile(path):
-        return engine.load_file(path)
-    engine.warn_once(f"resume:{path}", f"no checkpoint at resume_path {path}: nothing restored")
-    return {}
+    return engine.load_file(path)

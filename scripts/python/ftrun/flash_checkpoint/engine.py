@@ -6,6 +6,7 @@ import functools
 import os
 import sys
 import threading
+from collections import namedtuple
 from enum import Enum, auto
 
 import torch
@@ -158,9 +159,57 @@ def register_fault_save(state_fn, group: str, world_size: int, target, persist,
     controller.register_memory_save(save, replica_group)
 
 
+# What restore_from_memory found: the step and state restored (None, None: none), and whether
+# the agents' memory held any snapshot of the job at all (then a script's resume_path is not
+# read: DLRover's engines read it only when memory is empty).
+Restored = namedtuple("Restored", "step state held")
+
+
+def restore(comm, root: str, group: str, shared: bool, resume_path: str, load_resume, check,
+            saved_by_dlrover):
+    """load_checkpoint's order, DLRover's engines' with ftrun's checks: the agents' memory;
+    else resume_path when memory held nothing; else the newest checkpoint under root every
+    rank can restore; else resume_path; else the checkpoint DLRover itself saved there (or
+    {}). load_resume(path) loads resume_path on this rank, check(path) verifies a stored
+    checkpoint (see choose), saved_by_dlrover() is collective. Collective."""
+    got = restore_from_memory(comm, root, group, shared)
+    if got.step is not None:
+        return got.state
+    if resume_path and not got.held:
+        return resume(comm, resume_path, load_resume)
+    path, manifest = choose(comm, root, check)
+    if path is not None:
+        return load_file(only_file(path, manifest, group))
+    if resume_path:
+        return resume(comm, resume_path, load_resume)
+    return saved_by_dlrover() or {}
+
+
+def resume(comm, path: str, load):
+    """resume_path's state, decided alike on every rank: {} with one line when it is missing
+    on any rank (as DLRover's storage reads nothing there); raises on every rank when any
+    rank cannot load it."""
+    if not comm.all_ok(os.path.exists(path)):
+        warn_once(f"resume:{path}", f"no checkpoint at resume_path {path}: nothing restored"
+                  + ("" if comm.world_size == 1 else " (on every rank alike)"))
+        return {}
+    state, error = None, None
+    try:
+        state = load(path)
+    except Exception as e:  # noqa: BLE001 (raised on every rank below)
+        error = e
+    if not comm.all_ok(error is None):
+        if isinstance(error, CheckpointError):
+            raise error
+        raise CheckpointError(f"resume_path {path}: "
+                              f"{error or 'another rank cannot load it (see its log)'}")
+    return state
+
+
 def restore_from_memory(comm, root: str, group: str, shared: bool = False):
     """The newest state the job can restore from its agents' memory, if that is at least as
-    new as the newest checkpoint on disk: (step, state) or (None, None). Collective. The step
+    new as the newest checkpoint on disk: Restored(step, state, held), step and state None
+    when there is none. Collective. The step
     is the one the rendezvous decided for the round from every node's memory (the agent says
     it with its steps); where it decided none (a single node, etcd) the ranks agree on the
     newest they all can restore. A rank that cannot load it sends them all to disk.
@@ -175,9 +224,11 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
     comm.all_ok(True)  # every rank's save of this job has returned (its snapshot committed)
     answers = comm.gather(inventory(mem, group))
     everyone = [steps for steps, _ in answers]
+    held_any = any(everyone)
     decided = agreed([d for _, d in answers])
     if decided is not None and decided < 0:
-        return None, None  # the rendezvous found no step in the members' memory
+        # The rendezvous found no step in the members' memory.
+        return Restored(None, None, held_any)
     # sources[r]: for each step, the ranks that can load rank r's copy of it.
     if shared:
         sources = {s: [r for r, held in enumerate(everyone) if s in held]
@@ -190,11 +241,11 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
             if comm.rank == 0:
                 print(f"ftrun: step {decided}, which the rendezvous chose to restore, is no "
                       "longer in memory; trying disk", file=sys.stderr, flush=True)
-            return None, None
+            return Restored(None, None, held_any)
         candidates = {decided}
     on_disk = comm.from_rank0(_steps(root)[:1])
     if not candidates or (on_disk and on_disk[0] > max(candidates)):
-        return None, None
+        return Restored(None, None, held_any)
     step = max(candidates)
     # (rank that loads, group it loads, rank it serves), the same list on every rank.
     if shared:
@@ -224,7 +275,7 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
         print(f"ftrun: not restoring step {step} from memory: "
               f"{error or 'another rank cannot (see its log)'}; trying disk", file=sys.stderr,
               flush=True)
-        return None, None
+        return Restored(None, None, held_any)
     if shared and moves:
         state = comm.share(state, moves[0][0], [r for _, r in moves])
     else:
@@ -239,7 +290,7 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
         chosen = ", the step the rendezvous chose" if decided is not None else ""
         print(f"ftrun: restored step {step} from memory" + (f" ({how})" if how else "") + chosen,
               file=sys.stderr, flush=True)
-    return step, state
+    return Restored(step, state, held_any)
 
 
 class Comm:

@@ -133,8 +133,9 @@ class ShardedCheckpointer(Checkpointer):
 
     def load_checkpoint(self, resume_path=""):
         """This rank's shard of the newest checkpoint every rank can restore, or {} when there
-        is none. In DLRover's order: the snapshot in the agents' memory (a restart within the
-        job); else resume_path, a step directory or its link ({} when it does not exist);
+        is none. In DLRover's order (engine.restore): the snapshot in the agents' memory (a
+        restart within the job); else, when memory held none, resume_path, a step directory or
+        its link ({} when it does not exist);
         else the newest checkpoint under checkpoint_dir that verifies, or the one DLRover
         itself saved there (its tracker's <step>/rank_<r>.pt) when ftrun saved none.
 
@@ -142,21 +143,13 @@ class ShardedCheckpointer(Checkpointer):
         stored whole (see the man page's WHEN THE JOB FAILS)."""
         if self._rank == 0:
             engine.discard_staged(self.checkpoint_dir)
-        step, state = engine.restore_from_memory(self._comm, self.checkpoint_dir, self._group)
-        if step is not None:
-            return state
-        if resume_path:
-            path = os.path.realpath(resume_path)
-            if not os.path.exists(path):
-                engine.warn_once(f"resume:{resume_path}",
-                                 f"no checkpoint at resume_path {resume_path}: nothing restored")
-                return {}
-            manifest = self._verify(path)
-        else:
-            path, manifest = engine.choose(self._comm, self.checkpoint_dir, self._verify)
-            if path is None:
-                return self.saved_by_dlrover() or {}
-        return engine.load_file(engine.only_file(path, manifest, self._group))
+        return engine.restore(self._comm, self.checkpoint_dir, self._group, False, resume_path,
+                              self._load_path, self._verify, self.saved_by_dlrover)
+
+    def _load_path(self, path: str):
+        """resume_path: a step directory or its link."""
+        path = os.path.realpath(path)
+        return engine.load_file(engine.only_file(path, self._verify(path), self._group))
 
     def saved_by_dlrover(self):
         """This rank's shard of the checkpoint DLRover saved under checkpoint_dir, or None

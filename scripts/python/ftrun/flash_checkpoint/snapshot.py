@@ -81,7 +81,10 @@ def _align(n: int) -> int:
 
 class _Pickler(pickle.Pickler):
     def __init__(self, file, tensors):
-        super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
+        # Protocol 3, as layout.py's: the agent writes the pickle into torch.save's file as it
+        # is (launcher/checkpoint/torch_file.h), and torch.load's weights_only unpickler (the
+        # default from torch 2.6) reads none of protocol 4's opcodes (MEMOIZE, STACK_GLOBAL).
+        super().__init__(file, protocol=3)
         self._tensors = tensors
 
     def persistent_id(self, obj):

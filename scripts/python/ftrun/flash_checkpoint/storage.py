@@ -255,7 +255,7 @@ def dlrover_written(comm, root: str, tracker: str, name: str, shards: int = 0):
         error = "a link to an ftrun checkpoint that is not complete"
     else:
         try:
-            state = torch.load(path, map_location="cpu")
+            state = _torch_load(path)
         except Exception as e:  # noqa: BLE001 (any unreadable file: skipped, as choose() does)
             error = e
     if comm.all_ok(error is None):
@@ -298,7 +298,14 @@ def load_file(path: str):
                     return snapshot.read(m)
                 except snapshot.SnapshotError as e:
                     raise CheckpointError(f"{path}: {e}") from None
-    return torch.load(path, map_location="cpu")
+    return _torch_load(path)
+
+
+def _torch_load(path: str):
+    """torch.load of a checkpoint this job (or DLRover's) wrote: trusted as the memory
+    snapshots are, so weights_only is off (torch 2.6 turned it on by default, and a state may
+    hold any picklable value)."""
+    return torch.load(path, map_location="cpu", weights_only=False)
 
 
 def only_file(checkpoint_path: str, manifest: dict, group: str) -> str:

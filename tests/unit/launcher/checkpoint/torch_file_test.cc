@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "launcher/checkpoint/checkpoint_writer.h"
+#include "launcher/checkpoint/snapshot_store.h"
 #include "tests/support/test_support.h"
 #include "tests/unit/launcher/checkpoint/snapshot_test_util.h"
 
@@ -37,6 +39,7 @@ def state(seed):
             "lr": 0.5 + seed, "bf16": torch.ones(3, dtype=torch.bfloat16) * seed,
             "scalar": torch.tensor(2.5 + seed), "t": torch.arange(12).view(3, 4).t(),
             "empty": torch.empty(0, 4), "mask": torch.tensor([True, False]),
+            "empty3": torch.empty(3, 0, 4), "one": torch.ones(1, 1, 2),
             "half": torch.zeros(2, 2, dtype=torch.float16), "c": torch.ones(2, dtype=torch.cfloat),
             "i8": torch.tensor([-1, 2], dtype=torch.int8), "name": "run", "list": [1, (2, 3)]}
 a, b = state(1), state(2)
@@ -46,6 +49,14 @@ plan = snapshot.Plan(a, 1, 4)
 buf = bytearray(plan.bytes)
 plan.write(buf)
 open(out + "/plan.snap", "wb").write(buf)
+# No floats: torch 1.13's weights_only unpickler reads none (BINFLOAT), even torch.save's.
+c = {"model": {"w": torch.ones(3, 2), "b": torch.zeros(2, dtype=torch.bfloat16)}, "step": 3,
+     "name": "x", "l": [1, (2, 3)], "flag": True, "none": None}
+torch.save(c, out + "/c.pt")
+plan = snapshot.Plan(c, 3, 1)
+buf = bytearray(plan.bytes)
+plan.write(buf)
+open(out + "/weights.snap", "wb").write(buf)
 layout = Layout.build(a, 1, 4)
 tensors = layout.refresh(b, 2, 4)
 pickled = layout.pickled()
@@ -59,16 +70,20 @@ print("made")
 constexpr const char* kCompare = R"(
 import sys, torch, zipfile
 file, ref = sys.argv[1], sys.argv[2]
+weights_only = len(sys.argv) > 3  # the default of torch.load from torch 2.6
 assert zipfile.ZipFile(file).testzip() is None
 def eq(x, y):
     if isinstance(x, torch.Tensor):
-        return x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+        # Strides too, where torch.save kept contiguous ones (a snapshot stores every tensor
+        # contiguous: a transposed one comes back with the same values, contiguous).
+        return (x.dtype == y.dtype and x.shape == y.shape and torch.equal(x, y)
+                and (x.stride() == y.stride() or not y.is_contiguous()))
     if isinstance(x, dict):
         return x.keys() == y.keys() and all(eq(x[k], y[k]) for k in x)
     if isinstance(x, (list, tuple)):
         return type(x) == type(y) and len(x) == len(y) and all(map(eq, x, y))
     return x == y
-print("equal" if eq(torch.load(file), torch.load(ref)) else "differ")
+print("equal" if eq(torch.load(file, weights_only=weights_only), torch.load(ref)) else "differ")
 )";
 
 class TorchFileTest : public ::testing::Test {
@@ -113,6 +128,43 @@ TEST_F(TorchFileTest, TorchLoadReadsWhatTorchSaveWroteOfTheSameState) {
   }
 }
 
+TEST_F(TorchFileTest, TorchLoadReadsItWithWeightsOnly) {
+  ASSERT_EQ(Run("make.py", dir_.string()), "made\nexit=0");
+  const std::string bytes = Read("weights.snap");
+  auto zip = TorchArchive(AsBytes(bytes));
+  ASSERT_TRUE(zip) << zip.error().message;
+  Write("out.pt", *zip);
+  EXPECT_EQ(Run("compare.py",
+                (dir_ / "out.pt").string() + " " + (dir_ / "c.pt").string() + " weights_only"),
+            "equal\nexit=0");
+}
+
+TEST_F(TorchFileTest, TheAgentWritesASnapshotAsTorchSavesFileUnlessItChangedInMemory) {
+  ASSERT_EQ(Run("make.py", dir_.string()), "made\nexit=0");
+  const std::string snap = Read("plan.snap");
+  SnapshotStore store(1, 64 << 20);
+  const int fd = testing::Save(store, 0, 1, snap);
+  CheckpointRequest request;
+  request.root = dir_ / "ckpt";
+  request.step = 1;
+  request.parts.push_back(
+      {.group = "", .files = {{.name = "rank_0.pt", .header = "", .snapshot = store.Newest(0)}}});
+  auto written = WriteCheckpoint(request);
+  ASSERT_TRUE(written) << written.error().message;
+  EXPECT_EQ(Run("compare.py", *written + "/group-all/rank_0.pt " + (dir_ / "a.pt").string()),
+            "equal\nexit=0");
+  // A byte changed after the commit (the conversion reads the bytes more than once): the
+  // recorded checksum no longer matches and the step is not stored.
+  testing::WriteThrough(fd, snap.size() / 2, "!");
+  request.step = 2;
+  auto refused = WriteCheckpoint(request);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("changed in memory since): not persisted"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "ftrun-step-2"));
+}
+
 TEST_F(TorchFileTest, BytesThatAreNotAConvertibleSnapshotAreAnErrorSayingWhy) {
   ASSERT_EQ(Run("make.py", dir_.string()), "made\nexit=0");
   const std::string good = Read("plan.snap");
@@ -142,6 +194,18 @@ TEST_F(TorchFileTest, BytesThatAreNotAConvertibleSnapshotAreAnErrorSayingWhy) {
   EXPECT_EQ(error(dtype), "dtype qint8 has no torch storage type");
 }
 
+TEST(TorchFileShapeTest, ShapesWhoseStridesOverflowAreRefused) {
+  // The bytes fit (a size-0 dimension), the strides (sizes taken as at least 1) would not.
+  std::string header = R"({"format":1,"step":1,"world_size":1,"bytes":512,"pickle":[256,6],)"
+                       R"("tensors":[[256,"uint8",[0,4294967296,4294967296]]]})";
+  std::string snap = "FTRUNSN1" + std::string(8, '\0') + header;
+  snap[8] = static_cast<char>(header.size());
+  snap.resize(512, '\0');
+  auto zip = TorchArchive(AsBytes(snap));
+  ASSERT_FALSE(zip);
+  EXPECT_EQ(zip.error().message, "a tensor's shape is too large");
+}
+
 TEST(TorchPickleTest, PersistentIdsMustBeTensorIndices) {
   std::vector<SnapshotTensor> one{{0, "FloatStorage", 4, {2}}};
   auto pickle = [](const std::string& s) { return TorchPickle(AsBytes(s), {}); };
@@ -153,6 +217,9 @@ TEST(TorchPickleTest, PersistentIdsMustBeTensorIndices) {
             "the pickle ends inside an opcode");
   EXPECT_EQ(pickle("\xff").error().message, "pickle opcode 255 is not known");
   EXPECT_EQ(pickle("\x80\x03N.N").error().message, "bytes after the pickle's end");
+  // Each tensor is pickled once: a repeated id would multiply what the agent builds.
+  EXPECT_EQ(TorchPickle(AsBytes(std::string("\x80\x03K\x00QK\x00Q\x86.", 10)), one).error().message,
+            "a tensor's persistent id used twice");
   auto converted = TorchPickle(AsBytes(std::string("\x80\x03K\x00Q.", 6)), one);
   ASSERT_TRUE(converted);
   EXPECT_NE(converted->find("ctorch._utils\n_rebuild_tensor_v2\n"), std::string::npos);

@@ -236,6 +236,7 @@ TEST(DlroverConfig, NodeRankOrdersTheNodesAsDlroversMaster) {
   EXPECT_EQ(declared({{"NODE_RANK", "3"}}), "3");
   EXPECT_EQ(declared({{"WORKER_RANK", "2"}}), "2");  // DLRover before 0.3
   EXPECT_EQ(declared({{"NODE_RANK", " 1 "}, {"WORKER_RANK", "2"}}), "1");
+  EXPECT_EQ(declared({{"NODE_RANK", ""}, {"WORKER_RANK", "2"}}), "2");  // empty: unset
   EXPECT_EQ(declared({{"NODE_RANK", "x"}}),
             "NODE_RANK: must be this node's rank (a whole number from 0), got 'x'");
   EXPECT_EQ(declared({{"WORKER_RANK", "-1"}}),
