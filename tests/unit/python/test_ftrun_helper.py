@@ -178,11 +178,16 @@ class ControlTest(unittest.TestCase):
         answer, fd = pending.wait(5)
         self.assertEqual((answer["type"], fd), ("snapshot_lease", -1))
 
+    def save_at(self, ft, at, asked, save_id=7):
+        """The state is at step `at` and the agent orders a save of `asked`: its answer."""
+        ft.report(at)
+        self.agent.wait_for(lambda m: m.get("step") == at)
+        self.agent.send({"type": "save", "id": save_id, "step": asked, "group": "",
+                         "finalize": True})
+        return self.agent.wait_for(lambda m: m["type"] == "saved" and m["id"] == save_id)
+
     def assert_save_of_step_6_refused_at_step_5(self, ft):
-        ft.report(5)
-        self.agent.wait_for(lambda m: m.get("step") == 5)
-        self.agent.send({"type": "save", "id": 7, "step": 6, "group": "", "finalize": True})
-        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
+        ack = self.save_at(ft, 5, 6)
         self.assertFalse(ack["ok"])
         self.assertIn("at step 5, not 6", ack["error"])
 
@@ -229,20 +234,14 @@ class ControlTest(unittest.TestCase):
         ft = ftrun.connect()
         asked = []
         ft.register_memory_save(asked.append)
-        ft.report(6)
-        self.agent.wait_for(lambda m: m.get("step") == 6)
-        self.agent.send({"type": "save", "id": 8, "step": 5, "group": "", "finalize": False})
-        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
+        ack = self.save_at(ft, 6, 5, save_id=8)
         self.assertEqual((ack["id"], ack["ok"]), (8, True), ack)
         self.assertEqual(asked, [6])
 
     def test_a_disk_fault_save_of_a_step_the_state_has_passed_is_refused(self):
         ft = ftrun.connect()
         ft.register_save_handler(write_state("w"), self.root)
-        ft.report(6)
-        self.agent.wait_for(lambda m: m.get("step") == 6)
-        self.agent.send({"type": "save", "id": 9, "step": 5, "group": "", "finalize": True})
-        ack = self.agent.wait_for(lambda m: m["type"] == "saved")
+        ack = self.save_at(ft, 6, 5, save_id=9)
         self.assertFalse(ack["ok"])
         self.assertIn("at step 6, not 5", ack["error"])
         self.assertIsNone(ftrun.latest_checkpoint(self.root))
