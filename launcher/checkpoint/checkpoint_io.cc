@@ -125,15 +125,6 @@ std::optional<ZipArchive> AsTorchFile(const Content& content) {
   return std::nullopt;
 }
 
-// The CRC-32C of `data`, in pieces.
-uint32_t ChecksumOf(std::span<const std::byte> data) {
-  uint32_t crc = 0;
-  for (; !data.empty(); data = data.subspan(std::min(data.size(), kChunk))) {
-    crc = SnapshotChecksum(data.first(std::min(data.size(), kChunk)), crc);
-  }
-  return crc;
-}
-
 // Writes `header` then `content` into a new file at `path` and fsyncs it; the sha256 (and,
 // for content's bytes written as they are, the CRC-32C) of what was written go to `entry`.
 // The CRC-32C of content's bytes must be the one recorded when they were saved: bytes
@@ -167,7 +158,7 @@ Status WriteNewFile(const std::string& path, const std::string& header, FileEntr
     }
   }
   if (status && content.recorded) {
-    const uint32_t now = as_is ? crc : ChecksumOf(content.bytes);
+    const uint32_t now = as_is ? crc : SnapshotChecksum(content.bytes);
     if (now != *content.recorded) {
       status = Error{content.what + " has checksum " + std::to_string(now) + ", not the " +
                      std::to_string(*content.recorded) +

@@ -2,9 +2,6 @@
 
 #include <zlib.h>
 
-#include <algorithm>
-#include <limits>
-
 namespace ftrun::launcher {
 namespace {
 
@@ -33,13 +30,8 @@ void Put64(std::string& out, uint64_t v) {
 }
 
 uint32_t Crc32(std::span<const std::byte> data) {
-  uLong crc = crc32(0L, Z_NULL, 0);
-  constexpr size_t kStep = std::numeric_limits<uInt>::max() / 2;  // crc32 takes a uInt length
-  for (size_t at = 0; at < data.size(); at += kStep) {
-    size_t n = std::min(kStep, data.size() - at);
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(data.data() + at), static_cast<uInt>(n));
-  }
-  return static_cast<uint32_t>(crc);
+  return static_cast<uint32_t>(
+      crc32_z(0L, reinterpret_cast<const Bytef*>(data.data()), data.size()));
 }
 
 }  // namespace
