@@ -84,7 +84,7 @@ Fixture& F() {
     ev.on_snapshot_get = [f](int lr, const auto& r) { f->flash->Get(lr, r); };
     f->server = std::make_unique<ControlServer>(f->io, ev);
     f->flash = std::make_unique<FlashService>(
-        f->io, 2, kBudget,
+        f->io, 2, kBudget, std::chrono::system_clock::time_point{},
         [f](int lr, const std::string& json, int fd) { return f->server->Send(lr, json, fd); });
     if (!f->server->Start(f->dir)) ftrun::fuzz::Fail("cannot start the control server");
     std::atexit([] {

@@ -3,6 +3,9 @@ torch.save: under a real ftrun,
   * the blocking time of a StorageType.MEMORY save per GiB of a rank's state (buffers reused
     after the first save), against torch.save + fsync of the same state to local disk;
   * the restore of that state from the agent's memory, per GiB;
+  * DISK saves of it: the blocking time and the time until the agent has it on storage
+    (wait_latest_checkpoint), against torch.save + fsync to new files kept (as the agent's
+    are) and over a removed file's pages;
   * the agent's own memory (RssAnon: not the snapshots, which are shared memfd pages);
   * the cost of a MEMORY save after every step on the demo model (scripts/demo/train.py, 4
     ranks): short blocks of steps that save, only build the state dicts, or do neither
@@ -192,6 +195,7 @@ def run(ftrun, runs, sizes=(256, 1024)):
           "first save".rjust(12) + "torch.save+fsync".rjust(18) + "ratio".rjust(8) +
           "restore/GiB".rjust(13) + "agent anon".rjust(12) +
           "  targets: save <=0.5 s/GiB, ratio <=0.25, restore <=0.5")
+    rows = {}
     for mib in sizes:
         print(f"  measuring a {mib} MiB state", file=sys.stderr, flush=True)
         r = save_and_restore(ftrun, mib, runs)
@@ -202,6 +206,18 @@ def run(ftrun, runs, sizes=(256, 1024)):
               f"{r['torch_save_fsync_s']:.2f} s".rjust(18) + f"{ratio:.2f}".rjust(8) +
               f"{r['restore_s_per_gib']:.2f} s".rjust(13) +
               f"{r['agent_rss_anon_mib']:.1f} MB".rjust(12) + ("  ok" if ok else "  MISSED"))
+        rows[mib] = r
+    print("DISK saves of the same state (the agent writes it in torch.save's format, fsync, "
+          "rename, tracker; each step a new file, the older ones kept), against torch.save + "
+          "fsync by the rank itself to new files kept alike, and over a removed file's pages")
+    print("state".rjust(8) + "DISK save (blocking)".rjust(22) + "on storage after".rjust(18) +
+          "torch.save+fsync kept".rjust(23) + "ratio".rjust(7) + "over removed".rjust(14))
+    for mib, r in rows.items():
+        print(f"{mib:>5}MiB" + f"{r['disk_save_s']:.3f} s".rjust(22) +
+              f"{r['disk_stored_s']:.2f} s".rjust(18) +
+              f"{r['torch_save_fsync_kept_s']:.2f} s".rjust(23) +
+              f"{r['disk_stored_s'] / r['torch_save_fsync_kept_s']:.2f}".rjust(7) +
+              f"{r['torch_save_fsync_s']:.2f} s".rjust(14))
     print_every_step_cost(ftrun, runs)
 
 if __name__ == "__main__":

@@ -165,6 +165,11 @@ class Agent : public Coordinator::Listener {
   boost::asio::signal_set signals_;
   AgentEvents events_;
   AgentMetrics metrics_;
+  // When this run began, for what a checkpoint directory holds from earlier runs (FlashService)
+  // and the ranks' loads (FTRUN_RUN_STARTED): wall time, as files' times are, 2 s before the
+  // agent started, since files are stamped by a coarse clock (or a file server's).
+  const std::chrono::system_clock::time_point run_started_ =
+      std::chrono::system_clock::now() - std::chrono::seconds(2);
   WorkerChannels channels_;
   FlashService flash_;  // memory snapshots of the ranks' state (flash checkpoint)
   SaveRelay relay_;

@@ -24,8 +24,8 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
       metrics_(
           io, config_, clock_, [this] { return group_ ? group_->live_count() : 0; },
           [this] { return coordinator_->ServerMetrics(); }),
-      channels_(io, config_, ChannelEvents(), [this] { return group_.get(); }),
-      flash_(io, config_.nproc_per_node, FlashMemoryBudget(config_),
+      channels_(io, config_, run_started_, ChannelEvents(), [this] { return group_.get(); }),
+      flash_(io, config_.nproc_per_node, FlashMemoryBudget(config_), run_started_,
              [this](int lr, const std::string& json, int fd) {
                return channels_.control() != nullptr && channels_.control()->Send(lr, json, fd);
              }),

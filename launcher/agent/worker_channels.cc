@@ -14,8 +14,13 @@ namespace ftrun::launcher {
 int WorkerChannels::StackDumpSignal() { return SIGRTMIN + 2; }
 
 WorkerChannels::WorkerChannels(boost::asio::io_context& io, const LaunchConfig& config,
+                               std::chrono::system_clock::time_point run_started,
                                ControlServer::Events events, CurrentGroup current)
-    : io_(io), config_(config), events_(std::move(events)), current_(std::move(current)) {}
+    : io_(io),
+      config_(config),
+      run_started_(run_started),
+      events_(std::move(events)),
+      current_(std::move(current)) {}
 
 WorkerChannels::~WorkerChannels() = default;
 
@@ -89,6 +94,10 @@ EnvMap WorkerChannels::WorkerEnv() const {
       {"FTRUN_SAVE_TIMEOUT", fmt::format("{:g}", config_.save_timeout.count())},
       // The agent keeps memory snapshots (flash checkpoint) within this many bytes.
       {"FTRUN_FLASH_MEMORY_BUDGET", std::to_string(FlashMemoryBudget(config_))},
+      // Seconds since the epoch: checkpoints stored before are an earlier run's (storage.py).
+      {"FTRUN_RUN_STARTED",
+       fmt::format("{:.6f}",
+                   std::chrono::duration<double>(run_started_.time_since_epoch()).count())},
   };
   if (!dump_dir_.empty()) {
     EnvMap original;

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <boost/asio/io_context.hpp>
+#include <chrono>
 #include <memory>
 #include <string>
 
@@ -26,8 +27,10 @@ namespace ftrun::launcher {
 class WorkerChannels {
  public:
   // `events` receive what the ranks say on the control channel (on the loop).
+  // run_started: when this run began, given to the workers (FTRUN_RUN_STARTED).
   WorkerChannels(boost::asio::io_context& io, const LaunchConfig& config,
-                 ControlServer::Events events, CurrentGroup current);
+                 std::chrono::system_clock::time_point run_started, ControlServer::Events events,
+                 CurrentGroup current);
   ~WorkerChannels();
 
   // Opens the control channel under $XDG_RUNTIME_DIR or $TMPDIR (else /tmp) and, when
@@ -57,6 +60,7 @@ class WorkerChannels {
 
   boost::asio::io_context& io_;
   const LaunchConfig& config_;
+  const std::chrono::system_clock::time_point run_started_;
   ControlServer::Events events_;
   std::unique_ptr<ControlServer> control_;
   std::unique_ptr<FileTimerServer> watchdog_;

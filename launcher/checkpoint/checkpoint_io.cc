@@ -5,6 +5,7 @@
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <atomic>
@@ -27,7 +28,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-constexpr size_t kChunk = size_t{8} << 20;  // bytes hashed and written per call
+constexpr size_t kChunk = size_t{8} << 20;  // bytes checksummed and written per call
 
 // Lower-case hex digest of an OpenSSL message digest, fed in pieces.
 class Digest {
@@ -68,8 +69,10 @@ std::string JsonFiles(const Files& files) {
   for (const auto& [name, f] : files) {
     if (out.size() > 1) out += ", ";
     out += Json(name) + ": {";
+    if (f.crc32) out += "\"crc32\": " + std::to_string(*f.crc32) + ", ";
     if (f.crc32c) out += "\"crc32c\": " + std::to_string(*f.crc32c) + ", ";
-    out += "\"sha256\": " + Json(f.sha256) + ", \"size\": " + std::to_string(f.size) + "}";
+    if (!f.sha256.empty()) out += "\"sha256\": " + Json(f.sha256) + ", ";
+    out += "\"size\": " + std::to_string(f.size) + "}";
   }
   return out + "}";
 }
@@ -125,8 +128,10 @@ std::optional<ZipArchive> AsTorchFile(const Content& content) {
   return std::nullopt;
 }
 
-// Writes `header` then `content` into a new file at `path` and fsyncs it; the sha256 (and,
+// Writes `header` then `content` into a new file at `path` and fsyncs it; the CRC-32 (and,
 // for content's bytes written as they are, the CRC-32C) of what was written go to `entry`.
+// CRC-32, not a cryptographic digest: it finds torn and corrupted files (whoever can change a
+// file can change its manifest too) at a quarter of SHA-256's cost, and zip has it already.
 // The CRC-32C of content's bytes must be the one recorded when they were saved: bytes
 // changed in memory since are not persisted. It is taken as the bytes are written, or, for
 // a snapshot written as torch.save's file (its parts reordered, its zip CRC-32s taken
@@ -143,14 +148,17 @@ Status WriteNewFile(const std::string& path, const std::string& header, FileEntr
   }
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Failed("creating", path);
-  Digest digest(EVP_sha256());
   Status status;
-  uint32_t crc = 0;  // of content's bytes as written (as_is)
+  // The file's CRC-32: an archive knows it from its entries' (no pass over the data here).
+  uLong file_crc = as_is ? crc32_z(0L, nullptr, 0) : archive->crc32();
+  uint32_t crc = 0;  // CRC-32C of content's bytes as written (as_is)
   uint64_t size = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
     for (auto data = pieces[i]; status && !data.empty();) {
       auto piece = data.first(std::min(data.size(), kChunk));
-      digest.Update(piece);
+      if (as_is) {
+        file_crc = crc32_z(file_crc, reinterpret_cast<const Bytef*>(piece.data()), piece.size());
+      }
       if (as_is && i == 1) crc = SnapshotChecksum(piece, crc);
       status = WriteAll(fd, piece, path);
       size += piece.size();
@@ -170,7 +178,7 @@ Status WriteNewFile(const std::string& path, const std::string& header, FileEntr
   if (status && fsync(fd) != 0) status = Failed("fsync of", path);
   if (close(fd) != 0 && status) status = Failed("closing", path);
   if (status) {
-    entry->sha256 = digest.Hex();
+    entry->crc32 = static_cast<uint32_t>(file_crc);
     entry->size = size;
     if (header.empty() && as_is) entry->crc32c = crc;
   }
@@ -278,7 +286,39 @@ Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint
   return files;
 }
 
-Status WriteTracker(const std::string& root, const std::string& name, uint64_t step) {
+std::optional<WallTime> ModifiedAt(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) return std::nullopt;
+  return WallTime(std::chrono::duration_cast<WallTime::duration>(
+      std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+}
+
+bool WrittenBefore(const std::string& file, WallTime run_started) {
+  auto at = ModifiedAt(file);
+  return at && *at < run_started;
+}
+
+bool StoredBefore(const std::string& dir, WallTime run_started) {
+  return WrittenBefore(dir + "/MANIFEST.json", run_started);
+}
+
+bool SetAsideEarlierRun(const std::string& root, uint64_t step, const std::string& final_dir,
+                        WallTime run_started) {
+  if (!StoredBefore(final_dir, run_started)) return false;
+  const std::string aside =
+      root + "/.ftrun-step-" + std::to_string(step) + ".deleted-" + UniqueSuffix();
+  if (rename(final_dir.c_str(), aside.c_str()) != 0) return false;
+  LauncherLog()->info(
+      "checkpoint {} was stored before this run began: replaced by this run's "
+      "step={}",
+      final_dir, step);
+  std::error_code ec;
+  fs::remove_all(aside, ec);
+  return true;
+}
+
+Status WriteTracker(const std::string& root, const std::string& name, uint64_t step,
+                    WallTime run_started) {
   std::string path = root + "/" + name;
   // Read, compare and replace under one lock: two writers (agents of several nodes finishing
   // different steps) could otherwise both read the old step and the older one win.
@@ -300,7 +340,8 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
   // Written as DLRover and Megatron-LM write it, without a newline: DLRover's FSDP loader joins
   // the content to the directory unstripped.
   long long recorded = -1;
-  if (!(in >> recorded && recorded >= 0 && static_cast<uint64_t>(recorded) > step)) {
+  const bool this_run = ModifiedAt(path).value_or(WallTime{}) >= run_started;
+  if (!(this_run && in >> recorded && recorded >= 0 && static_cast<uint64_t>(recorded) > step)) {
     std::string tmp = path + ".tmp-" + UniqueSuffix();
     FileEntry unused;
     status = WriteNewFile(tmp, std::to_string(step), &unused);

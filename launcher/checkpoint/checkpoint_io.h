@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cerrno>
+#include <chrono>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -17,11 +18,16 @@
 
 namespace ftrun::launcher::checkpoint_io {
 
+using WallTime = std::chrono::system_clock::time_point;
+
 struct FileEntry {
   uint64_t size = 0;
+  // zlib's CRC-32 of the file's bytes, what the agent records for each file it writes; a
+  // file recorded by Python or by ftrun before 2026-11-29 may carry sha256 instead (hex).
+  std::optional<uint32_t> crc32;
   std::string sha256;
   // The CRC-32C of a file of snapshot bytes (the one recorded at the snapshot's commit),
-  // recorded in PART.json and the manifest beside sha256.
+  // recorded in PART.json and the manifest beside crc32.
   std::optional<uint32_t> crc32c;
 };
 using Files = std::map<std::string, FileEntry>;  // sorted, as json.dump(sort_keys=True)
@@ -44,10 +50,25 @@ Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint
 // MANIFEST.json in `dir` from the groups' entries (group -> PartEntry), then `dir` fsynced.
 Status WriteManifest(const std::string& dir, uint64_t step, int world_size,
                      const std::string& reason, const std::map<std::string, std::string>& entries);
-// root/name holds the newest step, never lowered (an older step persisted late does not
-// hide a newer one); under an flock on the directory root, so that writers on several nodes
-// sharing root cannot lower it either.
-Status WriteTracker(const std::string& root, const std::string& name, uint64_t step);
+// root/name holds the newest step this run stored: never lowered by this run (an older step
+// persisted late does not hide a newer one), but a tracker last written before run_started
+// (an earlier run's) is replaced whatever it names, as DLRover's saves overwrite it. Under an
+// flock on the directory root, so that writers on several nodes sharing root agree.
+Status WriteTracker(const std::string& root, const std::string& name, uint64_t step,
+                    WallTime run_started);
+// When `path` was last modified; nullopt when it cannot be read.
+std::optional<WallTime> ModifiedAt(const std::string& path);
+// Whether `file` was written before `run_started` (by an earlier run); false when it is
+// missing.
+bool WrittenBefore(const std::string& file, WallTime run_started);
+// WrittenBefore(<dir>/MANIFEST.json): a step an earlier run stored.
+bool StoredBefore(const std::string& dir, WallTime run_started);
+// A complete step at final_dir that an earlier run stored (StoredBefore) is moved out of the
+// loaders' sight (<root>/.ftrun-step-<S>.deleted-<suffix>, the name the loaders skip and
+// remove) and removed, so that this run's copy of the step takes its place; false when there
+// was none to move or it could not be moved (then it is kept, as a step this run stored is).
+bool SetAsideEarlierRun(const std::string& root, uint64_t step, const std::string& final_dir,
+                        WallTime run_started);
 // A suffix for a temporary name that no other writer uses at the same time, in this process
 // (threads included: a per-process counter) or another ("<pid>-<n>").
 std::string UniqueSuffix();

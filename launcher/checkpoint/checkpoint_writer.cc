@@ -54,6 +54,7 @@ Result<std::string> WriteCheckpoint(const CheckpointRequest& request) {
   std::string final_dir = request.root + "/ftrun-step-" + std::to_string(request.step);
   Status written = WriteContents(tmp, request);
   if (written) temp->DropMarker();
+  if (written) SetAsideEarlierRun(request.root, request.step, final_dir, request.run_started);
   if (written && fs::exists(final_dir, ec)) {
     LauncherLog()->info("checkpoint {} already exists: kept as it is", final_dir);
     fs::remove_all(tmp, ec);
@@ -71,7 +72,8 @@ Result<std::string> WriteCheckpoint(const CheckpointRequest& request) {
     return written.error();
   }
   if (!request.tracker.empty()) {
-    if (auto s = WriteTracker(request.root, request.tracker, request.step); !s) {
+    if (auto s = WriteTracker(request.root, request.tracker, request.step, request.run_started);
+        !s) {
       return s.error().Wrap(final_dir + " is complete, but its tracker is not updated");
     }
   }

@@ -6,14 +6,15 @@
 //       .ftrun-writer marker (temp_step_dir.h) removed before the rename, so that the next
 //       writer on this machine removes the directory if this one is killed mid-write
 //       group-<name>/<file>...               one directory per replica group (part_dir_name)
-//       group-<name>/PART.json               the group's files with size and sha256
+//       group-<name>/PART.json               the group's files with size and CRC-32
 //       MANIFEST.json                        format 1, step, world size, groups, reason
 //   then renamed to <root>/ftrun-step-<S>/ and <root> fsynced; then the tracker (if asked:
-//   <root>/<tracker> holds the newest step, never lowered) by write, fsync, rename; then the
-//   link (if asked) that the script's `path` becomes.
+//   <root>/<tracker> holds the newest step of this run, see run_started) by write, fsync,
+//   rename; then the link (if asked) that the script's `path` becomes.
 //
-// A complete checkpoint is never overwritten: if ftrun-step-<S> exists, it is kept as it is
-// and the new copy discarded (as checkpoint.py's finalize does). On any error the temporary
+// A complete checkpoint of this run is never overwritten: if ftrun-step-<S> exists, it is kept
+// as it is and the new copy discarded (as checkpoint.py's finalize does); one an earlier run
+// stored is replaced. On any error the temporary
 // directory is removed and nothing else changes. Each snapshot is checked against its crc32
 // while it is written, when its checksum is known: a snapshot corrupted in memory is not
 // persisted.
@@ -27,6 +28,7 @@
 // too large".
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -67,6 +69,12 @@ struct CheckpointRequest {
   // multi-node job) store together: written by StageShards (staged_checkpoint.h), not
   // WriteCheckpoint.
   bool shared = false;
+  // When this run began (the agent's start): what is stored under root from before it is an
+  // earlier run's, which this run's saves replace as DLRover's do: the tracker may be lowered
+  // (a new run that did not resume saves lower steps) and a step stored again is replaced;
+  // within the run the tracker is never lowered and a stored step is kept. The default (the
+  // epoch) counts everything as this run's.
+  std::chrono::system_clock::time_point run_started{};
 };
 
 // Writes the checkpoint; returns its final directory (<root>/ftrun-step-<S>).

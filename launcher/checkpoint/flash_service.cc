@@ -38,8 +38,9 @@ bool Holds(const CheckpointRequest& request, const std::string& group) {
 }  // namespace
 
 FlashService::FlashService(boost::asio::io_context& io, int local_ranks, uint64_t budget_bytes,
-                           Send send)
+                           std::chrono::system_clock::time_point run_started, Send send)
     : io_(io),
+      run_started_(run_started),
       send_(std::move(send)),
       store_(local_ranks, budget_bytes),
       checksummer_(io),
@@ -327,6 +328,7 @@ void FlashService::Enqueue(const std::string& key, CheckpointRequest request) {
   const bool shared = request.shared;
   std::string root = request.root;
   stored_[key] = step;
+  request.run_started = run_started_;
   if (in_flight_++ == 0) busy_.emplace(io_.get_executor());
   persister_.Persist(std::move(request), [this, key, step, shared,
                                           root = std::move(root)](Result<std::string> outcome) {

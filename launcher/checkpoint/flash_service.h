@@ -73,7 +73,10 @@ class FlashService {
   // sender); false when the rank is not connected.
   using Send = std::function<bool(int local_rank, const std::string& json, int fd)>;
 
-  FlashService(boost::asio::io_context& io, int local_ranks, uint64_t budget_bytes, Send send);
+  // run_started: when this run began (the agent's start); what is under a checkpoint
+  // directory from before it is an earlier run's (CheckpointRequest::run_started).
+  FlashService(boost::asio::io_context& io, int local_ranks, uint64_t budget_bytes,
+               std::chrono::system_clock::time_point run_started, Send send);
   ~FlashService();
   FlashService(const FlashService&) = delete;
   FlashService& operator=(const FlashService&) = delete;
@@ -151,6 +154,7 @@ class FlashService {
                 std::shared_ptr<std::vector<Source>> sources, size_t next);
 
   boost::asio::io_context& io_;
+  const std::chrono::system_clock::time_point run_started_;
   Send send_;
   SnapshotStore store_;
   // Newest step stored (or being stored) per checkpoint key (the copy "" or "sharded").

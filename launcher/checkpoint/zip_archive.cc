@@ -15,6 +15,7 @@ constexpr uint16_t kPaddingField = 0x4246;  // "FB", PyTorch's writer's padding 
 constexpr uint64_t kAlignment = 64;
 constexpr uint64_t kMax32 = 0xffffffff;
 constexpr uint64_t kMax16 = 0xffff;
+static_assert(sizeof(z_off_t) >= 8, "crc32_combine must take a piece of more than 2 GiB");
 
 void Put16(std::string& out, uint64_t v) {
   out += static_cast<char>(v & 0xff);
@@ -40,6 +41,12 @@ std::span<const std::byte> ZipArchive::Own(std::string bytes) {
   owned_.push_back(std::make_unique<std::string>(std::move(bytes)));
   const std::string& s = *owned_.back();
   return std::as_bytes(std::span<const char>(s.data(), s.size()));
+}
+
+void ZipArchive::Append(std::span<const std::byte> piece, uint32_t crc) {
+  crc_ = static_cast<uint32_t>(crc32_combine(crc_, crc, static_cast<z_off_t>(piece.size())));
+  offset_ += piece.size();
+  pieces_.push_back(piece);
 }
 
 void ZipArchive::AddCopy(const std::string& name, std::string data) {
@@ -79,9 +86,9 @@ void ZipArchive::Add(const std::string& name, std::span<const std::byte> data) {
   Put16(h, extra.size());
   h += name;
   h += extra;
-  offset_ += h.size() + data.size();
-  pieces_.push_back(Own(std::move(h)));
-  if (!data.empty()) pieces_.push_back(data);
+  const auto header = Own(std::move(h));
+  Append(header, Crc32(header));
+  if (!data.empty()) Append(data, e.crc);
   entries_.push_back(std::move(e));
 }
 
@@ -150,8 +157,8 @@ void ZipArchive::Finish() {
   Put32(d, zip64 ? kMax32 : directory_size);
   Put32(d, zip64 ? kMax32 : directory_at);
   Put16(d, 0);  // comment
-  offset_ += d.size();
-  pieces_.push_back(Own(std::move(d)));
+  const auto directory = Own(std::move(d));
+  Append(directory, Crc32(directory));
 }
 
 }  // namespace ftrun::launcher

@@ -5,7 +5,8 @@
 //
 // The archive is a list of pieces to write in order: small headers it owns and the entries'
 // data, which it only points to (nothing is copied). Each entry's CRC-32 (zlib's, as zip
-// requires) is computed when it is added.
+// requires) is computed when it is added; the whole archive's CRC-32 follows from those and
+// the headers' without another pass over the data (crc32_combine).
 //
 // Thread: any; one archive is built by one thread. Errors: none (names are the caller's).
 #pragma once
@@ -35,6 +36,8 @@ class ZipArchive {
   // The archive's bytes, in order.
   const std::vector<std::span<const std::byte>>& pieces() const { return pieces_; }
   uint64_t size() const { return offset_; }
+  // zlib's CRC-32 of all of pieces(), as of the data when each entry was added.
+  uint32_t crc32() const { return crc_; }
 
  private:
   struct Entry {
@@ -45,12 +48,15 @@ class ZipArchive {
   };
   void Add(const std::string& name, std::span<const std::byte> data);
   std::span<const std::byte> Own(std::string bytes);
+  // Appends a piece whose CRC-32 is `crc`.
+  void Append(std::span<const std::byte> piece, uint32_t crc);
 
   bool force_zip64_;
   std::vector<Entry> entries_;
   std::vector<std::unique_ptr<std::string>> owned_;  // stable addresses for the pieces
   std::vector<std::span<const std::byte>> pieces_;
   uint64_t offset_ = 0;
+  uint32_t crc_ = 0;
 };
 
 }  // namespace ftrun::launcher

@@ -8,6 +8,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 import unittest
 from unittest import mock
 
@@ -298,12 +299,62 @@ class StagedShardsTest(TestCase):
         self.assertIn(f"ftrun: removing {staged}: shards of a step", err)
         self.assertTrue(os.path.isdir(saving))
 
-    def test_the_tracker_is_never_lowered(self):
+    def test_the_tracker_is_never_lowered_within_a_run_but_an_earlier_runs_is(self):
+        tracker = os.path.join(self.root, engine.TRACKER_FILE_NAME)
         engine._write_tracker(self.root, 8)
         engine._write_tracker(self.root, 5)
-        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME)) as f:
+        with open(tracker) as f:
             self.assertEqual(f.read(), "8")
         self.assertEqual(sorted(os.listdir(self.root)), [engine.TRACKER_FILE_NAME])
+        age(self.root)
+        engine._write_tracker(self.root, 5)
+        with open(tracker) as f:
+            self.assertEqual(f.read(), "5")
+
+
+def age(root):
+    """Dates everything under root an hour back: what an earlier run left."""
+    hour_ago = time.time() - 3600
+    for dirpath, dirnames, filenames in os.walk(root):
+        for name in dirnames + filenames:
+            os.utime(os.path.join(dirpath, name), (hour_ago, hour_ago), follow_symlinks=False)
+
+
+class EarlierRunTest(TestCase):
+    """A run that did not resume, in a directory an earlier run left higher steps in: its saves
+    replace the earlier run's as DLRover's do, and its loads take its own steps (the agent's
+    side: earlier_run_test.cc; end to end under ftrun: test_flash_runs.py)."""
+
+    def test_a_new_run_lowers_the_tracker_replaces_its_step_and_loads_its_own(self):
+        cp = DdpCheckpointer(self.root)
+        for step in (5, 50):
+            cp.save_checkpoint(step, training_state(step))
+        age(self.root)
+        cp.save_checkpoint(5, training_state(105))  # a new run's step 5
+        cp.save_checkpoint(3, training_state(103))  # within the run: the tracker stays
+        with open(os.path.join(self.root, engine.TRACKER_FILE_NAME)) as f:
+            self.assertEqual(f.read(), "5")
+        assert_state_equal(self, torch.load(os.path.join(self.root, "5", "rank_0.pt")),
+                           training_state(105))
+        assert_state_equal(self, DdpCheckpointer(self.root).load_checkpoint(),
+                           training_state(105))
+        self.assertEqual(engine.loadable_steps(self.root, engine.TRACKER_FILE_NAME), [5, 3])
+
+    def test_a_step_stored_after_the_tracker_was_written_is_loaded(self):
+        # Its writer stopped between the rename and the tracker: the step is complete and
+        # newer than the tracker's.
+        cp = DdpCheckpointer(self.root)
+        cp.save_checkpoint(50, training_state(50))
+        age(self.root)
+        cp.save_checkpoint(5, training_state(5))
+        tracker = os.path.join(self.root, engine.TRACKER_FILE_NAME)
+        written = os.stat(tracker).st_mtime
+        cp.save_checkpoint(6, training_state(6))
+        with open(tracker, "w") as f:
+            f.write("5")
+        os.utime(tracker, (written, written))
+        self.assertEqual(engine.loadable_steps(self.root, engine.TRACKER_FILE_NAME), [6, 5])
+        assert_state_equal(self, DdpCheckpointer(self.root).load_checkpoint(), training_state(6))
 
 
 class DlroverShapeTest(unittest.TestCase):

@@ -64,6 +64,30 @@ class CheckpointTest(unittest.TestCase):
             with self.assertRaisesRegex(ftrun.CheckpointError, why):
                 checkpoint.verify(path)
 
+    def test_files_are_checked_by_crc32_and_older_sha256_records_still_verify(self):
+        path = ftrun.save_checkpoint(self.root, 1, write_state("a"))
+        manifest_path = os.path.join(path, "MANIFEST.json")
+        with open(manifest_path) as f:
+            manifest = json.load(f)
+        files = manifest["groups"][""]["files"]
+        self.assertEqual(sorted(files["state.txt"]), ["crc32", "size"])
+        state = os.path.join(path, "group-all", "state.txt")
+        # A manifest entry without either checksum never verifies (the file intact); one
+        # written before 2026-11-29 records sha256 instead of crc32, and still verifies.
+        for sha256 in (False, True):
+            for rel, meta in files.items():
+                meta.pop("crc32", None)
+                if sha256:
+                    meta["sha256"] = checkpoint._sha256(os.path.join(path, "group-all", rel))
+            with open(manifest_path, "w") as f:
+                json.dump(manifest, f)
+            if sha256:
+                self.assertEqual(checkpoint.verify(path)["step"], 1)
+                with open(state, "r+") as f:
+                    f.write("X")
+            with self.assertRaisesRegex(ftrun.CheckpointError, "state.txt has the wrong checksum"):
+                checkpoint.verify(path)
+
     def test_failing_handler_leaves_nothing(self):
         def broken(step, directory):
             raise OSError("disk full")

@@ -22,7 +22,7 @@ process, and are restored from there (engine.restore_from_memory: the newest ste
 agree on); DISK saves and a job that fails for good are written to storage by the agent.
 Elsewhere (plain python, torchrun) both kinds are synchronous disk saves in the project's one
 checkpoint format (scripts/python/ftrun/checkpoint.py: temporary directory, fsync, rename,
-MANIFEST.json with sizes and sha256) under `checkpoint_dir`; loads take the newest complete
+MANIFEST.json with sizes and CRC-32s) under `checkpoint_dir`; loads take the newest complete
 checkpoint the whole job can restore and skip a partial or corrupt one with a warning.
 
 With several nodes each node's snapshots are also copied to another node's agent

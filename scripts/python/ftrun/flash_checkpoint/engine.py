@@ -20,7 +20,7 @@ from .sources import agreed, inventory, shard_sources
 # Re-exported: the checkpointers and tests know these as engine's.
 from .storage import (TRACKER_FILE_NAME, Once, WorldSizeError, _link, _steps,  # noqa: F401
                       _torch_save, _warned, _write_tracker, built, choose, discard_staged,
-                      dlrover_written,
+                      dlrover_written, loadable_steps, stored_in_this_run,
                       load_file, only_file, save_one_copy, save_shards, shard_group,
                       verify_shard, warn_once)
 
@@ -166,18 +166,18 @@ Restored = namedtuple("Restored", "step state held")
 
 
 def restore(comm, root: str, group: str, shared: bool, resume_path: str, load_resume, check,
-            saved_by_dlrover):
+            saved_by_dlrover, tracker: str = TRACKER_FILE_NAME):
     """load_checkpoint's order, DLRover's engines' with ftrun's checks: the agents' memory;
     else resume_path when memory held nothing; else the newest checkpoint under root every
     rank can restore; else resume_path; else the checkpoint DLRover itself saved there (or
     {}). load_resume(path) loads resume_path on this rank, check(path) verifies a stored
     checkpoint (see choose), saved_by_dlrover() is collective. Collective."""
-    got = restore_from_memory(comm, root, group, shared)
+    got = restore_from_memory(comm, root, group, shared, tracker)
     if got.step is not None:
         return got.state
     if resume_path and not got.held:
         return resume(comm, resume_path, load_resume)
-    path, manifest = choose(comm, root, check)
+    path, manifest = choose(comm, root, check, tracker)
     if path is not None:
         return load_file(only_file(path, manifest, group))
     if resume_path:
@@ -206,9 +206,11 @@ def resume(comm, path: str, load):
     return state
 
 
-def restore_from_memory(comm, root: str, group: str, shared: bool = False):
+def restore_from_memory(comm, root: str, group: str, shared: bool = False,
+                        tracker: str = TRACKER_FILE_NAME):
     """The newest state the job can restore from its agents' memory, if that is at least as
-    new as the newest checkpoint on disk: Restored(step, state, held), step and state None
+    new as the newest checkpoint this run stored on disk (an earlier run's steps are older than
+    anything in memory, whatever their numbers): Restored(step, state, held), step and state None
     when there is none. Collective. The step
     is the one the rendezvous decided for the round from every node's memory (the agent says
     it with its steps); where it decided none (a single node, etcd) the ranks agree on the
@@ -243,7 +245,7 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False):
                       "longer in memory; trying disk", file=sys.stderr, flush=True)
             return Restored(None, None, held_any)
         candidates = {decided}
-    on_disk = comm.from_rank0(_steps(root)[:1])
+    on_disk = comm.from_rank0(stored_in_this_run(root, loadable_steps(root, tracker))[:1])
     if not candidates or (on_disk and on_disk[0] > max(candidates)):
         return Restored(None, None, held_any)
     step = max(candidates)

@@ -24,19 +24,22 @@ import threading
 import time
 
 from .. import checkpoint
-from .storage import DELETED, _steps, tracked
+from .storage import DELETED, RUN_STARTED, _steps, tracked
 
 
 def is_stored(root: str, tracker: str, step: int) -> bool:
-    """The checkpoint of `step` is complete under root and the tracker names it or a newer one
-    (a tracker left by an earlier run with higher steps is not enough alone)."""
-    return tracked(root, tracker) >= step and os.path.isdir(checkpoint.final_dir(root, step))
+    """The checkpoint of `step` is complete under root and this run's tracker names it or a
+    newer one (a tracker an earlier run left with higher steps, or its step directory, is not
+    enough: this run's first stored step replaces them, storage.py)."""
+    path = os.path.join(root, tracker)
+    return (tracked(root, tracker) >= step and not checkpoint.written_before(path, RUN_STARTED)
+            and os.path.isdir(checkpoint.final_dir(root, step)))
 
 
 def wait(root: str, tracker: str, step: int, timeout: float, failed=None) -> bool:
     """Waits until `step` is stored under root (is_stored): True, else False after `timeout`
-    seconds or as soon as failed() names why it will not be (each said on stderr). failed()
-    is asked at most every half second."""
+    seconds or as soon as failed() names why it will not be (each said on stderr). Polls the
+    tracker every 20 ms at most; failed() is asked at most every half second."""
     deadline = time.monotonic() + max(0.0, float(timeout))
     delay, asked = 0.005, 0.0
     while not is_stored(root, tracker, step):
@@ -54,7 +57,7 @@ def wait(root: str, tracker: str, step: int, timeout: float, failed=None) -> boo
                   file=sys.stderr, flush=True)
             return False
         time.sleep(min(delay, max(0.0, deadline - now)))
-        delay = min(delay * 2, 0.2)
+        delay = min(delay * 2, 0.02)  # two stat() calls: a late wake-up costs more than polling
     return True
 
 

@@ -144,7 +144,8 @@ class ShardedCheckpointer(Checkpointer):
         if self._rank == 0:
             engine.discard_staged(self.checkpoint_dir)
         return engine.restore(self._comm, self.checkpoint_dir, self._group, False, resume_path,
-                              self._load_path, self._verify, self.saved_by_dlrover)
+                              self._load_path, self._verify, self.saved_by_dlrover,
+                              self.tracker_name)
 
     def _load_path(self, path: str):
         """resume_path: a step directory or its link."""

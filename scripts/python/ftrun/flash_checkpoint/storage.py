@@ -5,15 +5,23 @@
 A checkpoint of step S is `<checkpoint_dir>/ftrun-step-S/` with one replica group per copy of
 the state: group "" (one copy, DDP) or "rank-<r>" (one shard per rank). The `path` a script
 passes becomes a symbolic link to the stored checkpoint, so `torch.load(path)` keeps working,
-and `dlrover_latest.txt` (DLRover's tracker name) holds the newest saved step. Loading never
-trusts the tracker alone: it takes the newest checkpoint whose manifest verifies. `comm` is an
-engine.Comm (the job's collectives); every rank calls the functions that take one.
+and `dlrover_latest.txt` (DLRover's tracker name) holds the newest step this run saved. Loading
+never trusts the tracker alone: it takes the newest checkpoint whose manifest verifies.
+
+Runs: what a checkpoint directory holds from before this run began (RUN_STARTED) is an earlier
+run's, and this run's saves replace it as DLRover's overwrite theirs: the tracker is lowered
+when this run saves a lower step (a run that did not resume), a step saved again is replaced,
+and loads skip the earlier run's steps above the tracker's (loadable_steps). Within a run the
+tracker is never lowered and a stored step is kept. `comm` is an engine.Comm (the job's
+collectives); every rank calls the functions that take one.
 """
 import fcntl
+import math
 import os
 import re
 import shutil
 import sys
+import time
 
 import torch
 
@@ -40,6 +48,21 @@ def warn_once(key: str, message: str):
     print(f"ftrun: {message}", file=sys.stderr, flush=True)
 
 
+def _run_started() -> float:
+    try:
+        started = float(os.environ["FTRUN_RUN_STARTED"])
+        if math.isfinite(started):
+            return started
+    except (KeyError, ValueError):
+        pass
+    return time.time() - 2  # as the agent: files are stamped by a coarse clock
+
+
+# When this run began, in seconds since the epoch: as the agent gives its workers
+# (FTRUN_RUN_STARTED), else this process's start (outside ftrun each process is the run).
+RUN_STARTED = _run_started()
+
+
 def tracked(root: str, tracker: str) -> int:
     """The step the tracker under root records; -1 when there is none (or it is unreadable)."""
     try:
@@ -50,14 +73,14 @@ def tracked(root: str, tracker: str) -> int:
 
 
 def _write_tracker(root: str, step: int, name: str = TRACKER_FILE_NAME):
-    """Records step in the tracker unless it names a newer one. Under an flock on root, as
-    the agents take it (launcher/checkpoint/checkpoint_io.h): writers on several nodes sharing
-    root cannot lower it either."""
+    """Records step in the tracker unless this run wrote it with a newer one (an earlier run's
+    is replaced whatever it names). Under an flock on root, as the agents take it
+    (launcher/checkpoint/checkpoint_io.h): writers on several nodes sharing root agree."""
     tracker = os.path.join(root, name)
     lock = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if tracked(root, name) > step:
+        if tracked(root, name) > step and not checkpoint.written_before(tracker, RUN_STARTED):
             return  # an older step saved late does not hide a newer one
         tmp = f"{tracker}.tmp-{os.getpid()}"
         with open(tmp, "w") as f:
@@ -150,7 +173,8 @@ def save_one_copy(comm, root: str, step: int, name: str, state_dict, path: str):
         try:
             state = built(state_dict)
             final = checkpoint.save(root, step, lambda s, d: _torch_save(state, d, name),
-                                    world_size=comm.world_size, reason="periodic")
+                                    world_size=comm.world_size, reason="periodic",
+                                    replace_before=RUN_STARTED)
             # A step saved before is kept as it was, with its own file name.
             kept = checkpoint.verify(final, checksums=False)
             _committed(root, step, path, only_file(final, kept, ""))
@@ -183,7 +207,7 @@ def save_shards(comm, root: str, step: int, name: str, state_dict, path: str,
             try:
                 final = checkpoint.finalize(root, tmp, step,
                                             [shard_group(r) for r in range(comm.world_size)],
-                                            comm.world_size, "periodic")
+                                            comm.world_size, "periodic", RUN_STARTED)
                 _committed(root, step, path, final, tracker)
             except Exception as e:  # noqa: BLE001
                 error = e
@@ -210,11 +234,36 @@ def _steps(root: str):
                   reverse=True)
 
 
-def choose(comm, root: str, check):
-    """The newest checkpoint under root that every rank can restore, the same on every rank:
-    (path, manifest) or (None, None). check(path) -> manifest raises CheckpointError for a
-    checkpoint this rank cannot use (skipped with a warning) or WorldSizeError (raised)."""
-    for step in comm.from_rank0(_steps(root)):
+def loadable_steps(root: str, tracker: str):
+    """The steps stored under root that a load may take, newest first: all of them except
+    those above the step the tracker names that were stored before it was last written: an
+    earlier run's, whose tracker a later run lowered. A step stored after the tracker was
+    written is kept (its writer stopped before updating the tracker)."""
+    steps = _steps(root)
+    path = os.path.join(root, tracker)
+    named = tracked(root, tracker)
+    try:
+        written = os.stat(path).st_mtime
+    except OSError:
+        return steps
+    if named < 0:
+        return steps
+    return [s for s in steps if s <= named or not checkpoint.written_before(
+        os.path.join(checkpoint.final_dir(root, s), "MANIFEST.json"), written)]
+
+
+def stored_in_this_run(root: str, steps):
+    """Those of `steps` stored under root since this run began."""
+    return [s for s in steps if not checkpoint.written_before(
+        os.path.join(checkpoint.final_dir(root, s), "MANIFEST.json"), RUN_STARTED)]
+
+
+def choose(comm, root: str, check, tracker: str = TRACKER_FILE_NAME):
+    """The newest checkpoint under root (loadable_steps) that every rank can restore, the same
+    on every rank: (path, manifest) or (None, None). check(path) -> manifest raises
+    CheckpointError for a checkpoint this rank cannot use (skipped with a warning) or
+    WorldSizeError (raised)."""
+    for step in comm.from_rank0(loadable_steps(root, tracker)):
         path = checkpoint.final_dir(root, step)
         manifest, error = None, None
         try:
@@ -332,7 +381,7 @@ def verify_shard(path: str, group: str, world_size: int) -> dict:
     if part is None:
         raise CheckpointError(f"no shard '{group}'")
     for rel, meta in part["files"].items():
-        if checkpoint._sha256(os.path.join(path, part["dir"], rel)) != meta["sha256"]:
+        if not checkpoint.checksum_matches(os.path.join(path, part["dir"], rel), meta):
             raise checkpoint.CheckpointDamaged(f"{part['dir']}/{rel} has the wrong checksum")
     return manifest
 

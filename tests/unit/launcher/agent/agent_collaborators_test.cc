@@ -140,7 +140,7 @@ TEST_F(CollaboratorsTest, TheFirstStepOfAnAttemptIsTheFirstOneCompletedInIt) {
 
 TEST_F(CollaboratorsTest, ChannelsTellTheWorkersWhereTheControlSocketIs) {
   config.save_timeout = std::chrono::duration<double>(7.5);
-  WorkerChannels channels(io, config, {}, [] { return nullptr; });
+  WorkerChannels channels(io, config, {}, {}, [] { return nullptr; });
   ASSERT_TRUE(channels.Start({{"TMPDIR", dir}}, ""));
   ASSERT_NE(channels.control(), nullptr);
   const EnvMap env = channels.WorkerEnv();
@@ -153,7 +153,7 @@ TEST_F(CollaboratorsTest, ChannelsTellTheWorkersWhereTheControlSocketIs) {
 
 TEST_F(CollaboratorsTest, AWatchdogFifoThatCannotBeServedIsAnErrorNamingIt) {
   const std::string fifo = dir + "/no/such/dir/watchdog";
-  WorkerChannels channels(io, config, {}, [] { return nullptr; });
+  WorkerChannels channels(io, config, {}, {}, [] { return nullptr; });
   auto s = channels.Start({{"TMPDIR", dir}}, fifo);
   ASSERT_FALSE(s);
   EXPECT_NE(s.error().message.find("TORCHELASTIC_ENABLE_FILE_TIMER=1"), std::string::npos);

@@ -111,16 +111,16 @@ class FlashServiceTest : public ::testing::Test {
   FlashService& service() {
     if (second_agent_) {
       if (!second_) {
-        second_.emplace(io_, 2, budget_, [this](int lr, const std::string& json, int fd) {
-          return Record(lr, json, fd);
-        });
+        second_.emplace(
+            io_, 2, budget_, run_started_,
+            [this](int lr, const std::string& json, int fd) { return Record(lr, json, fd); });
       }
       return *second_;
     }
     if (!service_) {
-      service_.emplace(io_, 2, budget_, [this](int lr, const std::string& json, int fd) {
-        return Record(lr, json, fd);
-      });
+      service_.emplace(
+          io_, 2, budget_, run_started_,
+          [this](int lr, const std::string& json, int fd) { return Record(lr, json, fd); });
     }
     return *service_;
   }
@@ -225,6 +225,9 @@ class FlashServiceTest : public ::testing::Test {
   std::deque<Sent> sent_;  // references stay valid as answers arrive
   std::shared_ptr<GateSink> gate_;
   spdlog::level::level_enum level_before_gate_ = spdlog::level::info;
+  // When the service's run began: the epoch (the default) counts everything stored as this
+  // run's; a test of what an earlier run left sets it before the service starts.
+  std::chrono::system_clock::time_point run_started_{};
   std::optional<FlashService> service_;
   std::optional<FlashService> second_;
   bool second_agent_ = false;

@@ -5,6 +5,7 @@
 #include "launcher/checkpoint/torch_file.h"
 
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
@@ -122,6 +123,9 @@ TEST_F(TorchFileTest, TorchLoadReadsWhatTorchSaveWroteOfTheSameState) {
       ASSERT_TRUE(zip) << zip.error().message;
       Write("out.pt", *zip);
       EXPECT_EQ(fs::file_size(dir_ / "out.pt"), zip->size());
+      const std::string file = Read("out.pt");  // the archive's CRC-32, combined, is the file's
+      EXPECT_EQ(zip->crc32(),
+                crc32_z(0L, reinterpret_cast<const Bytef*>(file.data()), file.size()));
       EXPECT_EQ(Run("compare.py", (dir_ / "out.pt").string() + " " + (dir_ / ref).string()),
                 "equal\nexit=0");
     }
