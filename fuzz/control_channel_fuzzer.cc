@@ -61,9 +61,9 @@ bool DrainPersists(Fixture& f) {
 
 Fixture& F() {
   static Fixture* f = [] {
-    // OpenSSL (the persister's sha256) loads its configuration here, on the main thread, as
-    // gRPC does in ftrun: loaded first on the persister's thread, the error state it makes
-    // there is never freed (LSan reports it).
+    // OpenSSL (the persister's sha1 of part names) loads its configuration here, on the main
+    // thread, as gRPC does in ftrun: loaded first on the persister's thread, the error state it
+    // makes there is never freed (LSan reports it).
     OPENSSL_init_crypto(OPENSSL_INIT_LOAD_CONFIG, nullptr);
     auto* f = new Fixture;
     char tmpl[] = "/tmp/ftrun-fuzz-control-XXXXXX";

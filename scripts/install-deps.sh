@@ -9,7 +9,7 @@ packages=(
   cmake ninja-build g++ pkg-config
   libcli11-dev libboost1.81-dev libboost-filesystem1.81-dev libgrpc++-dev protobuf-compiler-grpc
   libprotobuf-dev protobuf-compiler libspdlog-dev libgtest-dev libgmock-dev
-  # snapshot checksums (crc32) and the checkpoint manifest's sha256; gRPC needs them anyway
+  # checkpoint files' CRC-32 and part directories' sha1 names; gRPC needs them anyway
   zlib1g-dev libssl-dev
   # tests, demo and benchmarks: Debian's torch (gloo) runs under /usr/bin/python3
   python3 python3-torch python3-yaml shellcheck iproute2 procps

@@ -73,7 +73,8 @@ struct CheckpointRequest {
   // earlier run's, which this run's saves replace as DLRover's do: the tracker may be lowered
   // (a new run that did not resume saves lower steps) and a step stored again is replaced;
   // within the run the tracker is never lowered and a stored step is kept. The default (the
-  // epoch) counts everything as this run's.
+  // epoch) counts everything as this run's. WriteCheckpoint only (one writer: the agent of the
+  // node that saves the one copy, or of a single-node job); StageShards ignores it.
   std::chrono::system_clock::time_point run_started{};
 };
 

@@ -1,6 +1,6 @@
 // SnapshotPersister: writes memory snapshots to storage off the agent's loop. Each request is
 // a WriteCheckpoint (checkpoint_writer.h: ftrun's checkpoint format, tmp + fsync + rename +
-// manifest with sha256, optional tracker), or a StageShards for a `shared` request (some shards
+// manifest with CRC-32s, optional tracker), or a StageShards for a `shared` request (some shards
 // of a multi-node step; staged_checkpoint.h), run on the persister's own thread, one request at a
 // time in the order given; its outcome (the final directory, or an error naming the path,
 // e.g. a full disk) is posted to the loop, where the caller reports it (the persister logs

@@ -36,8 +36,8 @@
 // (SnapshotChecksummer) and kept in the Meta as a CommitChecksum that every view shares; the
 // replica pusher sends it, the persister checks what it writes against it and records it,
 // and a restore checks the bytes against it before handing them over. The worker does not
-// compute it (its save returns without the extra pass). Persisted files also carry sha256 in
-// their manifest as checkpoint.py requires (see SnapshotPersister).
+// compute it (its save returns without the extra pass). Persisted files also carry their own
+// CRC-32 in their manifest as checkpoint.py requires (see SnapshotPersister).
 //
 // Thread: loop only (not thread-safe), except that a SnapshotView may be read and dropped on
 // any thread (SnapshotPersister's). Ownership: the store owns the descriptors; a Lease's fd is

@@ -27,7 +27,7 @@ using namespace checkpoint_io;
 std::string ShardGroup(int rank) { return "rank-" + std::to_string(rank); }
 
 // The newest step under root whose checkpoint is complete (has its manifest), if any.
-std::optional<uint64_t> NewestComplete(const std::string& root, WallTime since) {
+std::optional<uint64_t> NewestComplete(const std::string& root) {
   static const std::regex kFinal(R"(ftrun-step-(\d+))");
   std::optional<uint64_t> newest;
   std::error_code ec;
@@ -36,7 +36,6 @@ std::optional<uint64_t> NewestComplete(const std::string& root, WallTime since) 
     std::string name = entry.path().filename().string();
     if (!std::regex_match(name, m, kFinal)) continue;
     if (!fs::exists(entry.path() / "MANIFEST.json", ec)) continue;
-    if (StoredBefore(entry.path().string(), since)) continue;  // an earlier run's
     uint64_t step = std::stoull(m[1].str());
     if (!newest || step > *newest) newest = step;
   }
@@ -44,16 +43,9 @@ std::optional<uint64_t> NewestComplete(const std::string& root, WallTime since) 
 }
 
 // Puts one part into the staging area, unless a complete part of its group is there already.
-Status StagePart(const std::string& staging, const CheckpointPart& part, uint64_t step,
-                 WallTime run_started) {
+Status StagePart(const std::string& staging, const CheckpointPart& part, uint64_t step) {
   std::string dest = staging + "/" + PartDirName(part.group);
   std::error_code ec;
-  if (WrittenBefore(dest + "/PART.json", run_started)) {
-    // An earlier run's shard of this step (its job failed before the step was complete): never
-    // completed with this run's shards. Moved into the staging area's temporary names first.
-    const std::string old = staging + "/.tmp-" + UniqueSuffix();
-    if (rename(dest.c_str(), old.c_str()) == 0) fs::remove_all(old, ec);
-  }
   if (fs::exists(dest + "/PART.json", ec)) return {};
   std::string tmp = staging + "/.tmp-" + UniqueSuffix();
   if (mkdir(tmp.c_str(), 0755) != 0) return Failed("creating", tmp);
@@ -143,7 +135,6 @@ Status Finish(const CheckpointRequest& request, const std::string& staging,
   }
   std::error_code ec;
   if (status) temp->DropMarker();
-  if (status) SetAsideEarlierRun(request.root, request.step, final_dir, request.run_started);
   if (status && rename(tmp.c_str(), final_dir.c_str()) != 0) {
     if (errno == EEXIST || errno == ENOTEMPTY) {
       LauncherLog()->info("checkpoint {} completed by another writer: kept as it is", final_dir);
@@ -187,7 +178,7 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
   // A complete step at least as new as this one (another writer may complete one at any
   // time): this step's staging area is useless then, and removed if this writer made it.
   auto superseded = [&]() -> std::optional<std::string> {
-    auto newest = NewestComplete(request.root, request.run_started);
+    auto newest = NewestComplete(request.root);
     if (!newest || *newest < request.step) return std::nullopt;
     RemoveStaging(request.root, request.step);
     return request.root + "/ftrun-step-" + std::to_string(*newest);
@@ -196,7 +187,7 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
   std::string staging = StagingDir(request.root, request.step);
   if (mkdir(staging.c_str(), 0755) != 0 && errno != EEXIST) return Failed("creating", staging);
   for (const auto& part : request.parts) {
-    if (auto s = StagePart(staging, part, request.step, request.run_started); !s) {
+    if (auto s = StagePart(staging, part, request.step); !s) {
       // The step may have been completed meanwhile, its staging area removed under us.
       if (auto newer = superseded()) return Ok(*newer);
       return s.error();
@@ -205,10 +196,7 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
   // Complete parts staged (listed, not counted up to the world size a worker claimed).
   std::set<std::string> staged;
   for (const auto& entry : fs::directory_iterator(staging, ec)) {
-    const fs::path part_json = entry.path() / "PART.json";
-    if (fs::exists(part_json, ec) && !WrittenBefore(part_json, request.run_started)) {
-      staged.insert(entry.path().filename());
-    }
+    if (fs::exists(entry.path() / "PART.json", ec)) staged.insert(entry.path().filename());
   }
   std::map<std::string, Files> parts;
   std::string missing;
@@ -237,8 +225,10 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
   }
   RemoveStaging(request.root, request.step);
   if (!request.tracker.empty()) {
-    if (auto s = WriteTracker(request.root, request.tracker, request.step, request.run_started);
-        !s) {
+    // A shared step is never an earlier run's business (run_started is not applied): each
+    // node's agent began at its own time, and one that joined late would count this run's
+    // steps as an earlier run's.
+    if (auto s = WriteTracker(request.root, request.tracker, request.step, {}); !s) {
       return s.error().Wrap(final_dir + " is complete, but its tracker is not updated");
     }
   }

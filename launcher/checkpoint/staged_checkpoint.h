@@ -17,9 +17,10 @@
 // another writer (e.g. a replica holder) is not written again. Staging areas of this step and
 // older ones are removed once the step is complete. The tracker is written only after the
 // rename, under an flock (WriteTracker), so it never names a partial step. A step is not
-// staged at all when a checkpoint of it, or of a newer step, that this run stored is complete
-// already. What an earlier run left (request.run_started) never counts: its staged parts are
-// replaced, and its complete step of the same number is replaced by this run's.
+// staged at all when a checkpoint of it, or of a newer step, is complete already.
+// request.run_started is not applied (an earlier run's steps count as this run's, and the
+// tracker is never lowered): the agents of the nodes began at different times, and one that
+// joined late would take this run's steps for an earlier run's.
 //
 // A writer killed at any point leaves only names starting with '.', which loaders ignore; the
 // next job's load_checkpoint removes stale staging areas (engine.py) so that parts of an

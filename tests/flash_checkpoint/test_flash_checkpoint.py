@@ -340,6 +340,14 @@ class EarlierRunTest(TestCase):
                            training_state(105))
         self.assertEqual(engine.loadable_steps(self.root, engine.TRACKER_FILE_NAME), [5, 3])
 
+    def test_an_earlier_runs_tracker_and_step_are_not_this_runs_save_stored(self):
+        from ftrun.flash_checkpoint import retention
+        DdpCheckpointer(self.root).save_checkpoint(2, training_state(2))
+        self.assertTrue(retention.is_stored(self.root, engine.TRACKER_FILE_NAME, 2))
+        age(self.root)
+        self.assertFalse(retention.is_stored(self.root, engine.TRACKER_FILE_NAME, 2))
+        self.assertEqual(engine.stored_in_this_run(self.root, [2]), [])
+
     def test_a_step_stored_after_the_tracker_was_written_is_loaded(self):
         # Its writer stopped between the rename and the tracker: the step is complete and
         # newer than the tracker's.

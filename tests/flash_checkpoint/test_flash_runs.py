@@ -1,8 +1,9 @@
 """Runs sharing a checkpoint directory, end to end (a real ftrun, one torch rank): a new run that
 does not resume, in a directory an earlier run left a higher step in, restores its own steps as
 DLRover's overwritten tracker makes it: from the agent's memory after a fault within the run
-(the earlier run's higher step on disk does not win over it), and from its own DISK save in the
-next run; the earlier run's step saved again is replaced.
+(the earlier run's higher step on disk does not win over it, even before any DISK save of the
+run), and from its own DISK save in the next run; the earlier run's step saved again is
+replaced.
 
 Run as `python3 test_flash_runs.py rank <dir> <config json>` it is the job's rank (see rank()).
 """
@@ -79,16 +80,18 @@ class RunsTest(unittest.TestCase):
     def test_a_run_that_did_not_resume_restores_its_own_steps(self):
         self.run_job({"load": False, "steps": [2, 50], "disk": [2, 50]})
         self.earlier_run_ended()
-        # A new run starting over: MEMORY saves, a DISK save of step 2 (the earlier run's step
-        # 2 replaced), killed after step 4; its restart restores step 4 from memory.
-        out = self.run_job({"load": False, "steps": [0, 1, 2, 3, 4], "disk": [2], "value": 100,
+        # A new run starting over, MEMORY saves only, killed after step 4: its restart restores
+        # step 4 from memory (the earlier run's step 50 on disk is not newer than that).
+        out = self.run_job({"load": False, "steps": [0, 1, 2, 3, 4], "value": 100,
                             "kill_at": 4}, max_restarts=1)
         self.assertEqual(self.loaded(1), "4 104.0", out[-3000:])
+        # A run that saves step 2 to disk: the earlier run's step 2 is replaced, the tracker
+        # lowered; the next run (the agent and its memory gone) loads it, not step 50.
+        out = self.run_job({"load": False, "steps": [0, 1, 2], "disk": [2], "value": 200})
         with open(os.path.join(self.ckpt, "dlrover_latest.txt")) as f:
             self.assertEqual(f.read(), "2")
-        # The next run (the agent and its memory gone) resumes from that run's DISK save.
         out = self.run_job({"load": True, "steps": []})
-        self.assertEqual(self.loaded(0), "2 102.0", out[-3000:])
+        self.assertEqual(self.loaded(0), "2 202.0", out[-3000:])
         self.assertTrue(os.path.isdir(os.path.join(self.ckpt, "ftrun-step-50")))
 
 

@@ -18,7 +18,8 @@ from .memory import AgentMemory, MemoryRefused
 from .retention import Stored  # noqa: F401 (the checkpointers know it as engine's)
 from .sources import agreed, inventory, shard_sources
 # Re-exported: the checkpointers and tests know these as engine's.
-from .storage import (TRACKER_FILE_NAME, Once, WorldSizeError, _link, _steps,  # noqa: F401
+from .storage import (RUN_STARTED, TRACKER_FILE_NAME, Once, WorldSizeError,  # noqa: F401
+                      _link, _steps,
                       _torch_save, _warned, _write_tracker, built, choose, discard_staged,
                       dlrover_written, loadable_steps, stored_in_this_run,
                       load_file, only_file, save_one_copy, save_shards, shard_group,
@@ -224,10 +225,13 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False,
     network."""
     mem, _ = memory_store()
     comm.all_ok(True)  # every rank's save of this job has returned (its snapshot committed)
-    answers = comm.gather(inventory(mem, group))
-    everyone = [steps for steps, _ in answers]
+    answers = comm.gather((*inventory(mem, group), RUN_STARTED))
+    everyone = [steps for steps, _, _ in answers]
     held_any = any(everyone)
-    decided = agreed([d for _, d in answers])
+    decided = agreed([d for _, d, _ in answers])
+    # The run began when its first agent still here did (each node's agent has its own start;
+    # a node that joined late would take this run's disk steps for an earlier run's).
+    run_started = min(started for _, _, started in answers)
     if decided is not None and decided < 0:
         # The rendezvous found no step in the members' memory.
         return Restored(None, None, held_any)
@@ -245,7 +249,8 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False,
                       "longer in memory; trying disk", file=sys.stderr, flush=True)
             return Restored(None, None, held_any)
         candidates = {decided}
-    on_disk = comm.from_rank0(stored_in_this_run(root, loadable_steps(root, tracker))[:1])
+    on_disk = comm.from_rank0(
+        stored_in_this_run(root, loadable_steps(root, tracker), run_started)[:1])
     if not candidates or (on_disk and on_disk[0] > max(candidates)):
         return Restored(None, None, held_any)
     step = max(candidates)

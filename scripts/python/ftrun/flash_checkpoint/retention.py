@@ -12,8 +12,8 @@ A strategy is given steps as DLRover's agent gives them: each time one of this c
 DISK saves is stored, the step that was the newest before it (first the newest stored step
 found when the checkpointer was made, then this run's, in the order they were saved), once;
 never the newest, never one being written, never older history. DLRover takes the step before
-each commit from its tracker; ftrun's tracker is never lowered, so the stored directories are
-what counts. Thread: the training thread (a strategy's deletions finish on a thread of their
+each commit from its tracker; ftrun's is lowered only by a new run's first stored step
+(storage.py), so this run's stored directories are what counts. Thread: the training thread (a strategy's deletions finish on a thread of their
 own).
 """
 import os
@@ -24,7 +24,7 @@ import threading
 import time
 
 from .. import checkpoint
-from .storage import DELETED, RUN_STARTED, _steps, tracked
+from .storage import DELETED, RUN_STARTED, _steps, stored_in_this_run, tracked
 
 
 def is_stored(root: str, tracker: str, step: int) -> bool:
@@ -140,7 +140,8 @@ class Retention:
 
     def tick(self):
         """Gives the strategy each step that stopped being the newest since the last tick."""
-        stored = set(_steps(self._root))
+        # This run's: an earlier run's directory of the same step is not this save stored.
+        stored = set(stored_in_this_run(self._root, _steps(self._root)))
         # Saves are written in order: one not stored before a later one that is has failed.
         last = max((i for i, s in enumerate(self._mine) if s in stored), default=-1)
         for step in self._mine[:last + 1]:

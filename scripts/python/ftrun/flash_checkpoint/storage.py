@@ -12,8 +12,10 @@ Runs: what a checkpoint directory holds from before this run began (RUN_STARTED)
 run's, and this run's saves replace it as DLRover's overwrite theirs: the tracker is lowered
 when this run saves a lower step (a run that did not resume), a step saved again is replaced,
 and loads skip the earlier run's steps above the tracker's (loadable_steps). Within a run the
-tracker is never lowered and a stored step is kept. `comm` is an engine.Comm (the job's
-collectives); every rank calls the functions that take one.
+tracker is never lowered and a stored step is kept. Steps the agents of several nodes store
+together (staged_checkpoint.h) are the exception: there an earlier run's steps count as this
+run's. `comm` is an engine.Comm (the job's collectives); every rank calls the functions that
+take one.
 """
 import fcntl
 import math
@@ -252,10 +254,12 @@ def loadable_steps(root: str, tracker: str):
         os.path.join(checkpoint.final_dir(root, s), "MANIFEST.json"), written)]
 
 
-def stored_in_this_run(root: str, steps):
-    """Those of `steps` stored under root since this run began."""
+def stored_in_this_run(root: str, steps, run_started: float = None):
+    """Those of `steps` stored under root since this run began (run_started, default this
+    process's RUN_STARTED)."""
+    since = RUN_STARTED if run_started is None else run_started
     return [s for s in steps if not checkpoint.written_before(
-        os.path.join(checkpoint.final_dir(root, s), "MANIFEST.json"), RUN_STARTED)]
+        os.path.join(checkpoint.final_dir(root, s), "MANIFEST.json"), since)]
 
 
 def choose(comm, root: str, check, tracker: str = TRACKER_FILE_NAME):

@@ -140,7 +140,8 @@ TEST_F(CollaboratorsTest, TheFirstStepOfAnAttemptIsTheFirstOneCompletedInIt) {
 
 TEST_F(CollaboratorsTest, ChannelsTellTheWorkersWhereTheControlSocketIs) {
   config.save_timeout = std::chrono::duration<double>(7.5);
-  WorkerChannels channels(io, config, {}, {}, [] { return nullptr; });
+  const auto run_started = std::chrono::system_clock::time_point(std::chrono::milliseconds(1500));
+  WorkerChannels channels(io, config, run_started, {}, [] { return nullptr; });
   ASSERT_TRUE(channels.Start({{"TMPDIR", dir}}, ""));
   ASSERT_NE(channels.control(), nullptr);
   const EnvMap env = channels.WorkerEnv();
@@ -148,6 +149,7 @@ TEST_F(CollaboratorsTest, ChannelsTellTheWorkersWhereTheControlSocketIs) {
   EXPECT_EQ(socket.rfind(dir, 0), 0u) << socket;
   EXPECT_EQ(Lookup(env, "FTRUN_SAVE_TIMEOUT"), "7.5");
   EXPECT_EQ(Lookup(env, "FTRUN_STACK_SIGNAL"), std::to_string(WorkerChannels::StackDumpSignal()));
+  EXPECT_EQ(Lookup(env, "FTRUN_RUN_STARTED"), "1.500000");
   channels.Stop();
 }
 
