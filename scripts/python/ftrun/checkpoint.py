@@ -81,15 +81,17 @@ def _crc32(path: str) -> int:
     return crc
 
 
-def checksum_matches(path: str, meta: dict) -> bool:
-    """Whether the file at path has the checksum its manifest entry records: zlib's CRC-32
-    ("crc32", what ftrun writes: it finds torn and corrupted files at a quarter of SHA-256's
-    cost), or "sha256" in checkpoints written before 2026-11-29 (both checked when both are
-    there). An entry with neither does not match."""
+def checksum_problem(path: str, meta: dict):
+    """What is wrong with the file at path against its manifest entry, or None: it must have
+    the checksum the entry records, zlib's CRC-32 ("crc32", what ftrun writes: it finds torn
+    and corrupted files at a quarter of SHA-256's cost), or "sha256" in checkpoints written
+    before 2026-11-29 (both checked when both are there). An entry with neither is refused."""
     if "crc32" not in meta and "sha256" not in meta:
-        return False
-    return (("crc32" not in meta or _crc32(path) == meta["crc32"]) and
-            ("sha256" not in meta or _sha256(path) == meta["sha256"]))
+        return "has no checksum in the manifest"
+    if (("crc32" in meta and _crc32(path) != meta["crc32"]) or
+            ("sha256" in meta and _sha256(path) != meta["sha256"])):
+        return "has the wrong checksum"
+    return None
 
 
 def written_before(path: str, when: float) -> bool:
@@ -232,8 +234,9 @@ def verify(path: str, checksums: bool = True) -> dict:
                 raise CheckpointDamaged(f"missing file {part['dir']}/{rel}")
             if os.path.getsize(fpath) != meta["size"]:
                 raise CheckpointDamaged(f"{part['dir']}/{rel} has the wrong size")
-            if checksums and not checksum_matches(fpath, meta):
-                raise CheckpointDamaged(f"{part['dir']}/{rel} has the wrong checksum")
+            problem = checksums and checksum_problem(fpath, meta)
+            if problem:
+                raise CheckpointDamaged(f"{part['dir']}/{rel} {problem}")
     return manifest
 
 

@@ -385,7 +385,8 @@ def verify_shard(path: str, group: str, world_size: int) -> dict:
     if part is None:
         raise CheckpointError(f"no shard '{group}'")
     for rel, meta in part["files"].items():
-        if not checkpoint.checksum_matches(os.path.join(path, part["dir"], rel), meta):
-            raise checkpoint.CheckpointDamaged(f"{part['dir']}/{rel} has the wrong checksum")
+        problem = checkpoint.checksum_problem(os.path.join(path, part["dir"], rel), meta)
+        if problem:
+            raise checkpoint.CheckpointDamaged(f"{part['dir']}/{rel} {problem}")
     return manifest
 

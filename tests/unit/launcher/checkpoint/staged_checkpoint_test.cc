@@ -151,6 +151,19 @@ TEST_F(StagedCheckpointTest, AStagedPartOfAnotherStepIsNotTaken) {
   EXPECT_FALSE(fs::exists(root_ + "/ftrun-step-7"));
 }
 
+TEST_F(StagedCheckpointTest, AStagedPartWithoutAChecksumIsNotTaken) {
+  ASSERT_TRUE(StageShards(Holding({0, 1, 2})));
+  std::string part = StagingDir(root_, 7) + "/" + PartDirName("rank-3");
+  fs::create_directories(part);
+  std::ofstream(part + "/rank_3.pt") << "x";
+  std::ofstream(part + "/PART.json") << R"({"dir": "x", "files": {"rank_3.pt": {"size": 1}},)"
+                                     << R"( "group": "rank-3", "step": 7})";
+  auto outcome = StageShards(Holding({0}));
+  ASSERT_TRUE(outcome) << outcome.error().message;
+  EXPECT_NE(outcome->find("missing rank-3"), std::string::npos) << *outcome;
+  EXPECT_FALSE(fs::exists(root_ + "/ftrun-step-7"));
+}
+
 TEST_F(StagedCheckpointTest, WritersRacingOnOneStepMakeExactlyOneCompleteCheckpoint) {
   for (int round = 0; round < 5; ++round) {
     uint64_t step = 7 + static_cast<uint64_t>(round);
