@@ -150,7 +150,7 @@ Status WriteNewFile(const std::string& path, const std::string& header, FileEntr
   if (fd < 0) return Failed("creating", path);
   Status status;
   // The file's CRC-32: an archive knows it from its entries' (no pass over the data here).
-  uLong file_crc = as_is ? crc32_z(0L, nullptr, 0) : archive->crc32();
+  uLong file_crc = as_is ? 0 : archive->crc32();
   uint32_t crc = 0;  // CRC-32C of content's bytes as written (as_is)
   uint64_t size = 0;
   for (size_t i = 0; i < pieces.size(); ++i) {
@@ -201,6 +201,16 @@ std::string Now() {
   char text[64];
   std::strftime(text, sizeof text, "%Y-%m-%dT%H:%M:%S%z", &local);
   return text;
+}
+
+// Whether `file` was last modified before `run_started` (by an earlier run); false when it
+// is missing.
+bool WrittenBefore(const std::string& file, WallTime run_started) {
+  struct stat st {};
+  if (stat(file.c_str(), &st) != 0) return false;
+  return WallTime(std::chrono::duration_cast<WallTime::duration>(
+             std::chrono::seconds(st.st_mtim.tv_sec) +
+             std::chrono::nanoseconds(st.st_mtim.tv_nsec))) < run_started;
 }
 
 }  // namespace
@@ -286,35 +296,16 @@ Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint
   return files;
 }
 
-std::optional<WallTime> ModifiedAt(const std::string& path) {
-  struct stat st {};
-  if (stat(path.c_str(), &st) != 0) return std::nullopt;
-  return WallTime(std::chrono::duration_cast<WallTime::duration>(
-      std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
-}
-
-bool WrittenBefore(const std::string& file, WallTime run_started) {
-  auto at = ModifiedAt(file);
-  return at && *at < run_started;
-}
-
-bool StoredBefore(const std::string& dir, WallTime run_started) {
-  return WrittenBefore(dir + "/MANIFEST.json", run_started);
-}
-
-bool SetAsideEarlierRun(const std::string& root, uint64_t step, const std::string& final_dir,
-                        WallTime run_started) {
-  if (!StoredBefore(final_dir, run_started)) return false;
+void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_started) {
+  const std::string final_dir = root + "/ftrun-step-" + std::to_string(step);
+  if (!WrittenBefore(final_dir + "/MANIFEST.json", run_started)) return;
   const std::string aside =
       root + "/.ftrun-step-" + std::to_string(step) + ".deleted-" + UniqueSuffix();
-  if (rename(final_dir.c_str(), aside.c_str()) != 0) return false;
-  LauncherLog()->info(
-      "checkpoint {} was stored before this run began: replaced by this run's "
-      "step={}",
-      final_dir, step);
+  if (rename(final_dir.c_str(), aside.c_str()) != 0) return;
+  LauncherLog()->info("checkpoint {} was stored before this run began: replaced by this run's",
+                      final_dir);
   std::error_code ec;
   fs::remove_all(aside, ec);
-  return true;
 }
 
 Status WriteTracker(const std::string& root, const std::string& name, uint64_t step,
@@ -340,7 +331,7 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
   // Written as DLRover and Megatron-LM write it, without a newline: DLRover's FSDP loader joins
   // the content to the directory unstripped.
   long long recorded = -1;
-  const bool this_run = ModifiedAt(path).value_or(WallTime{}) >= run_started;
+  const bool this_run = !WrittenBefore(path, run_started);
   if (!(this_run && in >> recorded && recorded >= 0 && static_cast<uint64_t>(recorded) > step)) {
     std::string tmp = path + ".tmp-" + UniqueSuffix();
     FileEntry unused;

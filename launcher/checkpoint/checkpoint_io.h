@@ -56,19 +56,11 @@ Status WriteManifest(const std::string& dir, uint64_t step, int world_size,
 // flock on the directory root, so that writers on several nodes sharing root agree.
 Status WriteTracker(const std::string& root, const std::string& name, uint64_t step,
                     WallTime run_started);
-// When `path` was last modified; nullopt when it cannot be read.
-std::optional<WallTime> ModifiedAt(const std::string& path);
-// Whether `file` was written before `run_started` (by an earlier run); false when it is
-// missing.
-bool WrittenBefore(const std::string& file, WallTime run_started);
-// WrittenBefore(<dir>/MANIFEST.json): a step an earlier run stored.
-bool StoredBefore(const std::string& dir, WallTime run_started);
-// A complete step at final_dir that an earlier run stored (StoredBefore) is moved out of the
-// loaders' sight (<root>/.ftrun-step-<S>.deleted-<suffix>, the name the loaders skip and
-// remove) and removed, so that this run's copy of the step takes its place; false when there
-// was none to move or it could not be moved (then it is kept, as a step this run stored is).
-bool SetAsideEarlierRun(const std::string& root, uint64_t step, const std::string& final_dir,
-                        WallTime run_started);
+// <root>/ftrun-step-<step>, when an earlier run stored it (its MANIFEST.json written before
+// run_started), is moved out of the loaders' sight (<root>/.ftrun-step-<S>.deleted-<suffix>,
+// the name the loaders skip and remove) and removed, so that this run's copy of the step takes
+// its place. A step this run stored, or one that cannot be moved, is left as it is.
+void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_started);
 // A suffix for a temporary name that no other writer uses at the same time, in this process
 // (threads included: a per-process counter) or another ("<pid>-<n>").
 std::string UniqueSuffix();

@@ -54,7 +54,7 @@ Result<std::string> WriteCheckpoint(const CheckpointRequest& request) {
   std::string final_dir = request.root + "/ftrun-step-" + std::to_string(request.step);
   Status written = WriteContents(tmp, request);
   if (written) temp->DropMarker();
-  if (written) SetAsideEarlierRun(request.root, request.step, final_dir, request.run_started);
+  if (written) SetAsideEarlierRun(request.root, request.step, request.run_started);
   if (written && fs::exists(final_dir, ec)) {
     LauncherLog()->info("checkpoint {} already exists: kept as it is", final_dir);
     fs::remove_all(tmp, ec);

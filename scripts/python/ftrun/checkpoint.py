@@ -103,6 +103,11 @@ def written_before(path: str, when: float) -> bool:
         return False
 
 
+def stored_before(root: str, step: int, when: float) -> bool:
+    """Whether root's checkpoint of `step` was stored (its manifest written) before `when`."""
+    return written_before(os.path.join(final_dir(root, step), "MANIFEST.json"), when)
+
+
 def _write_json(path: str, data: dict):
     tmp = path + ".tmp"
     with open(tmp, "w") as f:
@@ -158,8 +163,7 @@ def finalize(root: str, tmp: str, step: int, groups, world_size: int, reason: st
     _write_json(os.path.join(tmp, "MANIFEST.json"), manifest)
     _fsync_path(tmp, directory=True)
     final = final_dir(root, step)
-    if replace_before is not None and written_before(os.path.join(final, "MANIFEST.json"),
-                                                     replace_before):
+    if replace_before is not None and stored_before(root, step, replace_before):
         aside = aside_dir(root, step, "deleted")
         with contextlib.suppress(OSError):
             os.rename(final, aside)

@@ -13,8 +13,8 @@ DISK saves is stored, the step that was the newest before it (first the newest s
 found when the checkpointer was made, then this run's, in the order they were saved), once;
 never the newest, never one being written, never older history. DLRover takes the step before
 each commit from its tracker; ftrun's is lowered only by a new run's first stored step
-(storage.py), so this run's stored directories are what counts. Thread: the training thread (a strategy's deletions finish on a thread of their
-own).
+(storage.py), so this run's stored directories are what counts. Thread: the training thread
+(a strategy's deletions finish on a thread of their own).
 """
 import os
 import re
@@ -57,7 +57,7 @@ def wait(root: str, tracker: str, step: int, timeout: float, failed=None) -> boo
                   file=sys.stderr, flush=True)
             return False
         time.sleep(min(delay, max(0.0, deadline - now)))
-        delay = min(delay * 2, 0.02)  # two stat() calls: a late wake-up costs more than polling
+        delay = min(delay * 2, 0.02)  # a read and stats: a late wake-up costs more than polling
     return True
 
 

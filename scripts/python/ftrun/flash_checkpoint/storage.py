@@ -241,25 +241,20 @@ def loadable_steps(root: str, tracker: str):
     those above the step the tracker names that were stored before it was last written: an
     earlier run's, whose tracker a later run lowered. A step stored after the tracker was
     written is kept (its writer stopped before updating the tracker)."""
-    steps = _steps(root)
-    path = os.path.join(root, tracker)
-    named = tracked(root, tracker)
+    steps, named = _steps(root), tracked(root, tracker)
     try:
-        written = os.stat(path).st_mtime
+        written = os.stat(os.path.join(root, tracker)).st_mtime
     except OSError:
         return steps
-    if named < 0:
-        return steps
-    return [s for s in steps if s <= named or not checkpoint.written_before(
-        os.path.join(checkpoint.final_dir(root, s), "MANIFEST.json"), written)]
+    return [s for s in steps
+            if named < 0 or s <= named or not checkpoint.stored_before(root, s, written)]
 
 
 def stored_in_this_run(root: str, steps, run_started: float = None):
     """Those of `steps` stored under root since this run began (run_started, default this
     process's RUN_STARTED)."""
     since = RUN_STARTED if run_started is None else run_started
-    return [s for s in steps if not checkpoint.written_before(
-        os.path.join(checkpoint.final_dir(root, s), "MANIFEST.json"), since)]
+    return [s for s in steps if not checkpoint.stored_before(root, s, since)]
 
 
 def choose(comm, root: str, check, tracker: str = TRACKER_FILE_NAME):
