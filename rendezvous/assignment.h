@@ -30,6 +30,9 @@ struct NodeAssignment {
   // The other members' group ranks, in the order this node's replicas go to them (empty:
   // the agent's own order).
   std::vector<int> replica_order;
+  // When this run of the job began: the earliest start any node that joined reported (ms since
+  // the epoch; 0: unknown). Checkpoints stored before it are an earlier run's.
+  int64_t run_started_ms = 0;
 };
 
 }  // namespace ftrun::rendezvous

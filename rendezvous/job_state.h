@@ -235,6 +235,8 @@ struct NodeInfo {
   // Its agent's flash-checkpoint inventory; flash_reported false: it does not report one.
   std::vector<FlashCopy> flash;
   bool flash_reported = false;
+  // When this run of the job began as the node knows it (ms since the epoch; 0: unknown).
+  int64_t run_started_ms = 0;
   // Not on the wire; the state machine's: `flash` says what the node holds now, read while
   // its workers could not save (a join claiming no running round, or a stopped report).
   // Cleared when a round starts with it: from then on its workers save newer steps and let

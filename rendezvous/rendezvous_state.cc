@@ -78,6 +78,11 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
   if (spec_.nproc_per_node == 0) spec_.nproc_per_node = info.nproc_per_node;
   NodeInfo joined = info;
   joined.flash_current = !info.running.has_value();
+  // The run began with the earliest agent any node reports (a restarted server learns it
+  // back from the agents, which keep what a round told them).
+  if (info.run_started_ms > 0 && (run_started_ms_ == 0 || info.run_started_ms < run_started_ms_)) {
+    run_started_ms_ = info.run_started_ms;
+  }
   auto it = nodes_.find(info.node_id);
   if (it != nodes_.end()) {  // a repeated join: refresh
     it->second.info = joined;

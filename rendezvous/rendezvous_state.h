@@ -312,7 +312,8 @@ class RendezvousState {
   int world_size_ = 0;
   std::string master_addr_;
   int master_port_ = 0;
-  RestorePlan restore_;  // the round's flash-checkpoint restore step
+  RestorePlan restore_;         // the round's flash-checkpoint restore step
+  int64_t run_started_ms_ = 0;  // the earliest NodeInfo::run_started_ms seen (0: none)
   std::set<std::string> succeeded_;
   std::set<std::string> stopped_;
 

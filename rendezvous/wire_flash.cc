@@ -1,6 +1,6 @@
 // Wire conversions of the flash-checkpoint parts of a join, a stopped report and an
-// assignment (rendezvous.proto: NodeInfo.flash, ReportRequest.flash, Assignment.restore_*,
-// Assignment.replica_order).
+// assignment (rendezvous.proto: NodeInfo.flash and run_started_ms, ReportRequest.flash,
+// Assignment.restore_*, replica_order and run_started_ms).
 #include <algorithm>
 
 #include "rendezvous/flash_plan.h"
@@ -58,11 +58,13 @@ Status CheckCopies(const WireCopies& copies) {
 void FlashToWire(const NodeInfo& in, v1::NodeInfo* out) {
   out->set_flash_reported(in.flash_reported);
   CopiesToWire(in.flash, out->mutable_flash());
+  out->set_run_started_ms(in.run_started_ms);
 }
 
 void FlashFromWire(const v1::NodeInfo& in, NodeInfo& out) {
   out.flash_reported = in.flash_reported();
   out.flash = CopiesFromWire(in.flash());
+  out.run_started_ms = std::max<int64_t>(0, in.run_started_ms());  // before the epoch: unknown
 }
 
 Status CheckFlashLimits(const v1::NodeInfo& node) { return CheckCopies(node.flash()); }
@@ -83,11 +85,13 @@ void RestoreToWire(const NodeAssignment& in, v1::Assignment* out) {
   if (in.restore_copy) out->set_restore_copy(*in.restore_copy);
   if (in.restore_shards) out->set_restore_shards(*in.restore_shards);
   for (int r : in.replica_order) out->add_replica_order(r);
+  out->set_run_started_ms(in.run_started_ms);
 }
 
 void RestoreFromWire(const v1::Assignment& in, NodeAssignment& out) {
   if (in.has_restore_copy()) out.restore_copy = std::max<int64_t>(-1, in.restore_copy());
   if (in.has_restore_shards()) out.restore_shards = std::max<int64_t>(-1, in.restore_shards());
+  out.run_started_ms = std::max<int64_t>(0, in.run_started_ms());
   // Only ranks of the round: an entry out of range would index past the replica peers.
   if (in.replica_order_size() > 4096) return;
   for (int r : in.replica_order()) {

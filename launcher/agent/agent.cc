@@ -31,6 +31,7 @@ void Agent::OnRoundStarted(const rendezvous::NodeAssignment& a) {
   if (state_ == AgentState::kFinished) return;
   if (opts_.replicas) opts_.replicas->RoundStarted(a);
   flash_.SetRestoreStep(a.restore_copy, a.restore_shards);
+  LearnRunStarted(a.run_started_ms);
   auto attempt = opts_.planner->PrepareLogs(a);
   if (!attempt) {
     LauncherLog()->error("{}", attempt.error().message);

@@ -153,6 +153,9 @@ class Agent : public Coordinator::Listener {
   bool SetUpFailed(const Error& error);
   // What the ranks say on the control channel, routed to the collaborators.
   ControlServer::Events ChannelEvents();
+  // A round's start of the job's run (ms since the epoch; 0: its server does not say): the
+  // earliest agent's, kept by this agent and its collaborators from now on.
+  void LearnRunStarted(int64_t ms);
 
   boost::asio::io_context& io_;
   AgentOptions opts_;
@@ -167,8 +170,9 @@ class Agent : public Coordinator::Listener {
   AgentMetrics metrics_;
   // When this run began, for what a checkpoint directory holds from earlier runs (FlashService)
   // and the ranks' loads (FTRUN_RUN_STARTED): wall time, as files' times are, 2 s before the
-  // agent started, since files are stamped by a coarse clock (or a file server's).
-  const std::chrono::system_clock::time_point run_started_ =
+  // agent started, since files are stamped by a coarse clock (or a file server's); lowered to
+  // the job's (the earliest agent's) when a round says it (LearnRunStarted).
+  std::chrono::system_clock::time_point run_started_ =
       std::chrono::system_clock::now() - std::chrono::seconds(2);
   WorkerChannels channels_;
   FlashService flash_;  // memory snapshots of the ranks' state (flash checkpoint)

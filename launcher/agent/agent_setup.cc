@@ -57,6 +57,9 @@ Agent::Agent(boost::asio::io_context& io, AgentOptions options,
   flash_.SetLending(config_.flash_loan);
   flash_.SetOnReclaimed(
       [this](int lr, uint64_t step) { events_.CheckpointTaken(lr, static_cast<int64_t>(step)); });
+  coordinator_->SetRunStarted(
+      std::chrono::duration_cast<std::chrono::milliseconds>(run_started_.time_since_epoch())
+          .count());
   coordinator_->SetFlashInventory([this] {
     return FlashInventory(flash_.store(), opts_.replicas ? &opts_.replicas->store() : nullptr);
   });
@@ -122,6 +125,21 @@ ControlServer::Events Agent::ChannelEvents() {
                         err);
   };
   return ev;
+}
+
+void Agent::LearnRunStarted(int64_t ms) {
+  if (ms <= 0) return;  // an older server: each agent keeps its own
+  const std::chrono::system_clock::time_point job{std::chrono::milliseconds(ms)};
+  if (job < run_started_) {
+    LauncherLog()->info(
+        "flash checkpoint: this run of the job began {:.3f}s before this agent "
+        "(an earlier agent's start)",
+        std::chrono::duration<double>(run_started_ - job).count());
+    run_started_ = job;
+    coordinator_->SetRunStarted(ms);
+    channels_.SetRunStarted(job);
+  }
+  flash_.SetJobRunStarted(run_started_);
 }
 
 void Agent::WaitForSignal() {

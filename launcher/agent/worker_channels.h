@@ -27,7 +27,8 @@ namespace ftrun::launcher {
 class WorkerChannels {
  public:
   // `events` receive what the ranks say on the control channel (on the loop).
-  // run_started: when this run began, given to the workers (FTRUN_RUN_STARTED).
+  // run_started: when this run began, given to the workers (FTRUN_RUN_STARTED); SetRunStarted
+  // moves it to the job's (an earlier agent's start) for the workers started after.
   WorkerChannels(boost::asio::io_context& io, const LaunchConfig& config,
                  std::chrono::system_clock::time_point run_started, ControlServer::Events events,
                  CurrentGroup current);
@@ -40,6 +41,9 @@ class WorkerChannels {
 
   // FTRUN_* variables for every worker ({} when there is no control channel).
   EnvMap WorkerEnv() const;
+  void SetRunStarted(std::chrono::system_clock::time_point run_started) {
+    run_started_ = run_started;
+  }
   // A new round's workers: only their pids may connect, only their process groups may arm
   // watchdog timers.
   void GroupStarted(const WorkerGroup& group);
@@ -60,7 +64,7 @@ class WorkerChannels {
 
   boost::asio::io_context& io_;
   const LaunchConfig& config_;
-  const std::chrono::system_clock::time_point run_started_;
+  std::chrono::system_clock::time_point run_started_;
   ControlServer::Events events_;
   std::unique_ptr<ControlServer> control_;
   std::unique_ptr<FileTimerServer> watchdog_;

@@ -203,8 +203,8 @@ std::string Now() {
   return text;
 }
 
-// Whether `file` was last modified before `run_started` (by an earlier run); false when it
-// is missing.
+}  // namespace
+
 bool WrittenBefore(const std::string& file, WallTime run_started) {
   struct stat st {};
   if (stat(file.c_str(), &st) != 0) return false;
@@ -213,7 +213,10 @@ bool WrittenBefore(const std::string& file, WallTime run_started) {
              std::chrono::nanoseconds(st.st_mtim.tv_nsec))) < run_started;
 }
 
-}  // namespace
+bool StoredBefore(const std::string& root, uint64_t step, WallTime run_started) {
+  return WrittenBefore(root + "/ftrun-step-" + std::to_string(step) + "/MANIFEST.json",
+                       run_started);
+}
 
 Error Failed(const std::string& doing, const std::string& path, int error) {
   return Error{doing + " " + path + ": " + std::strerror(error)};
@@ -297,8 +300,8 @@ Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint
 }
 
 void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_started) {
+  if (!StoredBefore(root, step, run_started)) return;
   const std::string final_dir = root + "/ftrun-step-" + std::to_string(step);
-  if (!WrittenBefore(final_dir + "/MANIFEST.json", run_started)) return;
   const std::string aside =
       root + "/.ftrun-step-" + std::to_string(step) + ".deleted-" + UniqueSuffix();
   if (rename(final_dir.c_str(), aside.c_str()) != 0) return;

@@ -61,6 +61,12 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
 // the name the loaders skip and remove) and removed, so that this run's copy of the step takes
 // its place. A step this run stored, or one that cannot be moved, is left as it is.
 void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_started);
+// Whether `file` was last modified before `run_started` (by an earlier run); false when it
+// is missing.
+bool WrittenBefore(const std::string& file, WallTime run_started);
+// Whether <root>/ftrun-step-<step> is complete and an earlier run's (its MANIFEST.json
+// written before run_started).
+bool StoredBefore(const std::string& root, uint64_t step, WallTime run_started);
 // A suffix for a temporary name that no other writer uses at the same time, in this process
 // (threads included: a per-process counter) or another ("<pid>-<n>").
 std::string UniqueSuffix();

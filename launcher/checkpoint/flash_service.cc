@@ -328,7 +328,7 @@ void FlashService::Enqueue(const std::string& key, CheckpointRequest request) {
   const bool shared = request.shared;
   std::string root = request.root;
   stored_[key] = step;
-  if (!request.shared) request.run_started = run_started_;  // see StageShards
+  if (!request.shared || job_run_started_) request.run_started = run_started_;  // see ctor
   if (in_flight_++ == 0) busy_.emplace(io_.get_executor());
   persister_.Persist(std::move(request), [this, key, step, shared,
                                           root = std::move(root)](Result<std::string> outcome) {

@@ -74,7 +74,10 @@ class FlashService {
   using Send = std::function<bool(int local_rank, const std::string& json, int fd)>;
 
   // run_started: when this run began (the agent's start); what is under a checkpoint
-  // directory from before it is an earlier run's (CheckpointRequest::run_started).
+  // directory from before it is an earlier run's (CheckpointRequest::run_started). Shards
+  // that several nodes' agents store together (StageShards) get it only once the job's start
+  // is known (SetJobRunStarted): by their own starts, a late-joined agent would take this
+  // run's steps for an earlier run's.
   FlashService(boost::asio::io_context& io, int local_ranks, uint64_t budget_bytes,
                std::chrono::system_clock::time_point run_started, Send send);
   ~FlashService();
@@ -88,6 +91,13 @@ class FlashService {
   // Hands the rank its lease mailbox (created on first use, cleared for each request): from
   // then on a "snapshot_begin" with `mailbox` is answered there instead of on the channel.
   void Mailbox(int local_rank, const v1::ControlSnapshotMailbox& request);
+
+  // When this run of the job began, from the rendezvous (the earliest start of its agents):
+  // from now on for every write, shards stored together with other nodes included.
+  void SetJobRunStarted(std::chrono::system_clock::time_point run_started) {
+    run_started_ = run_started;
+    job_run_started_ = true;
+  }
 
   // The rank's worker is gone: its unfinished save is abandoned (the newest snapshot stays).
   void WorkerExited(int local_rank);
@@ -154,7 +164,8 @@ class FlashService {
                 std::shared_ptr<std::vector<Source>> sources, size_t next);
 
   boost::asio::io_context& io_;
-  const std::chrono::system_clock::time_point run_started_;
+  std::chrono::system_clock::time_point run_started_;
+  bool job_run_started_ = false;  // run_started_ is the job's (SetJobRunStarted)
   Send send_;
   SnapshotStore store_;
   // Newest step stored (or being stored) per checkpoint key (the copy "" or "sharded").

@@ -26,8 +26,9 @@ using namespace checkpoint_io;
 
 std::string ShardGroup(int rank) { return "rank-" + std::to_string(rank); }
 
-// The newest step under root whose checkpoint is complete (has its manifest), if any.
-std::optional<uint64_t> NewestComplete(const std::string& root) {
+// The newest step under root whose checkpoint is complete (has its manifest) and not an
+// earlier run's, if any.
+std::optional<uint64_t> NewestComplete(const std::string& root, WallTime run_started) {
   static const std::regex kFinal(R"(ftrun-step-(\d+))");
   std::optional<uint64_t> newest;
   std::error_code ec;
@@ -37,15 +38,28 @@ std::optional<uint64_t> NewestComplete(const std::string& root) {
     if (!std::regex_match(name, m, kFinal)) continue;
     if (!fs::exists(entry.path() / "MANIFEST.json", ec)) continue;
     uint64_t step = std::stoull(m[1].str());
+    if (StoredBefore(root, step, run_started)) continue;
     if (!newest || step > *newest) newest = step;
   }
   return newest;
 }
 
-// Puts one part into the staging area, unless a complete part of its group is there already.
-Status StagePart(const std::string& staging, const CheckpointPart& part, uint64_t step) {
+// Whether the complete part in `dir` was staged before run_started (by an earlier run).
+bool StagedBefore(const std::string& dir, WallTime run_started) {
+  return WrittenBefore(dir + "/PART.json", run_started);
+}
+
+// Puts one part into the staging area, unless this run staged a complete part of its group
+// there already (an earlier run's is set aside first).
+Status StagePart(const std::string& staging, const CheckpointPart& part, uint64_t step,
+                 WallTime run_started) {
   std::string dest = staging + "/" + PartDirName(part.group);
   std::error_code ec;
+  if (StagedBefore(dest, run_started)) {
+    // Out of the way under a name no part has; another writer may have moved it already.
+    std::string aside = staging + "/.deleted-" + UniqueSuffix();
+    if (rename(dest.c_str(), aside.c_str()) == 0) fs::remove_all(aside, ec);
+  }
   if (fs::exists(dest + "/PART.json", ec)) return {};
   std::string tmp = staging + "/.tmp-" + UniqueSuffix();
   if (mkdir(tmp.c_str(), 0755) != 0) return Failed("creating", tmp);
@@ -178,7 +192,7 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
   // A complete step at least as new as this one (another writer may complete one at any
   // time): this step's staging area is useless then, and removed if this writer made it.
   auto superseded = [&]() -> std::optional<std::string> {
-    auto newest = NewestComplete(request.root);
+    auto newest = NewestComplete(request.root, request.run_started);
     if (!newest || *newest < request.step) return std::nullopt;
     RemoveStaging(request.root, request.step);
     return request.root + "/ftrun-step-" + std::to_string(*newest);
@@ -187,16 +201,20 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
   std::string staging = StagingDir(request.root, request.step);
   if (mkdir(staging.c_str(), 0755) != 0 && errno != EEXIST) return Failed("creating", staging);
   for (const auto& part : request.parts) {
-    if (auto s = StagePart(staging, part, request.step); !s) {
+    if (auto s = StagePart(staging, part, request.step, request.run_started); !s) {
       // The step may have been completed meanwhile, its staging area removed under us.
       if (auto newer = superseded()) return Ok(*newer);
       return s.error();
     }
   }
-  // Complete parts staged (listed, not counted up to the world size a worker claimed).
+  // Complete parts this run staged (listed, not counted up to the world size a worker
+  // claimed): an earlier run's state of another rank must not complete this run's step.
   std::set<std::string> staged;
   for (const auto& entry : fs::directory_iterator(staging, ec)) {
-    if (fs::exists(entry.path() / "PART.json", ec)) staged.insert(entry.path().filename());
+    if (fs::exists(entry.path() / "PART.json", ec) &&
+        !StagedBefore(entry.path().string(), request.run_started)) {
+      staged.insert(entry.path().filename());
+    }
   }
   std::map<std::string, Files> parts;
   std::string missing;
@@ -219,16 +237,15 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
               std::to_string(request.world_size) + " shards staged" +
               (missing.empty() ? "" : " (missing " + missing + (absent > 8 ? ", ..." : "") + ")"));
   }
+  SetAsideEarlierRun(request.root, request.step, request.run_started);
   if (auto s = Finish(request, staging, parts, final_dir); !s) {
     if (auto newer = superseded()) return Ok(*newer);
     return s.error();
   }
   RemoveStaging(request.root, request.step);
   if (!request.tracker.empty()) {
-    // A shared step is never an earlier run's business (run_started is not applied): each
-    // node's agent began at its own time, and one that joined late would count this run's
-    // steps as an earlier run's.
-    if (auto s = WriteTracker(request.root, request.tracker, request.step, {}); !s) {
+    if (auto s = WriteTracker(request.root, request.tracker, request.step, request.run_started);
+        !s) {
       return s.error().Wrap(final_dir + " is complete, but its tracker is not updated");
     }
   }

@@ -18,9 +18,12 @@
 // older ones are removed once the step is complete. The tracker is written only after the
 // rename, under an flock (WriteTracker), so it never names a partial step. A step is not
 // staged at all when a checkpoint of it, or of a newer step, is complete already.
-// request.run_started is not applied (an earlier run's steps count as this run's, and the
-// tracker is never lowered): the agents of the nodes began at different times, and one that
-// joined late would take this run's steps for an earlier run's.
+// What the directory holds from before request.run_started is an earlier run's, as for
+// WriteCheckpoint: its complete steps neither supersede this step nor stay in its place (the
+// same step is set aside and replaced), its staged parts are not counted and are replaced,
+// and its tracker is lowered. Every writer must be given the same time, the job's (the
+// earliest start of its agents, from the rendezvous: FlashService::SetJobRunStarted); the
+// epoch makes everything this run's.
 //
 // A writer killed at any point leaves only names starting with '.', which loaders ignore; the
 // next job's load_checkpoint removes stale staging areas (engine.py) so that parts of an

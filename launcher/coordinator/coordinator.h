@@ -106,6 +106,10 @@ class Coordinator {
   // The single-node coordinator ignores it (its ranks agree among themselves).
   using FlashInventory = std::function<std::vector<rendezvous::FlashCopy>()>;
   void SetFlashInventory(FlashInventory inventory) { flash_inventory_ = std::move(inventory); }
+  // When this run of the job began as this agent knows it (ms since the epoch): its own start,
+  // lowered to what a round says (NodeAssignment::run_started_ms). Sent with every join
+  // (NodeInfo::run_started_ms), so that a restarted server learns the job's back.
+  void SetRunStarted(int64_t ms) { run_started_ms_ = ms; }
 
  protected:
   // Delivers one report; `report.round` is 0 and the implementation sets it.
@@ -116,11 +120,13 @@ class Coordinator {
   void TakeFlashInventory(rendezvous::NodeInfo& node) const;
   // The stopped report of `round`, carrying the inventory as the workers left it.
   rendezvous::RoundReport StoppedReport(uint64_t round) const;
+  int64_t run_started_ms() const { return run_started_ms_; }
 
  private:
   std::optional<std::vector<rendezvous::FlashCopy>> TrimmedFlashInventory() const;
 
   FlashInventory flash_inventory_;
+  int64_t run_started_ms_ = 0;
 };
 
 }  // namespace ftrun::launcher

@@ -147,6 +147,7 @@ void EtcdCoordinator::PutNode() {
   } else {
     TakeFlashInventory(opts_.node);
   }
+  opts_.node.run_started_ms = run_started_ms();
   ::ftrun::v1::NodeInfo wire;
   rendezvous::ToWire(opts_.node, &wire);
   wire.set_min_nodes(opts_.job.min_nodes);

@@ -72,6 +72,7 @@ void RemoteCoordinator::Join() {
   }
   opts_.node.running.reset();
   TakeFlashInventory(opts_.node);
+  opts_.node.run_started_ms = run_started_ms();
   if (auto round = follower_->started_round()) {  // a server that forgot us goes on from here
     const NodeView& v = follower_->last_view();
     opts_.node.next_round = *round + 1;

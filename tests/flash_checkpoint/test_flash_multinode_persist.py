@@ -11,6 +11,9 @@ every step, and a new job started on the same checkpoint_dir afterwards.
 * One agent SIGKILLed during the exit persist: the tracker never names a partial step (it
   still names the last DISK save, which the load path then restores), every checkpoint on
   disk verifies, and the new job resumes right after the step the tracker names.
+* Runs sharing the directory: a new job that starts over where an earlier one left a higher
+  step stores its own steps (the two agents, started 3 s apart, both go by the job's start
+  the rendezvous hands out), and the next job resumes from them.
 
 Run as `python3 test_flash_multinode_persist.py train <root> <config json>` it is one rank.
 """
@@ -21,6 +24,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import time
 import unittest
 
 # The flash tests' shared helpers (this directory is the script's sys.path[0]; importing them
@@ -36,8 +40,9 @@ def train(root, config):
     """One rank of a sharded job: its own model (seeded by rank), a save of its shard after
     every step (DISK at the steps in config["disk_at"], else MEMORY). In a job with
     "fail_at", rank config["fail_rank"] exits 1 at the start of that step; with "hold_at"
-    every rank waits after saving that step (to be signalled). progress-<rank>.txt: where each
-    job started and what it saved."""
+    every rank waits after saving that step (to be signalled); with "start_over" it loads
+    nothing (a new run from step 0). progress-<rank>.txt: where each job started and what it
+    saved."""
     import time
     import torch
     import torch.distributed as dist
@@ -57,7 +62,7 @@ def train(root, config):
         cp = ShardedCheckpointer(os.path.join(root, "ckpt"))
     ballast = torch.zeros(config.get("ballast_mb", 0) * (1 << 18))
     progress = open(os.path.join(root, f"progress-{rank}.txt"), "a", buffering=1)
-    start = resume(cp, model, opt, rank, sharded=True)
+    start = 0 if config.get("start_over") else resume(cp, model, opt, rank, sharded=True)
     progress.write(f"start {start}\n")
     for step in range(start, STEPS):
         if step == config.get("fail_at") and rank == config["fail_rank"]:
@@ -109,8 +114,9 @@ class MultiNodeExitPersistTest(Processes, unittest.TestCase):
         self.processes_setup()
         self.jobs = 0
 
-    def job(self, config, restarts=0, extra=()):
-        """A master and two agents (2 ranks each); returns (master, agent a, agent b, logs)."""
+    def job(self, config, restarts=0, extra=(), stagger=0.0):
+        """A master and two agents (2 ranks each), b started `stagger` seconds after a;
+        returns (master, agent a, agent b, logs)."""
         self.jobs += 1
         port, run = free_port(), f"job{self.jobs}"
         conf = self.TWO_NODES_CONF
@@ -118,6 +124,8 @@ class MultiNodeExitPersistTest(Processes, unittest.TestCase):
                                    f"{run}-master.log")
         agents, logs = [], []
         for node in ("a", "b"):
+            if node == "b":
+                time.sleep(stagger)
             logs.append(os.path.join(self.root, f"{run}-{node}.log"))
             agents.append(self.start_agent(
                 os.path.basename(logs[-1]), f"127.0.0.1:{port}", run, conf,
@@ -262,6 +270,38 @@ class MultiNodeExitPersistTest(Processes, unittest.TestCase):
         stored = tracker(self.root)
         self.assertEqual(stored, max(steps), (steps, out[-4000:]))
         self.assertIn(stored, (3, 6))
+        self.resume(stored)
+
+    def test_a_new_run_starting_over_stores_its_own_steps_and_the_next_resumes_from_them(self):
+        """An earlier job left step 20 (a DISK save). A new job starts over from step 0 (its
+        agent b started 3 s after a: it learns a's start from the round), saves step 1 to DISK
+        (the ranks write it) and fails for good at step 4: its agents store its newest step
+        together; the earlier run's newer step supersedes neither (by the agents' old rule it
+        superseded theirs: the tracker stayed at 1). The next job resumes right after this
+        run's newest step."""
+        master, a, b, logs = self.job({"disk_at": [20]})
+        self.ended([a, b, master], logs, 180)
+        self.assertEqual((a.returncode, b.returncode), (0, 0))
+        self.assertEqual(tracker(self.root), 20)
+        hour_ago = time.time() - 3600  # the earlier run's files, as old as they would be
+        for dirpath, dirs, files in os.walk(os.path.join(self.root, "ckpt")):
+            for name in dirs + files:
+                os.utime(os.path.join(dirpath, name), (hour_ago, hour_ago),
+                         follow_symlinks=False)
+        master, a, b, logs = self.job({"start_over": True, "disk_at": [1], "fail_at": 4,
+                                       "fail_rank": 3}, stagger=3.0)
+        self.ended([a, b, master], logs)
+        out = "".join(read(l) for l in logs)
+        self.assertNotEqual(a.returncode, 0, out[-3000:])
+        learnt = re.search(r"this run of the job began (\d+\.\d+)s before this agent",
+                           read(logs[1]))
+        self.assertTrue(learnt, read(logs[1])[-3000:])
+        self.assertGreater(float(learnt.group(1)), 2.5)
+        stored = tracker(self.root)
+        self.assertIn(stored, (2, 3), out[-4000:])
+        steps = complete_steps(self.root)
+        self.assertEqual({s: e for s, e in steps.items() if e}, {}, "every checkpoint whole")
+        self.assertIn(1, steps, "this run's DISK save, not superseded by the earlier step 20")
         self.resume(stored)
 
 

@@ -158,5 +158,23 @@ TEST(FlashWire, AnAssignmentCarriesTheDecisionOrSaysItHasNone) {
   EXPECT_EQ(FromWire(w).replica_order, (std::vector<int>{2, 0}));
 }
 
+TEST(FlashWire, TheRunStartTravelsInTheJoinAndTheAssignment) {
+  NodeInfo n;
+  n.run_started_ms = 1764400000123;
+  v1::NodeInfo wn;
+  ToWire(n, &wn);
+  EXPECT_EQ(FromWire(wn, "x").run_started_ms, 1764400000123);
+  wn.set_run_started_ms(-5);  // before the epoch: unknown
+  EXPECT_EQ(FromWire(wn, "x").run_started_ms, 0);
+  NodeAssignment a;
+  a.run_started_ms = 1764400000456;
+  v1::Assignment wa;
+  ToWire(a, &wa);
+  EXPECT_EQ(FromWire(wa).run_started_ms, 1764400000456);
+  wa.set_run_started_ms(-1);
+  EXPECT_EQ(FromWire(wa).run_started_ms, 0);
+  EXPECT_EQ(FromWire(v1::Assignment{}).run_started_ms, 0);  // an older server: unknown
+}
+
 }  // namespace
 }  // namespace ftrun::rendezvous

@@ -201,5 +201,37 @@ TEST_F(RestoreTest, ReplicasGoUnderADifferentSwitchFirst) {
   EXPECT_EQ(View("d").assignment.replica_order, (std::vector<int>{0, 1, 2}));
 }
 
+// The job's run start (Assignment::run_started_ms): the earliest any node reported, so that a
+// node that joined late tells this run's checkpoints from an earlier run's as the others do.
+TEST_F(RestoreTest, TheRoundCarriesTheEarliestRunStartAnyNodeReported) {
+  auto join_started = [&](const std::string& id, int64_t started) {
+    NodeInfo n = Node(id);
+    n.run_started_ms = started;
+    auto refusal = state_->Join(n, now_);
+    ASSERT_FALSE(refusal) << refusal->message;
+  };
+  Make(Spec(2, 2, 3));
+  join_started("a", 5000);
+  join_started("b", 3000);
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("a").assignment.run_started_ms, 3000);
+  EXPECT_EQ(View("b").assignment.run_started_ms, 3000);
+  // b is lost; its replacement started later and knows nothing (0) or its own start: the
+  // next round keeps the earlier start.
+  const uint64_t round = FailTheRound();
+  state_->Leave("b", now_);
+  join_started("c", 9000);
+  ASSERT_TRUE(Apply("a", Stopped(round)));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  ASSERT_GT(state_->round(), round);
+  EXPECT_EQ(View("c").assignment.run_started_ms, 3000);
+  // A restarted server learns it back from the rejoining agents, which kept it.
+  Make(Spec(2, 2, 3));
+  join_started("c", 3000);
+  join_started("d", 0);
+  ASSERT_EQ(phase(), Phase::kRunning);
+  EXPECT_EQ(View("d").assignment.run_started_ms, 3000);
+}
+
 }  // namespace
 }  // namespace ftrun::rendezvous

@@ -2,8 +2,9 @@
 // files: a new run that did not resume saves lower steps, and its saves replace the earlier
 // run's as DLRover's do (the tracker lowered, a step saved again replaced), while within a run
 // the tracker is never lowered and a stored step is kept; the loaders (storage.py) then skip
-// the earlier run's steps above the tracker. A step several agents store together keeps the
-// old rule. The earlier run's files are dated an hour back, as they would be.
+// the earlier run's steps above the tracker. Steps several agents store together (StageShards,
+// given the job's start) follow the same rule, staged parts included. The earlier run's files
+// are dated an hour back, as they would be.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -95,17 +96,43 @@ TEST_F(EarlierRunTest, ANewRunLowersTheTrackerReplacesItsStepAndNeverLowersItsOw
             "[5, 3]\nexit=0");
 }
 
-// A step the agents of several nodes store together ignores the run start: the agent of a node
-// that joined late (replaced) would take this run's steps stored before it joined for an
-// earlier run's.
-TEST_F(EarlierRunTest, ASharedStepIgnoresTheRunStartOfANodeThatJoinedLate) {
-  Earlier(Request(9, "rank 0 of 9", 0, "rank-0"));
-  Earlier(Request(9, "rank 1 of 9", 1, "rank-1"));  // complete before the node joined
-  auto late = StageShards(ThisRun(Request(7, "rank 0 of 7", 0, "rank-0")));
-  ASSERT_TRUE(late) << late.error().message;
-  EXPECT_EQ(*late, root_ + "/ftrun-step-9") << "superseded by the newer complete step";
-  EXPECT_FALSE(fs::exists(root_ + "/.ftrun-step-7.parts"));
-  EXPECT_EQ(ReadFile(root_ + "/dlrover_latest.txt"), "9");
+// Shards the agents of several nodes store together (each writer given the job's start): an
+// earlier run's newer step does not supersede this run's, its same step is replaced.
+TEST_F(EarlierRunTest, ASharedStepOfANewRunIsNotSupersededByAnEarlierRunsAndReplacesIt) {
+  for (uint64_t step : {7, 9}) {
+    Earlier(Request(step, "earlier rank 0", 0, "rank-0"));
+    Earlier(Request(step, "earlier rank 1", 1, "rank-1"));
+  }
+  ASSERT_EQ(ReadFile(root_ + "/dlrover_latest.txt"), "9");
+  auto half = StageShards(ThisRun(Request(7, "rank 0 of 7", 0, "rank-0")));
+  ASSERT_TRUE(half) << half.error().message;
+  EXPECT_NE(half->find("1 of 2 shards staged (missing rank-1)"), std::string::npos) << *half;
+  auto whole = StageShards(ThisRun(Request(7, "rank 1 of 7", 1, "rank-1")));
+  ASSERT_TRUE(whole) << whole.error().message;
+  EXPECT_EQ(*whole, root_ + "/ftrun-step-7");
+  EXPECT_EQ(File(7, "rank-0"), "rank 0 of 7");
+  EXPECT_EQ(File(7, "rank-1"), "rank 1 of 7");
+  EXPECT_EQ(ReadFile(root_ + "/dlrover_latest.txt"), "7") << "an earlier run's tracker";
+  EXPECT_EQ(testing::NamesIn(root_), "dlrover_latest.txt ftrun-step-7 ftrun-step-9 ");
+  EXPECT_EQ(testing::Python("from ftrun.flash_checkpoint import storage\nprint(storage."
+                            "loadable_steps(\"" +
+                            root_ + "\", \"dlrover_latest.txt\"))"),
+            "[7]\nexit=0");
+}
+
+// An earlier run's staged part (its step never completed) neither completes this run's step
+// nor stays: this run's shard of that rank replaces it.
+TEST_F(EarlierRunTest, AnEarlierRunsStagedPartIsNotCountedAndIsReplaced) {
+  Earlier(Request(4, "earlier rank 1 of 4", 1, "rank-1"));
+  ASSERT_TRUE(fs::exists(root_ + "/.ftrun-step-4.parts/" + PartDirName("rank-1")));
+  auto half = StageShards(ThisRun(Request(4, "rank 0 of 4", 0, "rank-0")));
+  ASSERT_TRUE(half) << half.error().message;
+  EXPECT_NE(half->find("1 of 2 shards staged (missing rank-1)"), std::string::npos) << *half;
+  auto whole = StageShards(ThisRun(Request(4, "rank 1 of 4", 1, "rank-1")));
+  ASSERT_TRUE(whole) << whole.error().message;
+  EXPECT_EQ(*whole, root_ + "/ftrun-step-4");
+  EXPECT_EQ(File(4, "rank-1"), "rank 1 of 4");
+  EXPECT_EQ(testing::NamesIn(root_), "dlrover_latest.txt ftrun-step-4 ");
 }
 
 // Without a run start (the default: the epoch) everything counts as this run's, as before.
