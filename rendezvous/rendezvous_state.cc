@@ -80,9 +80,8 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
   joined.flash_current = !info.running.has_value();
   // The run began with the earliest agent any node reports (a restarted server learns it
   // back from the agents, which keep what a round told them).
-  if (info.run_started_ms > 0 && (run_started_ms_ == 0 || info.run_started_ms < run_started_ms_)) {
+  if (info.run_started_ms > 0 && (run_started_ms_ == 0 || info.run_started_ms < run_started_ms_))
     run_started_ms_ = info.run_started_ms;
-  }
   auto it = nodes_.find(info.node_id);
   if (it != nodes_.end()) {  // a repeated join: refresh
     it->second.info = joined;
@@ -332,6 +331,7 @@ void RendezvousState::PlanRoundRestore() {
   // An inventory from before a member's workers last ran may name steps it has let go since
   // (or miss newer ones): then the workers agree among themselves (undecided).
   restore_ = current ? PlanRestore(infos, world_size_) : RestorePlan{};
+  round_run_started_ms_ = run_started_ms_;  // one value for the whole round
   for (const auto& m : members_) nodes_.at(m).info.flash_current = false;
 }
 

@@ -20,8 +20,10 @@
 // * The job succeeds when every member of the running round reported success.
 // * Flash checkpoint: a round's assignment carries the step its workers restore from memory,
 //   decided once as it forms from the members' inventories (NodeInfo::flash, refreshed by
-//   every join and every stopped report that carries one; flash_plan.h), and the order of
-//   the members its replicas go to.
+//   every join and every stopped report that carries one; flash_plan.h), the order of
+//   the members its replicas go to, and the run's start: the earliest NodeInfo::run_started_ms
+//   of any join not refused (never raised), fixed for each round as it forms, so that its
+//   members all go by the same time.
 // * Rebuilding (a restarted server): nodes rejoining with the round their workers still run
 //   (NodeInfo::running) make that round this server's, unchanged, once every group rank has
 //   claimed it consistently: the workers never stop. Until then the claimants see their own
@@ -312,8 +314,9 @@ class RendezvousState {
   int world_size_ = 0;
   std::string master_addr_;
   int master_port_ = 0;
-  RestorePlan restore_;         // the round's flash-checkpoint restore step
-  int64_t run_started_ms_ = 0;  // the earliest NodeInfo::run_started_ms seen (0: none)
+  RestorePlan restore_;               // the round's flash-checkpoint restore step
+  int64_t run_started_ms_ = 0;        // the earliest NodeInfo::run_started_ms seen (0: none)
+  int64_t round_run_started_ms_ = 0;  // that when the round formed: what its members are told
   std::set<std::string> succeeded_;
   std::set<std::string> stopped_;
 

@@ -105,6 +105,7 @@ void RendezvousState::AdoptRebuiltRound(TimePoint now) {
   // Its workers restored already (with the old server's plan, which they keep): this plan is
   // for the views of nodes rejoining later.
   restore_ = RestorePlan{r.shape.restore_copy, r.shape.restore_shards};
+  round_run_started_ms_ = run_started_ms_;  // the claimants' joins carry the old server's
   std::vector<std::string> paths;
   for (const auto& m : members_) paths.push_back(nodes_.at(m).info.switch_path);
   events_.emplace_back(RoundFormed{members_, paths, /*rebuilt=*/true,

@@ -82,7 +82,7 @@ NodeView RendezvousState::View(const std::string& node_id) const {
     }
     a.restore_copy = restore_.copy;
     a.restore_shards = restore_.shards;
-    a.run_started_ms = run_started_ms_;
+    a.run_started_ms = round_run_started_ms_;
     if (phase_ == Phase::kRunning && members_.size() > 1) AddStorePeersTo(v);
   }
   AddRebuildTo(v, node_id);

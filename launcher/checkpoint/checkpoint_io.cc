@@ -299,16 +299,31 @@ Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint
   return files;
 }
 
-void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_started) {
-  if (!StoredBefore(root, step, run_started)) return;
-  const std::string final_dir = root + "/ftrun-step-" + std::to_string(step);
-  const std::string aside =
-      root + "/.ftrun-step-" + std::to_string(step) + ".deleted-" + UniqueSuffix();
-  if (rename(final_dir.c_str(), aside.c_str()) != 0) return;
-  LauncherLog()->info("checkpoint {} was stored before this run began: replaced by this run's",
-                      final_dir);
+bool SetAsideIfEarlier(const std::string& dir, const std::string& marker, const std::string& aside,
+                       WallTime run_started) {
+  if (!WrittenBefore(dir + "/" + marker, run_started)) return false;
+  if (rename(dir.c_str(), aside.c_str()) != 0) return false;
   std::error_code ec;
+  // The check and the move are two steps, and another writer of this run may have replaced
+  // `dir` between them (or a file server's cached attributes were stale): what was moved is
+  // looked at again under its new name, and put back when it is this run's.
+  if (!WrittenBefore(aside + "/" + marker, run_started)) {
+    if (rename(aside.c_str(), dir.c_str()) != 0) fs::remove_all(aside, ec);  // one is in place
+    return false;
+  }
   fs::remove_all(aside, ec);
+  return true;
+}
+
+void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_started) {
+  const std::string final_dir = root + "/ftrun-step-" + std::to_string(step);
+  if (SetAsideIfEarlier(
+          final_dir, "MANIFEST.json",
+          root + "/.ftrun-step-" + std::to_string(step) + ".deleted-" + UniqueSuffix(),
+          run_started)) {
+    LauncherLog()->info("checkpoint {} was stored before this run began: replaced by this run's",
+                        final_dir);
+  }
 }
 
 Status WriteTracker(const std::string& root, const std::string& name, uint64_t step,

@@ -61,6 +61,12 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
 // the name the loaders skip and remove) and removed, so that this run's copy of the step takes
 // its place. A step this run stored, or one that cannot be moved, is left as it is.
 void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_started);
+// Moves the directory `dir` to `aside` (a name the loaders skip) and removes it there when its
+// file `marker` was written before run_started; true when it did. Safe with several writers:
+// a directory found to be this run's once moved is put back (or dropped when another copy of
+// this run took its place meanwhile).
+bool SetAsideIfEarlier(const std::string& dir, const std::string& marker, const std::string& aside,
+                       WallTime run_started);
 // Whether `file` was last modified before `run_started` (by an earlier run); false when it
 // is missing.
 bool WrittenBefore(const std::string& file, WallTime run_started);

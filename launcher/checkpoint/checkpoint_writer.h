@@ -69,12 +69,12 @@ struct CheckpointRequest {
   // multi-node job) store together: written by StageShards (staged_checkpoint.h), not
   // WriteCheckpoint.
   bool shared = false;
-  // When this run began (the agent's start): what is stored under root from before it is an
-  // earlier run's, which this run's saves replace as DLRover's do: the tracker may be lowered
-  // (a new run that did not resume saves lower steps) and a step stored again is replaced;
-  // within the run the tracker is never lowered and a stored step is kept. The default (the
-  // epoch) counts everything as this run's. WriteCheckpoint only (one writer: the agent of the
-  // node that saves the one copy, or of a single-node job); StageShards ignores it.
+  // When this run began (the job's start, the earliest agent's; FlashService): what is stored
+  // under root from before it is an earlier run's, which this run's saves replace as DLRover's
+  // do: the tracker may be lowered (a new run that did not resume saves lower steps) and a
+  // step stored again is replaced; within the run the tracker is never lowered and a stored
+  // step is kept. The default (the epoch) counts everything as this run's. StageShards applies
+  // it too (its staged parts included): every writer of a step must be given the same time.
   std::chrono::system_clock::time_point run_started{};
 };
 

@@ -55,11 +55,8 @@ Status StagePart(const std::string& staging, const CheckpointPart& part, uint64_
                  WallTime run_started) {
   std::string dest = staging + "/" + PartDirName(part.group);
   std::error_code ec;
-  if (StagedBefore(dest, run_started)) {
-    // Out of the way under a name no part has; another writer may have moved it already.
-    std::string aside = staging + "/.deleted-" + UniqueSuffix();
-    if (rename(dest.c_str(), aside.c_str()) == 0) fs::remove_all(aside, ec);
-  }
+  // An earlier run's part goes out of the way, under a name no part has.
+  SetAsideIfEarlier(dest, "PART.json", staging + "/.deleted-" + UniqueSuffix(), run_started);
   if (fs::exists(dest + "/PART.json", ec)) return {};
   std::string tmp = staging + "/.tmp-" + UniqueSuffix();
   if (mkdir(tmp.c_str(), 0755) != 0) return Failed("creating", tmp);
@@ -149,6 +146,8 @@ Status Finish(const CheckpointRequest& request, const std::string& staging,
   }
   std::error_code ec;
   if (status) temp->DropMarker();
+  // Only now that this run's copy is whole: a failed one never leaves the step without one.
+  if (status) SetAsideEarlierRun(request.root, request.step, request.run_started);
   if (status && rename(tmp.c_str(), final_dir.c_str()) != 0) {
     if (errno == EEXIST || errno == ENOTEMPTY) {
       LauncherLog()->info("checkpoint {} completed by another writer: kept as it is", final_dir);
@@ -237,7 +236,6 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
               std::to_string(request.world_size) + " shards staged" +
               (missing.empty() ? "" : " (missing " + missing + (absent > 8 ? ", ..." : "") + ")"));
   }
-  SetAsideEarlierRun(request.root, request.step, request.run_started);
   if (auto s = Finish(request, staging, parts, final_dir); !s) {
     if (auto newer = superseded()) return Ok(*newer);
     return s.error();

@@ -108,7 +108,8 @@ class Coordinator {
   void SetFlashInventory(FlashInventory inventory) { flash_inventory_ = std::move(inventory); }
   // When this run of the job began as this agent knows it (ms since the epoch): its own start,
   // lowered to what a round says (NodeAssignment::run_started_ms). Sent with every join
-  // (NodeInfo::run_started_ms), so that a restarted server learns the job's back.
+  // (NodeInfo::run_started_ms), so that a restarted server learns the job's back. The
+  // single-node coordinator has no server to tell (no other agent stores with this one).
   void SetRunStarted(int64_t ms) { run_started_ms_ = ms; }
 
  protected:

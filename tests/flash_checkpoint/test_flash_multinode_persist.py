@@ -296,12 +296,12 @@ class MultiNodeExitPersistTest(Processes, unittest.TestCase):
         learnt = re.search(r"this run of the job began (\d+\.\d+)s before this agent",
                            read(logs[1]))
         self.assertTrue(learnt, read(logs[1])[-3000:])
-        self.assertGreater(float(learnt.group(1)), 2.5)
+        self.assertGreater(float(learnt.group(1)), 1.0)
         stored = tracker(self.root)
         self.assertIn(stored, (2, 3), out[-4000:])
         steps = complete_steps(self.root)
         self.assertEqual({s: e for s, e in steps.items() if e}, {}, "every checkpoint whole")
-        self.assertIn(1, steps, "this run's DISK save, not superseded by the earlier step 20")
+        self.assertIn(1, steps, "the ranks' DISK save of this run")
         self.resume(stored)
 
 

@@ -216,21 +216,34 @@ TEST_F(RestoreTest, TheRoundCarriesTheEarliestRunStartAnyNodeReported) {
   ASSERT_EQ(phase(), Phase::kRunning);
   EXPECT_EQ(View("a").assignment.run_started_ms, 3000);
   EXPECT_EQ(View("b").assignment.run_started_ms, 3000);
-  // b is lost; its replacement started later and knows nothing (0) or its own start: the
-  // next round keeps the earlier start.
-  const uint64_t round = FailTheRound();
+  // A spare whose clock says it started earlier: the running round keeps its value (all its
+  // members go by one time), the next round takes the earlier one.
+  join_started("s", 1000);
+  EXPECT_EQ(View("a").assignment.run_started_ms, 3000);
+  uint64_t round = FailTheRound();
   state_->Leave("b", now_);
+  ASSERT_TRUE(Apply("a", Stopped(round)));
+  ASSERT_EQ(phase(), Phase::kRunning);
+  ASSERT_GT(state_->round(), round);
+  EXPECT_EQ(View("s").assignment.run_started_ms, 1000);
+  // s is lost; its replacement started later: the next round keeps the earliest start.
+  round = FailTheRound();
+  state_->Leave("s", now_);
   join_started("c", 9000);
   ASSERT_TRUE(Apply("a", Stopped(round)));
   ASSERT_EQ(phase(), Phase::kRunning);
   ASSERT_GT(state_->round(), round);
-  EXPECT_EQ(View("c").assignment.run_started_ms, 3000);
-  // A restarted server learns it back from the rejoining agents, which kept it.
+  EXPECT_EQ(View("c").assignment.run_started_ms, 1000);
+  // A restarted server learns it back from the rejoining agents, which kept it; a refused
+  // join changes nothing.
   Make(Spec(2, 2, 3));
-  join_started("c", 3000);
+  NodeInfo refused = Node("x", /*nproc=*/0);
+  refused.run_started_ms = 10;
+  ASSERT_TRUE(state_->Join(refused, now_));
+  join_started("c", 1000);
   join_started("d", 0);
   ASSERT_EQ(phase(), Phase::kRunning);
-  EXPECT_EQ(View("d").assignment.run_started_ms, 3000);
+  EXPECT_EQ(View("d").assignment.run_started_ms, 1000);
 }
 
 }  // namespace

@@ -229,8 +229,9 @@ def restore_from_memory(comm, root: str, group: str, shared: bool = False,
     everyone = [steps for steps, _, _ in answers]
     held_any = any(everyone)
     decided = agreed([d for _, d, _ in answers])
-    # The run began when its first agent still here did (each node's agent has its own start;
-    # a node that joined late would take this run's disk steps for an earlier run's).
+    # The rendezvous gives every agent the job's start; the earliest the ranks have still counts
+    # where it does not (an older server: each node's agent has its own start, and a node that
+    # joined late would take this run's disk steps for an earlier run's).
     run_started = min(started for _, _, started in answers)
     if decided is not None and decided < 0:
         # The rendezvous found no step in the members' memory.

@@ -12,10 +12,10 @@ Runs: what a checkpoint directory holds from before this run began (RUN_STARTED)
 run's, and this run's saves replace it as DLRover's overwrite theirs: the tracker is lowered
 when this run saves a lower step (a run that did not resume), a step saved again is replaced,
 and loads skip the earlier run's steps above the tracker's (loadable_steps). Within a run the
-tracker is never lowered and a stored step is kept. Steps the agents of several nodes store
-together (staged_checkpoint.h) are the exception: there an earlier run's steps count as this
-run's. `comm` is an engine.Comm (the job's collectives); every rank calls the functions that
-take one.
+tracker is never lowered and a stored step is kept. Under ftrun a run is the whole job
+(FTRUN_RUN_STARTED: the earliest start of its agents, from the rendezvous), so the steps the
+agents of several nodes store together (staged_checkpoint.h) follow the same rule. `comm` is an
+engine.Comm (the job's collectives); every rank calls the functions that take one.
 """
 import fcntl
 import math

@@ -116,5 +116,43 @@ TEST_F(FlashSharedTest, AStepAlreadyCompleteOnStorageIsNotStagedAgain) {
   EXPECT_FALSE(fs::exists(to.root + "/ftrun-step-3"));
 }
 
+// Shards stored together with other nodes' agents go by the job's start (SetJobRunStarted,
+// from the rendezvous) once it is known: an earlier run's newer complete step (dated an hour
+// back) then does not supersede this run's; before it, by this agent's own start, it does (a
+// late-joined agent would otherwise take this run's earlier steps for an earlier run's).
+class FlashSharedRunsTest : public FlashSharedTest {
+ protected:
+  Target EarlierStepNine() {
+    run_started_ = std::chrono::system_clock::now() - std::chrono::seconds(2);
+    Target to = Job(TargetIn("runs"));
+    fs::create_directories(to.root + "/ftrun-step-9");
+    std::ofstream(to.root + "/ftrun-step-9/MANIFEST.json") << "{}";
+    fs::last_write_time(to.root + "/ftrun-step-9/MANIFEST.json",
+                        fs::file_time_type::clock::now() - std::chrono::hours(1));
+    to.name = "rank_0.pt";
+    Save(0, 3, "r0s3", "rank-0", to);
+    return to;
+  }
+  void PersistForExit() {
+    bool done = false;
+    service().PersistForExit([&] { done = true; });
+    ASSERT_TRUE(RunUntil([&] { return done; }));
+  }
+};
+
+TEST_F(FlashSharedRunsTest, BeforeTheJobsStartIsKnownAnEarlierRunsNewerStepSupersedes) {
+  Target to = EarlierStepNine();
+  PersistForExit();
+  EXPECT_FALSE(fs::exists(StagingDir(to.root, 3))) << "the old rule: step 9 supersedes";
+}
+
+TEST_F(FlashSharedRunsTest, WithTheJobsStartAnEarlierRunsNewerStepDoesNotSupersede) {
+  Target to = EarlierStepNine();
+  service().SetJobRunStarted(run_started_);
+  PersistForExit();
+  EXPECT_TRUE(fs::exists(StagingDir(to.root, 3) + "/" + PartDirName("rank-0") + "/PART.json"))
+      << "staged, waiting for the other node's shards";
+}
+
 }  // namespace
 }  // namespace ftrun::launcher
