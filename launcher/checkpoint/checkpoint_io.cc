@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <set>
 #include <span>
 
@@ -368,7 +369,8 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
 
 std::string UniqueSuffix() {
   static std::atomic<uint64_t> next{0};
-  return std::to_string(getpid()) + "-" + std::to_string(next.fetch_add(1));
+  std::random_device random;  // per call: a forked process gets other bits than its parent
+  return fmt::format("{}-{:08x}{:08x}-{}", getpid(), random(), random(), next.fetch_add(1));
 }
 
 Status LinkTo(const std::string& link, const std::string& target) {

@@ -74,7 +74,9 @@ bool WrittenBefore(const std::string& file, WallTime run_started);
 // written before run_started).
 bool StoredBefore(const std::string& root, uint64_t step, WallTime run_started);
 // A suffix for a temporary name that no other writer uses at the same time, in this process
-// (threads included: a per-process counter) or another ("<pid>-<n>").
+// (threads included: a per-process counter) or another, on any node sharing the directory
+// ("<pid>-<random>-<n>": agents in containers of several nodes often share a pid, and their
+// counters advance alike).
 std::string UniqueSuffix();
 // Points `link` at `target` atomically (a relative symbolic link, as engine.py's _link). A
 // real file or directory already at `link` is left alone, with a warning.

@@ -291,12 +291,17 @@ class StagedShardsTest(TestCase):
         cp.save_checkpoint(3, training_state(3), storage_type=StorageType.DISK)
         staged = os.path.join(self.root, ".ftrun-step-9.parts")  # agents' leftover shards
         os.makedirs(os.path.join(staged, "group-rank-0-abcdef12"))
+        age(staged)
+        os.utime(staged, (time.time() - 3600, time.time() - 3600))
+        ours = os.path.join(self.root, ".ftrun-step-7.parts")  # this run's agents stage here
+        os.makedirs(os.path.join(ours, "group-rank-1-abcdef12"))
         saving = os.path.join(self.root, ".ftrun-step-4.tmp-1-2")  # not the loader's business
         os.makedirs(saving)
         state, err = self.quietly(ShardedCheckpointer(self.root).load_checkpoint)
         self.assertEqual(state["step"], 3)
         self.assertFalse(os.path.exists(staged))
         self.assertIn(f"ftrun: removing {staged}: shards of a step", err)
+        self.assertTrue(os.path.isdir(ours), "changed since this run began")
         self.assertTrue(os.path.isdir(saving))
 
     def test_the_tracker_is_never_lowered_within_a_run_but_an_earlier_runs_is(self):

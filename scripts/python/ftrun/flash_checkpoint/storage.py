@@ -103,13 +103,16 @@ def discard_staged(root: str):
     """Removes the staging areas that agents of an earlier, failed run left under root (the
     shards of a multi-node step whose other shards never arrived), so that they are never
     completed with shards of this run's timeline, and what interrupted deletions of a
-    deletion strategy left. Loaders ignore both either way."""
+    deletion strategy left. Loaders ignore both either way. A staging area changed since this
+    run began (RUN_STARTED: the job's) is this run's agents' and is kept: they stage there
+    while other ranks may restart, and ignore an earlier run's parts in it themselves."""
     try:
         names = os.listdir(root)
     except FileNotFoundError:
         return
     for name in names:
-        if _STAGED.match(name):
+        if _STAGED.match(name) and checkpoint.written_before(os.path.join(root, name),
+                                                             RUN_STARTED):
             print(f"ftrun: removing {os.path.join(root, name)}: shards of a step that an "
                   "earlier run did not store whole", file=sys.stderr, flush=True)
             shutil.rmtree(os.path.join(root, name), ignore_errors=True)

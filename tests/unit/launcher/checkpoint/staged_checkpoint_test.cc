@@ -3,14 +3,19 @@
 #include "launcher/checkpoint/staged_checkpoint.h"
 
 #include <gtest/gtest.h>
+#include <sched.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "launcher/checkpoint/checkpoint_io.h"
 #include "tests/support/test_support.h"
 #include "tests/unit/launcher/checkpoint/snapshot_test_util.h"
 
@@ -197,6 +202,51 @@ TEST_F(StagedCheckpointTest, BadNamesAreAnErrorNamingThem) {
   ASSERT_FALSE(outcome);
   EXPECT_NE(outcome.error().message.find("'../escape'"), std::string::npos);
   EXPECT_FALSE(fs::exists(root_));
+}
+
+// The temporary-name suffix of a process that is pid 1 of a new pid namespace, as an agent in
+// a container often is; nullopt where namespaces cannot be made (no CAP_SYS_ADMIN).
+std::optional<std::string> SuffixAsPidOne() {
+  int fds[2];
+  if (pipe(fds) != 0) return std::nullopt;
+  const pid_t child = fork();
+  if (child == 0) {
+    close(fds[0]);
+    if (unshare(CLONE_NEWPID) != 0) _exit(2);
+    const pid_t inner = fork();  // the namespace's first process: pid 1
+    if (inner == 0) {
+      const std::string suffix = checkpoint_io::UniqueSuffix();
+      _exit(write(fds[1], suffix.data(), suffix.size()) == static_cast<ssize_t>(suffix.size()) ? 0
+                                                                                               : 3);
+    }
+    int status = 0;
+    _exit(inner > 0 && waitpid(inner, &status, 0) == inner && WIFEXITED(status) &&
+                  WEXITSTATUS(status) == 0
+              ? 0
+              : 3);
+  }
+  close(fds[1]);
+  std::string out;
+  char buf[256];
+  for (ssize_t n; (n = read(fds[0], buf, sizeof buf)) > 0;) out.append(buf, n);
+  close(fds[0]);
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) != child || !WIFEXITED(status) ||
+      WEXITSTATUS(status) != 0) {
+    return std::nullopt;
+  }
+  return out;
+}
+
+// Agents of several nodes staging into one shared directory from containers are all pid 1,
+// and their per-process counters advance alike: their temporary names must still differ.
+TEST(UniqueSuffixTest, WritersThatArePidOneOfTheirContainersPickDifferentNames) {
+  auto a = SuffixAsPidOne();
+  auto b = SuffixAsPidOne();
+  if (!a || !b) GTEST_SKIP() << "no pid namespaces here (needs CAP_SYS_ADMIN)";
+  EXPECT_EQ(a->substr(0, 2), "1-") << *a;
+  EXPECT_EQ(b->substr(0, 2), "1-") << *b;
+  EXPECT_NE(*a, *b);
 }
 
 }  // namespace
