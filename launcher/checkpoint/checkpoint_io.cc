@@ -204,19 +204,26 @@ std::string Now() {
   return text;
 }
 
-}  // namespace
-
-bool WrittenBefore(const std::string& file, WallTime run_started) {
+// When `file` was last modified; nullopt when it is missing.
+std::optional<WallTime> ModifiedAt(const std::string& file) {
   struct stat st {};
-  if (stat(file.c_str(), &st) != 0) return false;
+  if (stat(file.c_str(), &st) != 0) return std::nullopt;
   return WallTime(std::chrono::duration_cast<WallTime::duration>(
-             std::chrono::seconds(st.st_mtim.tv_sec) +
-             std::chrono::nanoseconds(st.st_mtim.tv_nsec))) < run_started;
+      std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
 }
 
-bool StoredBefore(const std::string& root, uint64_t step, WallTime run_started) {
-  return WrittenBefore(root + "/ftrun-step-" + std::to_string(step) + "/MANIFEST.json",
-                       run_started);
+// Whether `file` was last modified before `run_started` (by an earlier run); false when it
+// is missing.
+bool WrittenBefore(const std::string& file, WallTime run_started) {
+  auto at = ModifiedAt(file);
+  return at && *at < run_started;
+}
+
+}  // namespace
+
+bool WrittenSince(const std::string& file, WallTime run_started) {
+  auto at = ModifiedAt(file);
+  return at && *at >= run_started;
 }
 
 Error Failed(const std::string& doing, const std::string& path, int error) {

@@ -67,12 +67,9 @@ void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_sta
 // this run took its place meanwhile).
 bool SetAsideIfEarlier(const std::string& dir, const std::string& marker, const std::string& aside,
                        WallTime run_started);
-// Whether `file` was last modified before `run_started` (by an earlier run); false when it
-// is missing.
-bool WrittenBefore(const std::string& file, WallTime run_started);
-// Whether <root>/ftrun-step-<step> is complete and an earlier run's (its MANIFEST.json
-// written before run_started).
-bool StoredBefore(const std::string& root, uint64_t step, WallTime run_started);
+// Whether `file` exists and was last modified at or after run_started (by this run): one
+// stat for "complete (its manifest or PART.json there) and not an earlier run's".
+bool WrittenSince(const std::string& file, WallTime run_started);
 // A suffix for a temporary name that no other writer uses at the same time, in this process
 // (threads included: a per-process counter) or another, on any node sharing the directory
 // ("<pid>-<random>-<n>": agents in containers of several nodes often share a pid, and their

@@ -36,17 +36,11 @@ std::optional<uint64_t> NewestComplete(const std::string& root, WallTime run_sta
     std::smatch m;
     std::string name = entry.path().filename().string();
     if (!std::regex_match(name, m, kFinal)) continue;
-    if (!fs::exists(entry.path() / "MANIFEST.json", ec)) continue;
+    if (!WrittenSince(entry.path() / "MANIFEST.json", run_started)) continue;
     uint64_t step = std::stoull(m[1].str());
-    if (StoredBefore(root, step, run_started)) continue;
     if (!newest || step > *newest) newest = step;
   }
   return newest;
-}
-
-// Whether the complete part in `dir` was staged before run_started (by an earlier run).
-bool StagedBefore(const std::string& dir, WallTime run_started) {
-  return WrittenBefore(dir + "/PART.json", run_started);
 }
 
 // Puts one part into the staging area, unless this run staged a complete part of its group
@@ -210,8 +204,7 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
   // claimed): an earlier run's state of another rank must not complete this run's step.
   std::set<std::string> staged;
   for (const auto& entry : fs::directory_iterator(staging, ec)) {
-    if (fs::exists(entry.path() / "PART.json", ec) &&
-        !StagedBefore(entry.path().string(), request.run_started)) {
+    if (WrittenSince(entry.path() / "PART.json", request.run_started)) {
       staged.insert(entry.path().filename());
     }
   }
