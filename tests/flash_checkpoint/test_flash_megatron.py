@@ -6,9 +6,10 @@ save_checkpoint/load_checkpoint through ftrun's.
 * Tensor parallel 2, a MEMORY save every iteration, a rank SIGKILLed: the job resumes from
   memory with zero iterations lost, final weights equal to a fault-free run.
 * DISK saves: they land where Megatron-LM puts them (its tracker names the newest,
-  iter_<N>/mp_rank_XX/model_optim_rng.pt holds each rank's files), and a new job (memory gone)
-  loads them through Megatron-LM's loader, zero DISK iterations lost. Data parallel 2 too: the
-  rank that saved no file gets data-parallel rank 0's.
+  iter_<N>/mp_rank_XX/model_optim_rng.pt is Megatron-LM's own file: a plain torch.load reads
+  it), and a new job (memory gone) loads them through ftrun's load_checkpoint, zero DISK
+  iterations lost; so does a job that loads with Megatron-LM's own load_checkpoint alone. Data
+  parallel 2 too: the rank that saved no file gets data-parallel rank 0's.
 
 Run as `python3 test_flash_megatron.py train <root> <config json>` it is one rank.
 """
@@ -38,6 +39,8 @@ def train(root, config):
     import torch.distributed as dist
     from megatron import set_args
     from ftrun.flash_checkpoint.megatron import StorageType, load_checkpoint, save_checkpoint
+    if config.get("megatrons_loader"):  # what the stored files are read with: Megatron-LM alone
+        from megatron.checkpointing import load_checkpoint
 
     dist.init_process_group("gloo")
     rank = dist.get_rank()
@@ -217,16 +220,17 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
                          "MEMORY saves leave no directory of Megatron-LM's behind")
 
     def check_megatron_layout(self, iteration, tp):
-        from ftrun.flash_checkpoint import engine
+        import torch
         self.assertEqual(read(os.path.join(self.ckpt, "latest_checkpointed_iteration.txt"))
                          .strip(), str(iteration))
         for r in range(tp):  # one directory per tensor-parallel rank, from data-parallel rank 0
-            rel = f"mp_rank_{r:02d}/model_optim_rng.pt"
-            path = os.path.join(self.ckpt, f"iter_{iteration:07d}", rel)
-            state = engine.load_file(path)
-            self.assertEqual(sorted(state["files"]), [rel])
-            self.assertEqual(state["files"][rel]["iteration"], iteration)
-            self.assertEqual(state["files"][rel]["checkpoint_version"], 3.0)
+            path = os.path.join(self.ckpt, f"iter_{iteration:07d}",
+                                f"mp_rank_{r:02d}/model_optim_rng.pt")
+            state = torch.load(path)  # Megatron-LM's own file: a plain torch.load reads it
+            self.assertEqual(sorted(state), ["args", "checkpoint_version", "iteration", "model",
+                                             "opt_param_scheduler", "optimizer"])
+            self.assertEqual(state["iteration"], iteration)
+            self.assertEqual(state["checkpoint_version"], 3.0)
 
     def disk_saves_then_a_new_job(self, tp):
         self.run_job(self.root, {"tp": tp, "disk_at": [5, 10]})
@@ -239,6 +243,14 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
         out = self.run_job(self.root, {"tp": tp})
         for r in range(2):
             self.assertEqual(starts(self.root, r), [0, 10], out[-3000:])
+        assert_same_weights(self, finals(self.root, 2), self.fault_free(tp))
+        # Megatron-LM's loader alone (no ftrun in the load) resumes from the stored files too.
+        for r in range(2):
+            os.unlink(os.path.join(self.root, f"final-{r}.json"))
+        out = self.run_job(self.root, {"tp": tp, "megatrons_loader": True})
+        for r in range(2):
+            self.assertEqual(starts(self.root, r), [0, 10, 10], out[-3000:])
+        self.assertNotIn("Megatron-LM checkpoint of iteration", out)  # not ftrun's loader
         assert_same_weights(self, finals(self.root, 2), self.fault_free(tp))
 
     def test_disk_saves_land_where_megatron_puts_them_and_a_new_job_loads_them(self):

@@ -18,10 +18,13 @@ On storage a checkpoint is ftrun's (ftrun-step-<N>/, each rank's shard one file 
 model_optim_rng.pt), with Megatron-LM's names around it: <save>/latest_checkpointed_iteration.txt
 names the newest complete iteration, <save>/iter_<7 digits>/ftrun-checkpoint links to the stored
 checkpoint, and after a DISK save iter_<N>/mp_rank_XX links to the shard of the rank that saved
-that directory, so iter_<N>/mp_rank_XX/model_optim_rng.pt is there. That file holds the rank's
-files by their path under iter_<N> ({"mp_rank_00/model_optim_rng.pt": state dict, ...}) in
-torch.save's or ftrun's snapshot format: read it with load_checkpoint (or engine.load_file),
-not with a plain torch.load. See ftrun-flash-checkpoint(7) for what is tested.
+that directory, so iter_<N>/mp_rank_XX/model_optim_rng.pt is there. When the rank saved only
+that file (no distributed optimizer), it is Megatron-LM's own (its state dict in torch.save's
+format): Megatron-LM's loader, a plain torch.load and conversion tools read it. A rank that also
+saved distrib_optim.pt has both files in it by their path under iter_<N>
+({"mp_rank_00/model_optim_rng.pt": state dict, "mp_rank_00/distrib_optim.pt": ...}): read that
+one with load_checkpoint (or engine.load_file). See ftrun-flash-checkpoint(7) for what is
+tested.
 """
 import contextlib
 import inspect
@@ -45,6 +48,7 @@ MODEL_FILE = "model_optim_rng.pt"  # Megatron-LM's names of a rank's files
 OPTIMIZER_FILE = "distrib_optim.pt"
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's tracker
 STEP_LINK = "ftrun-checkpoint"  # in iter_<N>/: the link to the stored checkpoint
+FILES = "files"  # the key of a shard that holds a rank's files by their path (_shard)
 SAVE_TIMEOUT = 600  # DLRover's default (CheckpointConstant.SAVE_TIMEOUT)
 
 _torch_save, _torch_load = torch.save, torch.load
@@ -173,8 +177,8 @@ def _save(iteration, model, optimizer, opt_param_scheduler, num_floating_point_o
     for rel in files:  # the directories Megatron-LM made for files it did not write
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(iter_dir, os.path.dirname(rel)))
-    shard = {"iteration": int(iteration), "files": files}
-    taken = cp.save_checkpoint(iteration, shard, os.path.join(iter_dir, STEP_LINK),
+    taken = cp.save_checkpoint(iteration, _shard(iteration, files),
+                               os.path.join(iter_dir, STEP_LINK),
                                storage_type)
     if storage_type == StorageType.DISK and taken:
         _link_rank_dirs(cp, iter_dir, files)
@@ -182,6 +186,31 @@ def _save(iteration, model, optimizer, opt_param_scheduler, num_floating_point_o
         with contextlib.suppress(OSError):
             os.rmdir(iter_dir)  # empty unless another rank or a DISK save put something there
     return taken
+
+
+def _shard(iteration, files: dict):
+    """A rank's shard of an iteration. When the rank saved only model_optim_rng.pt (Megatron-LM
+    without the distributed optimizer), that file's state dict itself, so that the file the
+    agent stores is Megatron-LM's own; else the rank's files by their path under iter_<N>
+    (none, or with distrib_optim.pt too) with the iteration."""
+    if len(files) == 1:
+        (rel, state), = files.items()
+        if (os.path.basename(rel) == MODEL_FILE and isinstance(state, dict)
+                and FILES not in state and state.get("iteration") == int(iteration)):
+            return state
+    return {"iteration": int(iteration), FILES: files}
+
+
+def _files(shard: dict, root: str, module):
+    """(iteration, the rank's files by their path under iter_<N>) of a shard _shard made. A
+    state dict saved as the shard itself is the file at this rank's own path: rank r restores
+    the shard rank r saved, and Megatron-LM's loader checks that the model-parallel sizes it
+    was saved with are the job's."""
+    if FILES in shard:
+        return shard["iteration"], dict(shard[FILES])
+    iteration = shard["iteration"]
+    own = _under(module.get_checkpoint_name(root, iteration), _iter_dir(root, iteration))
+    return iteration, {own: shard}
 
 
 def _link_rank_dirs(cp: MegatronCheckpointer, iter_dir: str, files: dict):
@@ -230,9 +259,8 @@ def _load(model, optimizer, opt_param_scheduler, load_arg, strict, comm_backend,
         if shard:  # (cannot happen: the ranks restore the same step or none)
             raise CheckpointError("some ranks restored a checkpoint and others none")
         return module.load_checkpoint(model, optimizer, opt_param_scheduler, load_arg, strict)
-    iteration = shard["iteration"]
+    iteration, files = _files(shard, root, module)
     iter_dir = _iter_dir(root, iteration)
-    files = dict(shard["files"])
     own = _under(module.get_checkpoint_name(root, iteration), iter_dir)
     files.update(_from_other_ranks(cp, files, own))
 
