@@ -21,6 +21,7 @@
 #include <span>
 
 #include "common/log.h"
+#include "launcher/checkpoint/earlier_run.h"
 #include "launcher/checkpoint/torch_file.h"
 
 namespace ftrun::launcher {
@@ -204,27 +205,7 @@ std::string Now() {
   return text;
 }
 
-// When `file` was last modified; nullopt when it is missing.
-std::optional<WallTime> ModifiedAt(const std::string& file) {
-  struct stat st {};
-  if (stat(file.c_str(), &st) != 0) return std::nullopt;
-  return WallTime(std::chrono::duration_cast<WallTime::duration>(
-      std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
-}
-
-// Whether `file` was last modified before `run_started` (by an earlier run); false when it
-// is missing.
-bool WrittenBefore(const std::string& file, WallTime run_started) {
-  auto at = ModifiedAt(file);
-  return at && *at < run_started;
-}
-
 }  // namespace
-
-bool WrittenSince(const std::string& file, WallTime run_started) {
-  auto at = ModifiedAt(file);
-  return at && *at >= run_started;
-}
 
 Error Failed(const std::string& doing, const std::string& path, int error) {
   return Error{doing + " " + path + ": " + std::strerror(error)};
@@ -305,33 +286,6 @@ Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint
   if (auto s = WriteJson(path + "/PART.json", json); !s) return s.error();
   if (auto s = FsyncPath(path); !s) return s.error();
   return files;
-}
-
-bool SetAsideIfEarlier(const std::string& dir, const std::string& marker, const std::string& aside,
-                       WallTime run_started) {
-  if (!WrittenBefore(dir + "/" + marker, run_started)) return false;
-  if (rename(dir.c_str(), aside.c_str()) != 0) return false;
-  std::error_code ec;
-  // The check and the move are two steps, and another writer of this run may have replaced
-  // `dir` between them (or a file server's cached attributes were stale): what was moved is
-  // looked at again under its new name, and put back when it is this run's.
-  if (!WrittenBefore(aside + "/" + marker, run_started)) {
-    if (rename(aside.c_str(), dir.c_str()) != 0) fs::remove_all(aside, ec);  // one is in place
-    return false;
-  }
-  fs::remove_all(aside, ec);
-  return true;
-}
-
-void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_started) {
-  const std::string final_dir = root + "/ftrun-step-" + std::to_string(step);
-  if (SetAsideIfEarlier(
-          final_dir, "MANIFEST.json",
-          root + "/.ftrun-step-" + std::to_string(step) + ".deleted-" + UniqueSuffix(),
-          run_started)) {
-    LauncherLog()->info("checkpoint {} was stored before this run began: replaced by this run's",
-                        final_dir);
-  }
 }
 
 Status WriteTracker(const std::string& root, const std::string& name, uint64_t step,

@@ -52,24 +52,10 @@ Status WriteManifest(const std::string& dir, uint64_t step, int world_size,
                      const std::string& reason, const std::map<std::string, std::string>& entries);
 // root/name holds the newest step this run stored: never lowered by this run (an older step
 // persisted late does not hide a newer one), but a tracker last written before run_started
-// (an earlier run's) is replaced whatever it names, as DLRover's saves overwrite it. Under an
-// flock on the directory root, so that writers on several nodes sharing root agree.
+// (an earlier run's, earlier_run.h) is replaced whatever it names, as DLRover's saves overwrite
+// it. Under an flock on the directory root, so that writers on several nodes sharing root agree.
 Status WriteTracker(const std::string& root, const std::string& name, uint64_t step,
                     WallTime run_started);
-// <root>/ftrun-step-<step>, when an earlier run stored it (its MANIFEST.json written before
-// run_started), is moved out of the loaders' sight (<root>/.ftrun-step-<S>.deleted-<suffix>,
-// the name the loaders skip and remove) and removed, so that this run's copy of the step takes
-// its place. A step this run stored, or one that cannot be moved, is left as it is.
-void SetAsideEarlierRun(const std::string& root, uint64_t step, WallTime run_started);
-// Moves the directory `dir` to `aside` (a name the loaders skip) and removes it there when its
-// file `marker` was written before run_started; true when it did. Safe with several writers:
-// a directory found to be this run's once moved is put back (or dropped when another copy of
-// this run took its place meanwhile).
-bool SetAsideIfEarlier(const std::string& dir, const std::string& marker, const std::string& aside,
-                       WallTime run_started);
-// Whether `file` exists and was last modified at or after run_started (by this run): one
-// stat for "complete (its manifest or PART.json there) and not an earlier run's".
-bool WrittenSince(const std::string& file, WallTime run_started);
 // A suffix for a temporary name that no other writer uses at the same time, in this process
 // (threads included: a per-process counter) or another, on any node sharing the directory
 // ("<pid>-<random>-<n>": agents in containers of several nodes often share a pid, and their

@@ -16,6 +16,7 @@
 
 #include "common/log.h"
 #include "launcher/checkpoint/checkpoint_io.h"
+#include "launcher/checkpoint/earlier_run.h"
 #include "launcher/checkpoint/temp_step_dir.h"
 
 namespace ftrun::launcher {
