@@ -29,15 +29,15 @@
 // checked once it is (the checks run in order after the commit's); one that has none is
 // handed over unchecked.
 //
-// A copy is named by its group: "" is the one copy of a data-parallel job (saved by local
-// rank 0), "rank-<r>" rank r's shard. Requests look the group up in every local rank's
-// snapshots, so a shard is found wherever its rank ran on this node before.
+// A copy is named by its group (snapshot_store.h): "" is the one copy of a data-parallel job
+// (saved by local rank 0), "rank-<r>" rank r's shard. Requests look the group up in every local
+// rank's snapshots, so a shard is found wherever its rank ran on this node before.
 //
-// Persisting: one snapshot per checkpoint for a copy ""; a shard is persisted once the
-// shards of every rank (its world size) of that step are here, all in one checkpoint. When
-// the job fails and its shards span nodes (world size above the local ranks), every agent
-// stages the shards it holds of every step (its own, and replicas of other nodes' shards of
-// the same step) with StageShards (staged_checkpoint.h): a step becomes a checkpoint once
+// Persisting (flash_service_persist.cc): one snapshot per checkpoint for a copy ""; a shard is
+// persisted once the shards of every rank (its world size) of that step are here, all in one
+// checkpoint. When the job fails and its shards span nodes (world size above the local ranks),
+// every agent stages the shards it holds of every step (its own, and replicas of other nodes'
+// shards of the same step) with StageShards (staged_checkpoint.h): a step becomes a checkpoint once
 // the agents have stored all its shards between them. A replica's shard is stored under the
 // file name its own rank gave it with its save (the copy carries it, replica.proto). A step already
 // written is not written again. While a snapshot is being persisted its buffer is pinned: a save
@@ -72,6 +72,9 @@ class FlashService {
   // Sends a JSON message to a local rank, with a descriptor when fd >= 0 (duplicated by the
   // sender); false when the rank is not connected.
   using Send = std::function<bool(int local_rank, const std::string& json, int fd)>;
+
+  // The file name of a snapshot whose save names none.
+  static constexpr const char* kDefaultFileName = "state.bin";
 
   // run_started: when this run began (the agent's start); what is under a checkpoint
   // directory from before it is an earlier run's (CheckpointRequest::run_started). Shards

@@ -55,6 +55,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "common/result.h"
@@ -75,6 +76,14 @@ struct SnapshotTarget {
   int world_size = 1;   // ranks of the job that saved it
 };
 
+// A snapshot's copy (SnapshotMeta::group): "" the one copy of a DDP job, ShardGroup(r) rank r's
+// shard.
+inline constexpr std::string_view kShardGroupPrefix = "rank-";
+inline bool IsShardGroup(std::string_view group) { return group.starts_with(kShardGroupPrefix); }
+inline std::string ShardGroup(int rank) {
+  return std::string(kShardGroupPrefix) + std::to_string(rank);
+}
+
 // What the worker says about a snapshot it has written.
 struct SnapshotMeta {
   // Opaque to the agent: the worker's layout, if it is not inside the snapshot's bytes.
@@ -82,7 +91,7 @@ struct SnapshotMeta {
   // SnapshotChecksum of the snapshot's `bytes` as committed (pending until computed; none
   // when nobody computes it).
   CommitChecksum checksum;
-  std::string group;  // which copy: "" the one copy of a DDP job, "rank-<r>" a shard
+  std::string group;  // which copy (kShardGroupPrefix)
   SnapshotTarget target;
 };
 

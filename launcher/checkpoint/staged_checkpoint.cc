@@ -25,8 +25,6 @@ namespace {
 namespace fs = std::filesystem;
 using namespace checkpoint_io;
 
-std::string ShardGroup(int rank) { return "rank-" + std::to_string(rank); }
-
 // The newest step under root whose checkpoint is complete (has its manifest) and not an
 // earlier run's, if any.
 std::optional<uint64_t> NewestComplete(const std::string& root, WallTime run_started) {

@@ -14,6 +14,7 @@
 #include "common/log.h"
 #include "ftrun/v1/replica.grpc.pb.h"
 #include "launcher/checkpoint/checkpoint_io.h"
+#include "launcher/checkpoint/snapshot_store.h"
 #include "launcher/replica/crc32c.h"
 #include "launcher/replica/replica_data_port.h"
 #include "launcher/replica/replica_wire.h"
@@ -25,8 +26,9 @@ constexpr int kMaxThreads = 8;
 constexpr size_t kMaxName = 256;
 
 bool ValidGroup(const std::string& g) {
-  if (g.size() <= 5 || g.size() > kMaxName || !g.starts_with("rank-")) return false;
-  for (size_t i = 5; i < g.size(); ++i) {
+  const size_t digits = kShardGroupPrefix.size();
+  if (g.size() <= digits || g.size() > kMaxName || !IsShardGroup(g)) return false;
+  for (size_t i = digits; i < g.size(); ++i) {
     if (g[i] < '0' || g[i] > '9') return false;
   }
   return true;

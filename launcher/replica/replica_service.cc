@@ -1,6 +1,7 @@
 #include "launcher/replica/replica_service.h"
 
 #include "common/log.h"
+#include "launcher/checkpoint/snapshot_store.h"
 
 namespace ftrun::launcher {
 
@@ -56,7 +57,7 @@ void ReplicaService::RoundStarted(const rendezvous::NodeAssignment& a) {
 }
 
 void ReplicaService::Committed(const SnapshotView& view) {
-  if (view.meta.group.starts_with("rank-")) pusher_.Offer(view);
+  if (IsShardGroup(view.meta.group)) pusher_.Offer(view);
 }
 
 void ReplicaService::Shutdown() { server_.Shutdown(); }
