@@ -1,7 +1,8 @@
 // The runs rule of ftrun's checkpoint directories (ftrun-flash-checkpoint(7), "Runs sharing a
 // directory"): what a directory holds from before this run began (the job's start, from the
-// rendezvous) is an earlier run's. Its steps do not supersede this run's and are replaced by
-// this run's copy of the same step; its tracker is lowered (WriteTracker). A file's age is its
+// rendezvous) is an earlier run's. Its steps do not supersede this run's (the writers and the
+// Python loaders go by that) and are replaced by this run's copy of the same step; its tracker
+// is replaced whatever it names (WriteTracker). A file's age is its
 // modification time, so the clocks of the nodes and the file server must agree (the agents
 // report their start 2 s early for that).
 //
@@ -19,7 +20,8 @@ namespace ftrun::launcher::checkpoint_io {
 // Whether `file` exists and was last modified at or after run_started (by this run): one
 // stat for "complete (its manifest or PART.json there) and not an earlier run's".
 bool WrittenSince(const std::string& file, WallTime run_started);
-// Whether `file` exists and was last modified before run_started (by an earlier run).
+// Whether `file` exists and was last modified before run_started (by an earlier run; also
+// WriteTracker's test of the tracker).
 bool WrittenBefore(const std::string& file, WallTime run_started);
 // Moves the directory `dir` to `aside` (a name the loaders skip) and removes it there when its
 // file `marker` was written before run_started; true when it did. Safe with several writers:

@@ -6,12 +6,17 @@ save_checkpoint/load_checkpoint through ftrun's.
 * Tensor parallel 2, a MEMORY save every iteration, a rank SIGKILLed: the job resumes from
   memory with zero iterations lost, final weights equal to a fault-free run.
 * DISK saves: they land where Megatron-LM puts them (its tracker names the newest,
-  iter_<N>/mp_rank_XX/model_optim_rng.pt is Megatron-LM's own file: a plain torch.load reads
-  it), and a new job (memory gone) loads them through ftrun's load_checkpoint, zero DISK
-  iterations lost; so does a job that loads with Megatron-LM's own load_checkpoint alone. Data
-  parallel 2 too: the rank that saved no file gets data-parallel rank 0's.
+  iter_<N>/mp_rank_XX/model_optim_rng.pt is Megatron-LM's own file, with ftrun's "ftrun_path"
+  key: torch.load reads it), and a new job (memory gone) loads them through ftrun's
+  load_checkpoint, zero DISK iterations lost; so does a job that loads with Megatron-LM's own
+  load_checkpoint alone. Data parallel 2 too: the rank that saved no file gets data-parallel
+  rank 0's.
+* An iteration saved with tensor parallel 2 and loaded with 1: both ranks get mp_rank_00's file.
+* Without ftrun: DLRover's signatures, a round trip, Megatron-LM's own checkpoint, and an
+  iteration in the form ftrun stored before 2026-11-29.
 
-Run as `python3 test_flash_megatron.py train <root> <config json>` it is one rank.
+Run as `python3 test_flash_megatron.py train <root> <config json>` (or `relayout <root>`) it is
+one rank.
 """
 import json
 import os
@@ -72,6 +77,35 @@ def train(root, config):
     write_final(root, rank, model[0])
 
 
+def relayout(root):
+    """One rank: saves iteration 5 with tensor parallel 2 (each tensor-parallel rank's weights
+    its rank + 1), then loads it with tensor parallel 1 (data parallel 2) and writes the
+    loaded weight to loaded-<rank>.txt."""
+    import argparse
+
+    import torch
+    import torch.distributed as dist
+    from megatron import set_args
+    from ftrun.flash_checkpoint import megatron as flash
+
+    dist.init_process_group("gloo")
+    rank = dist.get_rank()
+    ckpt = os.path.join(root, "ckpt")
+    set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=2))
+    model = [torch.nn.Linear(4, 2)]
+    with torch.no_grad():
+        model[0].weight.fill_(rank + 1)
+    assert flash.save_checkpoint(5, model, None, None)  # DISK
+    assert flash.wait_latest_checkpoint(timeout=60)
+    flash._checkpointers.clear()  # as a new job would start
+    set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=1))
+    fresh = [torch.nn.Linear(4, 2)]
+    iteration = flash.load_checkpoint(fresh, None, None)
+    with open(os.path.join(root, f"loaded-{rank}.txt"), "w") as f:
+        f.write(f"{iteration} {fresh[0].weight.flatten()[0].item()}")
+    dist.barrier()
+
+
 def starts(root, rank):
     return [int(l.split()[1]) for l in read(os.path.join(root, f"progress-{rank}.txt")).split("\n")
             if l.startswith("start")]
@@ -127,6 +161,17 @@ class WithoutFtrunTest(unittest.TestCase):
         checkpointing.save_checkpoint(7, fresh, None, None)
         self.assertEqual(flash.load_checkpoint(model, None, None), 7)
         self.assertTrue(torch.equal(model[0].weight, want))
+        # An iteration ftrun stored before 2026-11-29: every rank's files by their path.
+        older = os.path.join(self.root, "older")
+        set_args(argparse.Namespace(save=older, load=older, tensor_model_parallel_size=1))
+        cp = flash._checkpointer(older, "")
+        state = {"args": None, "checkpoint_version": 3.0, "iteration": 6,
+                 "model": {k: v + 2.0 for k, v in fresh[0].state_dict().items()}}
+        self.assertTrue(cp.save_checkpoint(
+            6, {"iteration": 6, "files": {"mp_rank_00/model_optim_rng.pt": state}},
+            os.path.join(older, "iter_0000006", "ftrun-checkpoint")))
+        self.assertEqual(flash.load_checkpoint(model, None, None), 6)
+        self.assertTrue(torch.equal(model[0].weight, want + 2.0))
 
 
     def test_dlrovers_dist_ckpt_module_with_a_deletion_strategy(self):
@@ -185,14 +230,14 @@ class WithoutFtrunTest(unittest.TestCase):
 class MegatronFlashCheckpointTest(unittest.TestCase):
     clean = {}
 
-    def run_job(self, root, config, restarts=0):
+    def run_job(self, root, config, restarts=0, what="train"):
         env = dict(os.environ, PYTHONPATH=STANDIN)
         env.pop("FTRUN_CONTROL_SOCKET", None)
         done = subprocess.run(
             [FTRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts),
              "--restart-backoff", "0", "--monitor-interval", "0.05", "--log-dir",
-             os.path.join(root, "logs"), "--no-python", "/usr/bin/python3", __file__, "train",
-             root, json.dumps(config)],
+             os.path.join(root, "logs"), "--no-python", "/usr/bin/python3", __file__, what,
+             root] + ([json.dumps(config)] if what == "train" else []),
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=150)
         self.assertEqual(done.returncode, 0, done.stdout[-4000:])
         return done.stdout
@@ -224,11 +269,15 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
         self.assertEqual(read(os.path.join(self.ckpt, "latest_checkpointed_iteration.txt"))
                          .strip(), str(iteration))
         for r in range(tp):  # one directory per tensor-parallel rank, from data-parallel rank 0
-            path = os.path.join(self.ckpt, f"iter_{iteration:07d}",
-                                f"mp_rank_{r:02d}/model_optim_rng.pt")
-            state = torch.load(path)  # Megatron-LM's own file: a plain torch.load reads it
-            self.assertEqual(sorted(state), ["args", "checkpoint_version", "iteration", "model",
-                                             "opt_param_scheduler", "optimizer"])
+            rel = f"mp_rank_{r:02d}/model_optim_rng.pt"
+            path = os.path.join(self.ckpt, f"iter_{iteration:07d}", rel)
+            # Megatron-LM's own file: torch.load reads it (weights_only=False: its args are an
+            # argparse.Namespace, as in Megatron-LM's own files), with ftrun's one key added.
+            state = torch.load(path, weights_only=False)
+            self.assertEqual(sorted(state), ["args", "checkpoint_version", "ftrun_path",
+                                             "iteration", "model", "opt_param_scheduler",
+                                             "optimizer"])
+            self.assertEqual(state["ftrun_path"], rel)
             self.assertEqual(state["iteration"], iteration)
             self.assertEqual(state["checkpoint_version"], 3.0)
 
@@ -259,9 +308,19 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
     def test_data_parallel_ranks_load_the_file_data_parallel_rank_0_saved(self):
         self.disk_saves_then_a_new_job(tp=1)
 
+    def test_a_changed_model_parallel_layout_loads_each_file_where_megatron_asks_for_it(self):
+        """Saved with tensor parallel 2, loaded with 1: both ranks (now data parallel) get the
+        file of mp_rank_00, not each the shard its rank number saved."""
+        out = self.run_job(self.root, None, what="relayout")
+        for r in range(2):
+            self.assertEqual(read(os.path.join(self.root, f"loaded-{r}.txt")), "5 1.0",
+                             out[-3000:])
+
 
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "train":
         train(sys.argv[2], json.loads(sys.argv[3]))
+    elif len(sys.argv) == 3 and sys.argv[1] == "relayout":
+        relayout(sys.argv[2])
     else:
         unittest.main()

@@ -19,12 +19,15 @@ model_optim_rng.pt), with Megatron-LM's names around it: <save>/latest_checkpoin
 names the newest complete iteration, <save>/iter_<7 digits>/ftrun-checkpoint links to the stored
 checkpoint, and after a DISK save iter_<N>/mp_rank_XX links to the shard of the rank that saved
 that directory, so iter_<N>/mp_rank_XX/model_optim_rng.pt is there. When the rank saved only
-that file (no distributed optimizer), it is Megatron-LM's own (its state dict in torch.save's
-format): Megatron-LM's loader, a plain torch.load and conversion tools read it. A rank that also
-saved distrib_optim.pt has both files in it by their path under iter_<N>
-({"mp_rank_00/model_optim_rng.pt": state dict, "mp_rank_00/distrib_optim.pt": ...}): read that
-one with load_checkpoint (or engine.load_file). See ftrun-flash-checkpoint(7) for what is
-tested.
+that file (no distributed optimizer), it is Megatron-LM's own: its state dict with one key
+added ("ftrun_path": its path under iter_<N>), in torch.save's format (unless a dtype has no
+torch storage type: then ftrun's snapshot layout), which Megatron-LM's loader,
+torch.load(path, weights_only=False) (as Megatron-LM's own files need) and conversion tools
+read. A rank that also saved distrib_optim.pt has both files in it by their path under
+iter_<N> ({"iteration": N, "files": {"mp_rank_00/model_optim_rng.pt": state dict,
+"mp_rank_00/distrib_optim.pt": ...}}): read that one with load_checkpoint (or
+engine.load_file). An iteration the agent stored when the job failed has no mp_rank_XX links:
+Megatron-LM's loader alone does not find it. See ftrun-flash-checkpoint(7) for what is tested.
 """
 import contextlib
 import inspect
@@ -49,6 +52,7 @@ OPTIMIZER_FILE = "distrib_optim.pt"
 TRACKER = "latest_checkpointed_iteration.txt"  # Megatron-LM's tracker
 STEP_LINK = "ftrun-checkpoint"  # in iter_<N>/: the link to the stored checkpoint
 FILES = "files"  # the key of a shard that holds a rank's files by their path (_shard)
+PATH = "ftrun_path"  # the key ftrun adds to a model_optim_rng.pt stored as it is (_shard)
 SAVE_TIMEOUT = 600  # DLRover's default (CheckpointConstant.SAVE_TIMEOUT)
 
 _torch_save, _torch_load = torch.save, torch.load
@@ -190,27 +194,27 @@ def _save(iteration, model, optimizer, opt_param_scheduler, num_floating_point_o
 
 def _shard(iteration, files: dict):
     """A rank's shard of an iteration. When the rank saved only model_optim_rng.pt (Megatron-LM
-    without the distributed optimizer), that file's state dict itself, so that the file the
-    agent stores is Megatron-LM's own; else the rank's files by their path under iter_<N>
-    (none, or with distrib_optim.pt too) with the iteration."""
+    without the distributed optimizer), that file's state dict itself with one key added (PATH:
+    its path under iter_<N>, so that a load finds the file whatever the new job's model-parallel
+    layout), so that the file the agent stores is Megatron-LM's own; else the rank's files by
+    their path under iter_<N> (none, or with distrib_optim.pt too) with the iteration."""
     if len(files) == 1:
         (rel, state), = files.items()
-        if (os.path.basename(rel) == MODEL_FILE and isinstance(state, dict)
-                and FILES not in state and state.get("iteration") == int(iteration)):
-            return state
+        if (os.path.basename(rel) == MODEL_FILE and type(state) is dict
+                and not {FILES, PATH} & state.keys() and state.get("iteration") == int(iteration)):
+            return {**state, PATH: rel}
     return {"iteration": int(iteration), FILES: files}
 
 
-def _files(shard: dict, root: str, module):
-    """(iteration, the rank's files by their path under iter_<N>) of a shard _shard made. A
-    state dict saved as the shard itself is the file at this rank's own path: rank r restores
-    the shard rank r saved, and Megatron-LM's loader checks that the model-parallel sizes it
-    was saved with are the job's."""
-    if FILES in shard:
-        return shard["iteration"], dict(shard[FILES])
-    iteration = shard["iteration"]
-    own = _under(module.get_checkpoint_name(root, iteration), _iter_dir(root, iteration))
-    return iteration, {own: shard}
+def _files(shard: dict):
+    """(iteration, the rank's files by their path under iter_<N>) of a shard _shard made."""
+    if PATH in shard:
+        state = dict(shard)
+        return state["iteration"], {state.pop(PATH): state}
+    if FILES not in shard:
+        raise CheckpointError(f"a restored shard holds no Megatron-LM file (its keys: "
+                              f"{sorted(map(str, shard))[:8]})")
+    return shard["iteration"], dict(shard[FILES])
 
 
 def _link_rank_dirs(cp: MegatronCheckpointer, iter_dir: str, files: dict):
@@ -259,7 +263,7 @@ def _load(model, optimizer, opt_param_scheduler, load_arg, strict, comm_backend,
         if shard:  # (cannot happen: the ranks restore the same step or none)
             raise CheckpointError("some ranks restored a checkpoint and others none")
         return module.load_checkpoint(model, optimizer, opt_param_scheduler, load_arg, strict)
-    iteration, files = _files(shard, root, module)
+    iteration, files = _files(shard)
     iter_dir = _iter_dir(root, iteration)
     own = _under(module.get_checkpoint_name(root, iteration), iter_dir)
     files.update(_from_other_ranks(cp, files, own))
