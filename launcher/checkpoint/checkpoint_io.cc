@@ -116,13 +116,23 @@ Content Contents(const CheckpointFile& file) {
   return {};
 }
 
-// A snapshot's bytes written as torch.save's file (torch_file.h), so that torch.load reads
-// it; other bytes, or a snapshot that cannot be converted (said at debug level: it is then
-// written as it is, which ftrun's loaders read too), as they are.
-std::optional<ZipArchive> AsTorchFile(const Content& content) {
+// A snapshot's bytes written as torch.save's files (torch_file.h), so that torch.load reads
+// them: one file, or one per file of a snapshot of several (their names checked here); other
+// bytes, or a snapshot that cannot be converted (said at debug level: it is then written as it
+// is, which ftrun's loaders read too), as they are: nullopt.
+std::optional<std::vector<TorchFile>> AsTorchFiles(const Content& content) {
   if (content.bytes.empty()) return std::nullopt;
-  auto torch = TorchArchive(content.bytes);
-  if (torch) return std::move(*torch);
+  auto torch = TorchArchives(content.bytes);
+  if (torch) {
+    std::set<std::string> names;
+    bool plain = true;
+    for (const auto& f : *torch) {
+      plain = plain && (f.name.empty() ? torch->size() == 1
+                                       : PlainFileName(f.name) && names.insert(f.name).second);
+    }
+    if (plain) return std::move(*torch);
+    torch = Error{"its file names are not plain and distinct"};
+  }
   if (content.bytes.size() >= 8 && std::memcmp(content.bytes.data(), "FTRUNSN1", 8) == 0) {
     LauncherLog()->debug("flash checkpoint: {} is written in its own format: {}", content.what,
                          torch.error().message);
@@ -130,18 +140,25 @@ std::optional<ZipArchive> AsTorchFile(const Content& content) {
   return std::nullopt;
 }
 
-// Writes `header` then `content` into a new file at `path` and fsyncs it; the CRC-32 (and,
-// for content's bytes written as they are, the CRC-32C) of what was written go to `entry`.
+// Whether content's bytes still have the CRC-32C recorded when they were saved (of a
+// snapshot written as torch.save's files: their parts reordered, their zip CRC-32s taken
+// first, so checked once they are written, which covers every read of them).
+Status StillAsSaved(const Content& content, uint32_t now, const std::string& path) {
+  if (!content.recorded || now == *content.recorded) return {};
+  return Error{content.what + " has checksum " + std::to_string(now) + ", not the " +
+               std::to_string(*content.recorded) +
+               " recorded when it was saved (changed in memory since): not persisted, writing " +
+               path};
+}
+
+// Writes `header` then `archive`'s pieces, or else content's bytes as they are, into a new
+// file at `path` and fsyncs it; the CRC-32 (and, for content's bytes as they are, the CRC-32C,
+// which must be the one recorded when they were saved) of what was written go to `entry`.
 // CRC-32, not a cryptographic digest: it finds torn and corrupted files (whoever can change a
 // file can change its manifest too) at a quarter of SHA-256's cost, and zip has it already.
-// The CRC-32C of content's bytes must be the one recorded when they were saved: bytes
-// changed in memory since are not persisted. It is taken as the bytes are written, or, for
-// a snapshot written as torch.save's file (its parts reordered, its zip CRC-32s taken
-// first), once the file is written, which covers every read of them.
 Status WriteNewFile(const std::string& path, const std::string& header, FileEntry* entry,
-                    const Content& content = {}) {
-  const std::optional<ZipArchive> archive = header.empty() ? AsTorchFile(content) : std::nullopt;
-  const bool as_is = !archive;
+                    const Content& content = {}, const ZipArchive* archive = nullptr) {
+  const bool as_is = archive == nullptr;
   std::vector<std::span<const std::byte>> pieces{Bytes(header)};
   if (as_is) {
     pieces.push_back(content.bytes);
@@ -167,16 +184,7 @@ Status WriteNewFile(const std::string& path, const std::string& header, FileEntr
       data = data.subspan(piece.size());
     }
   }
-  if (status && content.recorded) {
-    const uint32_t now = as_is ? crc : SnapshotChecksum(content.bytes);
-    if (now != *content.recorded) {
-      status = Error{content.what + " has checksum " + std::to_string(now) + ", not the " +
-                     std::to_string(*content.recorded) +
-                     " recorded when it was saved (changed in memory since): not persisted, "
-                     "writing " +
-                     path};
-    }
-  }
+  if (status && as_is) status = StillAsSaved(content, crc, path);
   if (status && fsync(fd) != 0) status = Failed("fsync of", path);
   if (close(fd) != 0 && status) status = Failed("closing", path);
   if (status) {
@@ -185,6 +193,24 @@ Status WriteNewFile(const std::string& path, const std::string& header, FileEntr
     if (header.empty() && as_is) entry->crc32c = crc;
   }
   return status;
+}
+
+// Writes a part's file into `dir`: a snapshot as torch.save's file(s) (a snapshot of several
+// files as one file per file, by their names), anything else as it is under its own name.
+Status WriteFile(const std::string& dir, const CheckpointFile& file, Files* files) {
+  const Content content = Contents(file);
+  const auto archives = file.header.empty() ? AsTorchFiles(content) : std::nullopt;
+  if (!archives) {
+    const std::string path = dir + "/" + file.name;
+    return WriteNewFile(path, file.header, &(*files)[file.name], content);
+  }
+  std::string last;
+  for (const auto& [name, archive] : *archives) {
+    const std::string& as = name.empty() ? file.name : name;
+    last = dir + "/" + as;
+    if (auto s = WriteNewFile(last, "", &(*files)[as], content, &archive); !s) return s;
+  }
+  return StillAsSaved(content, content.recorded ? SnapshotChecksum(content.bytes) : 0, last);
 }
 
 // checkpoint.py's _write_json: <path>.tmp, fsync, rename.
@@ -275,10 +301,7 @@ Result<Files> WritePart(const std::string& tmp, const CheckpointPart& part, uint
   if (mkdir(path.c_str(), 0755) != 0) return Failed("creating", path);
   Files files;
   for (const auto& file : part.files) {
-    std::string file_path = path + "/" + file.name;
-    if (auto s = WriteNewFile(file_path, file.header, &files[file.name], Contents(file)); !s) {
-      return s.error();
-    }
+    if (auto s = WriteFile(path, file, &files); !s) return s.error();
   }
   std::string json = "{\"dir\": " + Json(dir) + ", \"files\": " + JsonFiles(files) +
                      ", \"group\": " + Json(part.group) + ", \"step\": " + std::to_string(step) +

@@ -241,7 +241,8 @@ uint64_t SnapshotTensor::numel() const {
 }
 
 Result<std::string> TorchPickle(std::span<const std::byte> pickle,
-                                const std::vector<SnapshotTensor>& tensors) {
+                                const std::vector<SnapshotTensor>& tensors,
+                                std::vector<size_t>* used_order) {
   const auto* p = reinterpret_cast<const unsigned char*>(pickle.data());
   const size_t n = pickle.size();
   std::string out;
@@ -293,6 +294,7 @@ Result<std::string> TorchPickle(std::span<const std::byte> pickle,
       if (index >= tensors.size()) return Error{"a persistent id beyond the tensors"};
       if (used[index]) return Error{"a tensor's persistent id used twice"};
       used[index] = true;
+      if (used_order) used_order->push_back(index);
       out.resize(last_start);
       PushTensor(out, tensors[index], index);
       last_op = 0;
@@ -311,7 +313,29 @@ Result<std::string> TorchPickle(std::span<const std::byte> pickle,
   return Error{"the pickle has no end"};
 }
 
-Result<ZipArchive> TorchArchive(std::span<const std::byte> snapshot, bool force_zip64) {
+namespace {
+
+// A snapshot's pickles (name "" for the one of a snapshot of one state) and tensors.
+struct Parsed {
+  std::vector<std::pair<std::string, std::span<const std::byte>>> pickles;
+  std::vector<SnapshotTensor> tensors;
+};
+
+// [offset, length] of a pickle inside the snapshot.
+Result<std::span<const std::byte>> PickleAt(const google::protobuf::Value* at, size_t first,
+                                            std::span<const std::byte> snapshot) {
+  if (!at || static_cast<size_t>(at->list_value().values().size()) != first + 2) {
+    return Error{"a pickle entry is not [offset, length]"};
+  }
+  auto offset = Count(at->list_value().values()[static_cast<int>(first)]);
+  auto size = Count(at->list_value().values()[static_cast<int>(first + 1)]);
+  if (!offset || !size || *offset > snapshot.size() || *size > snapshot.size() - *offset) {
+    return Error{"the pickle lies outside the snapshot"};
+  }
+  return snapshot.subspan(*offset, *size);
+}
+
+Result<Parsed> Parse(std::span<const std::byte> snapshot) {
   const size_t prefix = kMagic.size() + 8;
   if (snapshot.size() < prefix || std::memcmp(snapshot.data(), kMagic.data(), kMagic.size())) {
     return Error{"not a snapshot"};
@@ -324,36 +348,68 @@ Result<ZipArchive> TorchArchive(std::span<const std::byte> snapshot, bool force_
   if (!google::protobuf::util::JsonStringToMessage(text, &header).ok()) {
     return Error{"the header is not JSON"};
   }
-  const auto* pickled = Field(header, "pickle");
+  Parsed parsed;
   const auto* listed = Field(header, "tensors");
-  if (!pickled || !listed || pickled->list_value().values().size() != 2) {
-    return Error{"the header has no pickle or tensors"};
+  if (!listed) return Error{"the header has no tensors"};
+  if (const auto* files = Field(header, "files")) {
+    for (const auto& f : files->list_value().values()) {
+      if (f.list_value().values().empty() ||
+          f.list_value().values()[0].kind_case() != google::protobuf::Value::kStringValue) {
+        return Error{"a file entry is not [name, offset, length]"};
+      }
+      auto pickle = PickleAt(&f, 1, snapshot);
+      if (!pickle) return pickle.error();
+      parsed.pickles.emplace_back(f.list_value().values()[0].string_value(), *pickle);
+    }
+    if (parsed.pickles.empty()) return Error{"a snapshot of no files"};
+  } else {
+    auto pickle = PickleAt(Field(header, "pickle"), 0, snapshot);
+    if (!pickle) return pickle.error();
+    parsed.pickles.emplace_back("", *pickle);
   }
-  auto pickle_at = Count(pickled->list_value().values()[0]);
-  auto pickle_size = Count(pickled->list_value().values()[1]);
-  if (!pickle_at || !pickle_size || *pickle_at > snapshot.size() ||
-      *pickle_size > snapshot.size() - *pickle_at) {
-    return Error{"the pickle lies outside the snapshot"};
-  }
-  std::vector<SnapshotTensor> tensors;
   for (const auto& v : listed->list_value().values()) {
     auto t = ReadTensor(v, snapshot.size());
     if (!t) return t.error();
-    tensors.push_back(std::move(*t));
+    parsed.tensors.push_back(std::move(*t));
   }
-  auto data = TorchPickle(snapshot.subspan(*pickle_at, *pickle_size), tensors);
-  if (!data) return data.error();
-  ZipArchive zip(force_zip64);
-  zip.AddCopy("archive/data.pkl", std::move(*data));
-  zip.AddCopy("archive/byteorder", "little");
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const auto& t = tensors[i];
-    zip.AddView("archive/data/" + std::to_string(i),
-                snapshot.subspan(t.offset, t.numel() * t.element_size));
+  return parsed;
+}
+
+}  // namespace
+
+Result<std::vector<TorchFile>> TorchArchives(std::span<const std::byte> snapshot,
+                                             bool force_zip64) {
+  auto parsed = Parse(snapshot);
+  if (!parsed) return parsed.error();
+  std::vector<TorchFile> files;
+  for (const auto& [name, pickle] : parsed->pickles) {
+    std::vector<size_t> used;
+    auto data = TorchPickle(pickle, parsed->tensors, &used);
+    if (!data) return data.error();
+    ZipArchive zip(force_zip64);
+    zip.AddCopy("archive/data.pkl", std::move(*data));
+    zip.AddCopy("archive/byteorder", "little");
+    // torch.load reads a storage by the key its pickle names, whatever the other keys are.
+    std::sort(used.begin(), used.end());
+    for (size_t i : used) {
+      const auto& t = parsed->tensors[i];
+      zip.AddView("archive/data/" + std::to_string(i),
+                  snapshot.subspan(t.offset, t.numel() * t.element_size));
+    }
+    zip.AddCopy("archive/version", "3\n");
+    zip.Finish();
+    files.push_back({name, std::move(zip)});
   }
-  zip.AddCopy("archive/version", "3\n");
-  zip.Finish();
-  return zip;
+  return files;
+}
+
+Result<ZipArchive> TorchArchive(std::span<const std::byte> snapshot, bool force_zip64) {
+  auto files = TorchArchives(snapshot, force_zip64);
+  if (!files) return files.error();
+  if (files->size() != 1 || !files->front().name.empty()) {
+    return Error{"a snapshot of several files"};
+  }
+  return std::move(files->front().archive);
 }
 
 }  // namespace ftrun::launcher

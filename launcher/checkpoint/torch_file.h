@@ -13,6 +13,12 @@
 //
 // Protocol-4/5 frames are dropped (a pickle needs none); nothing else of the pickle changes.
 //
+// A snapshot of several files (snapshot.py's Files: its header lists "files": [[name, offset,
+// length], ...] instead of one "pickle", each a pickle of its own whose persistent ids index
+// the one "tensors" list) becomes one archive per file (TorchArchives), each holding the
+// tensors its pickle names, e.g. Megatron-LM's model_optim_rng.pt and distrib_optim.pt of one
+// rank.
+//
 // Thread: any. Errors: a snapshot this cannot convert (not a snapshot, a header or pickle it
 // cannot read, a dtype torch has no storage type for, a tensor outside the snapshot) is an
 // Error saying why; the caller then keeps the snapshot's own format.
@@ -36,11 +42,25 @@ struct SnapshotTensor {
   uint64_t numel() const;
 };
 
-// torch's data.pkl from a snapshot's pickle whose persistent ids index `tensors`.
+// torch's data.pkl from a snapshot's pickle whose persistent ids index `tensors`; `used`
+// (when given) gets the indices the pickle names, in its order.
 Result<std::string> TorchPickle(std::span<const std::byte> pickle,
-                                const std::vector<SnapshotTensor>& tensors);
+                                const std::vector<SnapshotTensor>& tensors,
+                                std::vector<size_t>* used = nullptr);
 
-// The archive of `snapshot`, which must outlive it (the tensors' data are views).
+// The archive of `snapshot`, which must outlive it (the tensors' data are views). A snapshot
+// of several files is an error here.
 Result<ZipArchive> TorchArchive(std::span<const std::byte> snapshot, bool force_zip64 = false);
+
+// One file of a snapshot: its name ("" for the one file of a snapshot of one state) and its
+// archive (views into the snapshot, which must outlive it).
+struct TorchFile {
+  std::string name;
+  ZipArchive archive;
+};
+// The archives of `snapshot`: one unnamed for a snapshot of one state, one per file (named as
+// the header names them, unchecked) for a snapshot of several.
+Result<std::vector<TorchFile>> TorchArchives(std::span<const std::byte> snapshot,
+                                             bool force_zip64 = false);
 
 }  // namespace ftrun::launcher

@@ -12,8 +12,8 @@ save_checkpoint/load_checkpoint through ftrun's.
   load_checkpoint alone. Data parallel 2 too: the rank that saved no file gets data-parallel
   rank 0's.
 * An iteration saved with tensor parallel 2 and loaded with 1: both ranks get mp_rank_00's file.
-* Without ftrun: DLRover's signatures, a round trip, Megatron-LM's own checkpoint, and an
-  iteration in the form ftrun stored before 2026-11-29.
+* Without ftrun: DLRover's signatures, a round trip, Megatron-LM's own checkpoint, the
+  distributed optimizer's file, and an iteration in the form ftrun stored before 2026-11-29.
 
 Run as `python3 test_flash_megatron.py train <root> <config json>` (or `relayout <root>`) it is
 one rank.
@@ -52,7 +52,8 @@ def train(root, config):
     tp = config.get("tp", 2)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     ckpt = os.path.join(root, "ckpt")
-    set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=tp))
+    set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=tp,
+                                use_distributed_optimizer=config.get("distopt", False)))
     torch.manual_seed(rank % tp)  # tensor-parallel ranks differ, data-parallel ones are equal
     model = [torch.nn.Linear(16, 4)]
     opt = torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9)
@@ -174,6 +175,29 @@ class WithoutFtrunTest(unittest.TestCase):
         self.assertTrue(torch.equal(model[0].weight, want + 2.0))
 
 
+    def test_the_distributed_optimizers_file_is_written_and_read_as_its_own(self):
+        import argparse
+
+        import torch
+        from megatron import set_args
+        from ftrun.flash_checkpoint import megatron as flash
+        ckpt = os.path.join(self.root, "distopt")
+        set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=1,
+                                    use_distributed_optimizer=True))
+        model = [torch.nn.Linear(4, 2)]
+        opt = torch.optim.SGD(model[0].parameters(), lr=0.1, momentum=0.9)
+        model[0](torch.ones(1, 4)).sum().backward()
+        opt.step()
+        self.assertTrue(flash.save_checkpoint(2, model, opt, None))  # DISK
+        rank_dir = os.path.join(ckpt, "iter_0000002", "mp_rank_00")
+        self.assertEqual(sorted(os.listdir(rank_dir)), ["PART.json", "distrib_optim.pt",
+                                                        "model_optim_rng.pt"])  # + ftrun's
+        fresh = [torch.nn.Linear(4, 2)]
+        fresh_opt = torch.optim.SGD(fresh[0].parameters(), lr=0.1, momentum=0.9)
+        self.assertEqual(flash.load_checkpoint(fresh, fresh_opt, None), 2)
+        self.assertTrue(torch.equal(fresh_opt.state_dict()["state"][0]["momentum_buffer"],
+                                    opt.state_dict()["state"][0]["momentum_buffer"]))
+
     def test_dlrovers_dist_ckpt_module_with_a_deletion_strategy(self):
         """The import the DLRover guide's Megatron-LM example uses, with its signatures; a
         deletion strategy removes old iterations with their iter_<N> links."""
@@ -264,7 +288,7 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
         self.assertEqual([n for n in left if n.startswith("iter_")], [],
                          "MEMORY saves leave no directory of Megatron-LM's behind")
 
-    def check_megatron_layout(self, iteration, tp):
+    def check_megatron_layout(self, iteration, tp, distopt):
         import torch
         self.assertEqual(read(os.path.join(self.ckpt, "latest_checkpointed_iteration.txt"))
                          .strip(), str(iteration))
@@ -278,25 +302,32 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
                                              "iteration", "model", "opt_param_scheduler",
                                              "optimizer"])
             self.assertEqual(state["ftrun_path"], rel)
+            optim = os.path.join(os.path.dirname(path), "distrib_optim.pt")
+            self.assertEqual(os.path.exists(optim), distopt)
+            if distopt:  # the momentum buffers: in distrib_optim.pt, not in model_optim_rng.pt
+                self.assertEqual(state["optimizer"]["state"], {})
+                param_state = torch.load(optim, weights_only=False)["param_state"]
+                self.assertEqual(sorted(param_state), [0, 1])
+                self.assertEqual(list(param_state[0]), ["momentum_buffer"])
             self.assertEqual(state["iteration"], iteration)
             self.assertEqual(state["checkpoint_version"], 3.0)
 
-    def disk_saves_then_a_new_job(self, tp):
-        self.run_job(self.root, {"tp": tp, "disk_at": [5, 10]})
-        self.check_megatron_layout(10, tp)
+    def disk_saves_then_a_new_job(self, tp, distopt=False):
+        self.run_job(self.root, {"tp": tp, "disk_at": [5, 10], "distopt": distopt})
+        self.check_megatron_layout(10, tp, distopt)
         for r in range(2):  # each rank's wait returned with iteration 10 stored
             self.assertIn("waited True 10", read(os.path.join(self.root, f"progress-{r}.txt")))
         # A new job: no memory left; Megatron-LM's loader reads iteration 10 from disk.
         for r in range(2):
             os.unlink(os.path.join(self.root, f"final-{r}.json"))
-        out = self.run_job(self.root, {"tp": tp})
+        out = self.run_job(self.root, {"tp": tp, "distopt": distopt})
         for r in range(2):
             self.assertEqual(starts(self.root, r), [0, 10], out[-3000:])
         assert_same_weights(self, finals(self.root, 2), self.fault_free(tp))
         # Megatron-LM's loader alone (no ftrun in the load) resumes from the stored files too.
         for r in range(2):
             os.unlink(os.path.join(self.root, f"final-{r}.json"))
-        out = self.run_job(self.root, {"tp": tp, "megatrons_loader": True})
+        out = self.run_job(self.root, {"tp": tp, "megatrons_loader": True, "distopt": distopt})
         for r in range(2):
             self.assertEqual(starts(self.root, r), [0, 10, 10], out[-3000:])
         self.assertNotIn("Megatron-LM checkpoint of iteration", out)  # not ftrun's loader
@@ -307,6 +338,19 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
 
     def test_data_parallel_ranks_load_the_file_data_parallel_rank_0_saved(self):
         self.disk_saves_then_a_new_job(tp=1)
+
+    def test_with_the_distributed_optimizer_both_files_are_megatrons_own(self):
+        """Data-parallel rank 0 saves distrib_optim.pt beside model_optim_rng.pt: both are
+        stored as Megatron-LM's files, and both loaders restore the momentum from them."""
+        self.disk_saves_then_a_new_job(tp=1, distopt=True)
+
+    def test_with_the_distributed_optimizer_a_sigkilled_rank_resumes_from_memory(self):
+        out = self.run_job(self.root, {"tp": 2, "distopt": True, "kill_at": 9, "kill_rank": 1},
+                           restarts=1)
+        for r in range(2):
+            self.assertEqual(starts(self.root, r), [0, 8], out[-3000:])
+        self.assertIn("ftrun: restored step 8 from memory", out)
+        assert_same_weights(self, finals(self.root, 2), self.fault_free(2))
 
     def test_a_changed_model_parallel_layout_loads_each_file_where_megatron_asks_for_it(self):
         """Saved with tensor parallel 2, loaded with 1: both ranks (now data parallel) get the

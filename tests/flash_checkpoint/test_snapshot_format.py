@@ -88,6 +88,24 @@ class SnapshotFormatTest(unittest.TestCase):
                 self.assertTrue(torch.equal(got[name].int_repr(), state[name].int_repr()), name)
                 self.assertTrue(torch.equal(got[name].dequantize(), state[name].dequantize()))
 
+    def test_a_state_of_several_files_comes_back_file_by_file(self):
+        state = snapshot.Files({"model_optim_rng.pt": {"w": torch.ones(3), "it": 4},
+                                "distrib_optim.pt": {"m": [torch.arange(5)], "n": None}})
+        _, back = round_trip(state, through_fd=True)
+        self.assertIsInstance(back, snapshot.Files)
+        self.assertEqual(list(back), ["model_optim_rng.pt", "distrib_optim.pt"])
+        self.assertTrue(torch.equal(back["model_optim_rng.pt"]["w"], torch.ones(3)))
+        self.assertEqual(back["model_optim_rng.pt"]["it"], 4)
+        self.assertTrue(torch.equal(back["distrib_optim.pt"]["m"][0], torch.arange(5)))
+        with written(snapshot.Plan(state, 7, 3)) as (_, _, header):
+            self.assertEqual([f[0] for f in header["files"]], list(state))
+            self.assertNotIn("pickle", header)
+        for bad in ("a/b.pt", "", "..", "PART.json", "t\tab"):
+            with self.assertRaises(ValueError, msg=bad):
+                snapshot.Plan(snapshot.Files({bad: {}}), 1, 1)
+        with self.assertRaises(ValueError):
+            snapshot.Plan(snapshot.Files(), 1, 1)
+
     def test_a_damaged_snapshot_is_a_clear_error(self):
         plan = snapshot.Plan({"w": torch.ones(3)}, 1, 1)
         buf = bytearray(plan.bytes)

@@ -22,7 +22,7 @@ from .storage import (RUN_STARTED, TRACKER_FILE_NAME, Once, WorldSizeError,  # n
                       _link, _steps,
                       _torch_save, _warned, _write_tracker, built, choose, discard_staged,
                       dlrover_written, loadable_steps, stored_in_this_run,
-                      load_file, only_file, save_one_copy, save_shards, shard_group,
+                      load_file, load_part, only_file, save_one_copy, save_shards, shard_group,
                       verify_shard, warn_once)
 
 
@@ -180,7 +180,7 @@ def restore(comm, root: str, group: str, shared: bool, resume_path: str, load_re
         return resume(comm, resume_path, load_resume)
     path, manifest = choose(comm, root, check, tracker)
     if path is not None:
-        return load_file(only_file(path, manifest, group))
+        return load_part(path, manifest, group)
     if resume_path:
         return resume(comm, resume_path, load_resume)
     return saved_by_dlrover() or {}

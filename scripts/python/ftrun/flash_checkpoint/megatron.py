@@ -18,16 +18,14 @@ On storage a checkpoint is ftrun's (ftrun-step-<N>/, each rank's shard one file 
 model_optim_rng.pt), with Megatron-LM's names around it: <save>/latest_checkpointed_iteration.txt
 names the newest complete iteration, <save>/iter_<7 digits>/ftrun-checkpoint links to the stored
 checkpoint, and after a DISK save iter_<N>/mp_rank_XX links to the shard of the rank that saved
-that directory, so iter_<N>/mp_rank_XX/model_optim_rng.pt is there. When the rank saved only
-that file (no distributed optimizer), it is Megatron-LM's own: its state dict with one key
-added ("ftrun_path": its path under iter_<N>), in torch.save's format (unless a dtype has no
-torch storage type: then ftrun's snapshot layout), which Megatron-LM's loader,
-torch.load(path, weights_only=False) (as Megatron-LM's own files need) and conversion tools
-read. A rank that also saved distrib_optim.pt has both files in it by their path under
-iter_<N> ({"iteration": N, "files": {"mp_rank_00/model_optim_rng.pt": state dict,
-"mp_rank_00/distrib_optim.pt": ...}}): read that one with load_checkpoint (or
-engine.load_file). An iteration the agent stored when the job failed has no mp_rank_XX links:
-Megatron-LM's loader alone does not find it. See ftrun-flash-checkpoint(7) for what is tested.
+that directory, so iter_<N>/mp_rank_XX/model_optim_rng.pt (and distrib_optim.pt, with the
+distributed optimizer) are there. They are Megatron-LM's own files: each state dict as
+Megatron-LM saved it, model_optim_rng.pt's with one key added ("ftrun_path": its path under
+iter_<N>), in torch.save's format (unless a dtype has no torch storage type: then ftrun's
+snapshot layout), which Megatron-LM's loader, torch.load(path, weights_only=False) (as
+Megatron-LM's own files need) and conversion tools read. An iteration the agent stored when the
+job failed has no mp_rank_XX links: Megatron-LM's loader alone does not find it. See
+ftrun-flash-checkpoint(7) for what is tested.
 """
 import contextlib
 import inspect
@@ -40,7 +38,7 @@ import torch
 
 from .. import checkpoint
 from ..checkpoint import CheckpointError
-from . import engine
+from . import engine, snapshot
 from .engine import StorageType
 from .sharded import ShardedCheckpointer
 
@@ -193,21 +191,39 @@ def _save(iteration, model, optimizer, opt_param_scheduler, num_floating_point_o
 
 
 def _shard(iteration, files: dict):
-    """A rank's shard of an iteration. When the rank saved only model_optim_rng.pt (Megatron-LM
-    without the distributed optimizer), that file's state dict itself with one key added (PATH:
-    its path under iter_<N>, so that a load finds the file whatever the new job's model-parallel
-    layout), so that the file the agent stores is Megatron-LM's own; else the rank's files by
-    their path under iter_<N> (none, or with distrib_optim.pt too) with the iteration."""
-    if len(files) == 1:
-        (rel, state), = files.items()
-        if (os.path.basename(rel) == MODEL_FILE and type(state) is dict
-                and not {FILES, PATH} & state.keys() and state.get("iteration") == int(iteration)):
-            return {**state, PATH: rel}
+    """A rank's shard of an iteration. When the rank saved model_optim_rng.pt, alone or with
+    distrib_optim.pt beside it (the distributed optimizer), its files as they are, so that the
+    files the agent stores are Megatron-LM's own: the one state dict, or a snapshot.Files of
+    both by their names; model_optim_rng.pt's with one key added (PATH: its path under
+    iter_<N>, so that a load finds the files whatever the new job's model-parallel layout).
+    Else (no file, or files elsewhere) the rank's files by their path under iter_<N> with the
+    iteration."""
+    model = next((rel for rel in files if os.path.basename(rel) == MODEL_FILE), None)
+    if model is not None:
+        state, sub = files[model], os.path.dirname(model)
+        names = {os.path.basename(rel) for rel in files if os.path.dirname(rel) == sub}
+        if (type(state) is dict and not {FILES, PATH} & state.keys()
+                and state.get("iteration") == int(iteration) and len(names) == len(files)
+                and names <= {MODEL_FILE, OPTIMIZER_FILE}):
+            if len(files) == 1:
+                return {**state, PATH: model}
+            return snapshot.Files((os.path.basename(rel), {**value, PATH: model}
+                                   if rel == model else value) for rel, value in files.items())
     return {"iteration": int(iteration), FILES: files}
 
 
-def _files(shard: dict):
+def _files(shard):
     """(iteration, the rank's files by their path under iter_<N>) of a shard _shard made."""
+    if isinstance(shard, snapshot.Files):
+        state = dict(shard.get(MODEL_FILE) or {})
+        if PATH not in state:
+            raise CheckpointError(f"a restored shard of files {sorted(shard)} has no "
+                                  f"{MODEL_FILE} of ftrun's")
+        rel = state.pop(PATH)
+        files = {os.path.join(os.path.dirname(rel), name): value
+                 for name, value in shard.items() if name != MODEL_FILE}
+        files[rel] = state
+        return state["iteration"], files
     if PATH in shard:
         state = dict(shard)
         return state["iteration"], {state.pop(PATH): state}

@@ -150,7 +150,7 @@ class ShardedCheckpointer(Checkpointer):
     def _load_path(self, path: str):
         """resume_path: a step directory or its link."""
         path = os.path.realpath(path)
-        return engine.load_file(engine.only_file(path, self._verify(path), self._group))
+        return engine.load_part(path, self._verify(path), self._group)
 
     def saved_by_dlrover(self):
         """This rank's shard of the checkpoint DLRover saved under checkpoint_dir, or None

@@ -7,7 +7,9 @@ unless it cannot be converted: then this layout too):
     raw bytes of every tensor (contiguous, native byte order).
 
 The header: {"format": 1, "step": S, "world_size": W, "bytes": total,
-"pickle": [offset, length], "tensors": [[offset, dtype, shape], ...]}. A state is any
+"pickle": [offset, length], "tensors": [[offset, dtype, shape], ...]}; a state of several
+files (Files) has "files": [[name, offset, length], ...] instead of "pickle", one pickle per
+file, their persistent ids indexing the one list of tensors. A state is any
 picklable object; its torch.Tensor values (at any depth) are stored as raw bytes and come back
 as contiguous CPU tensors. Tensors on a GPU are copied to pinned host memory on a side stream
 of their device first, once the device's current stream has produced them (tested with a
@@ -75,6 +77,21 @@ class SnapshotError(ValueError):
     """Bytes that are not a complete snapshot."""
 
 
+class Files(dict):
+    """A state of several files: file name -> that file's state. A snapshot pickles each on
+    its own, and the agent stores each as its own file of that name, in torch.save's format
+    (e.g. Megatron-LM's model_optim_rng.pt and distrib_optim.pt of one rank). Names are plain
+    (no '/', not '.', '..' or PART.json) printable ASCII; read() gives a Files back."""
+
+    def check(self):
+        for name in self:
+            if (not isinstance(name, str) or not name or name in (".", "..", "PART.json")
+                    or "/" in name or not all(" " <= c <= "~" for c in name)):
+                raise ValueError(f"{name!r} is not a plain file name")
+        if not self:
+            raise ValueError("a state of no files")
+
+
 def _align(n: int) -> int:
     return (n + _ALIGN - 1) // _ALIGN * _ALIGN
 
@@ -134,9 +151,14 @@ class Plan:
 
     def __init__(self, state, step: int, world_size: int):
         self.tensors = []
-        buf = io.BytesIO()
-        _Pickler(buf, self.tensors).dump(state)
-        self.pickled = buf.getvalue()
+        named = isinstance(state, Files)
+        if named:
+            state.check()
+        pickles = []  # (name, bytes): one unnamed, or one per file
+        for name, value in (state.items() if named else [(None, state)]):
+            buf = io.BytesIO()
+            _Pickler(buf, self.tensors).dump(value)
+            pickles.append((name, buf.getvalue()))
         sides = {}
         self.tensors = [_host(t, sides) for t in self.tensors]
         for side in sides.values():
@@ -144,30 +166,37 @@ class Plan:
         entries = []
         # The header's size depends on the offsets, which depend on the header's size: place
         # the data after a generous estimate and fix the header's length.
-        estimate = _align(_PREFIX + 256 + 96 * len(self.tensors))
+        estimate = _align(_PREFIX + 256 + 96 * len(self.tensors) +
+                          sum(64 + 2 * len(n) for n, _ in pickles if n is not None))
         offset = estimate
-        pickle_at = offset
-        offset = _align(offset + len(self.pickled))
+        placed = []  # [name, offset, length] of each pickle
+        for name, pickled in pickles:
+            placed.append([name, offset, len(pickled)])
+            offset = _align(offset + len(pickled))
         for t in self.tensors:
             entries.append([offset, str(t.dtype).replace("torch.", ""), list(t.shape)])
             offset = _align(offset + t.numel() * t.element_size())
         self.bytes = max(offset, estimate)
 
         def header():
+            where = ({"files": placed} if named else
+                     {"pickle": [placed[0][1], placed[0][2]]})
             return json.dumps({"format": 1, "step": step, "world_size": world_size,
-                               "bytes": self.bytes, "pickle": [pickle_at, len(self.pickled)],
-                               "tensors": entries}, separators=(",", ":")).encode()
+                               "bytes": self.bytes, **where, "tensors": entries},
+                              separators=(",", ":")).encode()
 
         text = header()
         if _PREFIX + len(text) > estimate:  # long shapes: move everything further out
             shift = _align(_PREFIX + len(text) + 1024) - estimate
             for e in entries:
                 e[0] += shift
+            for p in placed:
+                p[1] += shift
             self.bytes += shift
-            pickle_at += shift
             text = header()
         self.header = text
-        self.pickle_at = pickle_at
+        self.pickles = [(at, pickled) for (_, at, _), (_, pickled) in zip(placed, pickles)]
+        self.pickle_at = placed[0][1]  # where the state's bytes begin (after the header)
         self.offsets = [e[0] for e in entries]
 
     def write(self, buffer):
@@ -175,7 +204,8 @@ class Plan:
         view = memoryview(buffer)
         view[:_PREFIX + len(self.header)] = MAGIC + struct.pack("<Q", len(self.header)) + \
             self.header
-        view[self.pickle_at:self.pickle_at + len(self.pickled)] = self.pickled
+        for at, pickled in self.pickles:
+            view[at:at + len(pickled)] = pickled
         view.release()
 
         def copy(t, offset):
@@ -261,9 +291,13 @@ def read(buffer, header=None, fd=None):
             if n:
                 jobs.append((n, lambda dst=dst, offset=offset, n=n: copy(dst, offset, n)))
         _copies(jobs)
-    at, length = header["pickle"]
     view = memoryview(buffer)
     try:
+        if "files" in header:
+            return Files((name, _Unpickler(io.BytesIO(bytes(view[at:at + length])),
+                                           tensors).load())
+                         for name, at, length in header["files"])
+        at, length = header["pickle"]
         pickled = bytes(view[at:at + length])
     finally:
         view.release()

@@ -227,7 +227,14 @@ def shard_group(rank: int) -> str:
 
 
 def _torch_save(state_dict, directory: str, name: str):
-    torch.save(state_dict, os.path.join(directory, name))
+    """torch.save of the state as `name` in directory; a snapshot.Files as one file per file,
+    by their names, as the agent stores it."""
+    if isinstance(state_dict, snapshot.Files):
+        state_dict.check()
+        for file, state in state_dict.items():
+            torch.save(state, os.path.join(directory, file))
+    else:
+        torch.save(state_dict, os.path.join(directory, name))
 
 
 def _steps(root: str):
@@ -357,6 +364,16 @@ def _torch_load(path: str):
     snapshots are, so weights_only is off (torch 2.6 turned it on by default, and a state may
     hold any picklable value)."""
     return torch.load(path, map_location="cpu", weights_only=False)
+
+
+def load_part(checkpoint_path: str, manifest: dict, group: str):
+    """A group's state: its one file's, or a snapshot.Files of its files' (a state of several
+    files, stored one file per file)."""
+    part = manifest["groups"].get(group)
+    if part is None or len(part["files"]) < 2:
+        return load_file(only_file(checkpoint_path, manifest, group))
+    return snapshot.Files((name, load_file(os.path.join(checkpoint_path, part["dir"], name)))
+                          for name in sorted(part["files"]))
 
 
 def only_file(checkpoint_path: str, manifest: dict, group: str) -> str:

@@ -28,6 +28,35 @@ def get_checkpoint_name(checkpoints_path, iteration, release=False, pipeline_par
     return os.path.join(checkpoints_path, directory, sub, "model_optim_rng.pt")
 
 
+def get_distributed_optimizer_checkpoint_name(model_checkpoint_name):
+    return os.path.join(os.path.dirname(model_checkpoint_name), "distrib_optim.pt")
+
+
+def _distributed_optimizer(args):
+    return getattr(args, "use_distributed_optimizer", False)
+
+
+def _save_parameter_state(optimizer, filename):
+    """The distributed optimizer's parameter state, gathered on data-parallel rank 0, which
+    writes it (here every data-parallel rank holds it whole: rank 0's is kept)."""
+    if not dist.is_initialized() or mpu.get_data_parallel_rank() == 0:
+        ensure_directory_exists(filename)
+        torch.save({"param_state": optimizer.state_dict()["state"]}, filename)
+
+
+def _load_parameter_state(optimizer, filename, param_groups):
+    """Data-parallel rank 0 reads the file and hands each rank its part (here: the whole)."""
+    mine = None
+    if not dist.is_initialized() or mpu.get_data_parallel_rank() == 0:
+        mine = torch.load(filename, map_location="cpu")["param_state"]
+    if dist.is_initialized():
+        held = [None] * dist.get_world_size()
+        dist.all_gather_object(held, (mpu.get_tensor_model_parallel_rank(), mine))
+        mine = next(state for tp, state in held
+                    if tp == mpu.get_tensor_model_parallel_rank() and state is not None)
+    optimizer.load_state_dict({"state": mine, "param_groups": param_groups})
+
+
 def get_checkpoint_tracker_filename(checkpoints_path):
     return os.path.join(checkpoints_path, "latest_checkpointed_iteration.txt")
 
@@ -48,11 +77,16 @@ def read_metadata(tracker_filename):
 def save_checkpoint(iteration, model, optimizer, opt_param_scheduler):
     args = get_args()
     checkpoint_name = get_checkpoint_name(args.save, iteration)
+    if _distributed_optimizer(args) and optimizer is not None:
+        _save_parameter_state(optimizer,
+                              get_distributed_optimizer_checkpoint_name(checkpoint_name))
     if not dist.is_initialized() or mpu.get_data_parallel_rank() == 0:
         state_dict = {"args": args, "checkpoint_version": 3.0, "iteration": iteration,
                       "model": model[0].state_dict()}
         if optimizer is not None:
             state_dict["optimizer"] = optimizer.state_dict()
+            if _distributed_optimizer(args):  # its parameter state is in distrib_optim.pt
+                state_dict["optimizer"]["state"] = {}
         if opt_param_scheduler is not None:
             state_dict["opt_param_scheduler"] = opt_param_scheduler.state_dict()
         ensure_directory_exists(checkpoint_name)
@@ -73,10 +107,14 @@ def load_checkpoint(model, optimizer, opt_param_scheduler, load_arg="load", stri
     if not os.path.isfile(tracker):
         return 0
     iteration, release = read_metadata(tracker)
-    state_dict = torch.load(get_checkpoint_name(load_dir, iteration, release),
-                            map_location="cpu")
+    checkpoint_name = get_checkpoint_name(load_dir, iteration, release)
+    state_dict = torch.load(checkpoint_name, map_location="cpu")
     model[0].load_state_dict(state_dict["model"], strict=strict)
-    if optimizer is not None:
+    if optimizer is not None and _distributed_optimizer(get_args()):
+        _load_parameter_state(optimizer,
+                              get_distributed_optimizer_checkpoint_name(checkpoint_name),
+                              state_dict["optimizer"]["param_groups"])
+    elif optimizer is not None:
         optimizer.load_state_dict(state_dict["optimizer"])
     if opt_param_scheduler is not None:
         opt_param_scheduler.load_state_dict(state_dict["opt_param_scheduler"])

@@ -58,6 +58,11 @@ plan = snapshot.Plan(c, 3, 1)
 buf = bytearray(plan.bytes)
 plan.write(buf)
 open(out + "/weights.snap", "wb").write(buf)
+files = snapshot.Files({"model_optim_rng.pt": a, "distrib_optim.pt": c})
+plan = snapshot.Plan(files, 1, 2)
+buf = bytearray(plan.bytes)
+plan.write(buf)
+open(out + "/files.snap", "wb").write(buf)
 layout = Layout.build(a, 1, 4)
 tensors = layout.refresh(b, 2, 4)
 pickled = layout.pickled()
@@ -167,6 +172,67 @@ TEST_F(TorchFileTest, TheAgentWritesASnapshotAsTorchSavesFileUnlessItChangedInMe
             std::string::npos)
       << refused.error().message;
   EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "ftrun-step-2"));
+}
+
+TEST_F(TorchFileTest, ASnapshotOfSeveralFilesIsStoredAsTorchSavesFileOfEach) {
+  ASSERT_EQ(Run("make.py", dir_.string()), "made\nexit=0");
+  const std::string snap = Read("files.snap");
+  auto single = TorchArchive(AsBytes(snap));
+  ASSERT_FALSE(single);
+  EXPECT_EQ(single.error().message, "a snapshot of several files");
+  SnapshotStore store(1, 64 << 20);
+  const int fd = testing::Save(store, 0, 1, snap);
+  CheckpointRequest request;
+  request.root = dir_ / "ckpt";
+  request.step = 1;
+  request.parts.push_back(
+      {.group = "rank-0",
+       .files = {{.name = "model_optim_rng.pt", .header = "", .snapshot = store.Newest(0)}}});
+  auto written = WriteCheckpoint(request);
+  ASSERT_TRUE(written) << written.error().message;
+  const std::string part = *written + "/" + PartDirName("rank-0") + "/";
+  EXPECT_EQ(testing::NamesIn(part), "PART.json distrib_optim.pt model_optim_rng.pt ");
+  EXPECT_EQ(Run("compare.py", part + "model_optim_rng.pt " + (dir_ / "a.pt").string()),
+            "equal\nexit=0");
+  EXPECT_EQ(Run("compare.py", part + "distrib_optim.pt " + (dir_ / "c.pt").string()),
+            "equal\nexit=0");
+  // The loaders verify both and read them back as the state of several files.
+  EXPECT_EQ(Python("from ftrun import checkpoint\nfrom ftrun.flash_checkpoint import storage\n"
+                   "m = checkpoint.verify(\"" +
+                   *written + "\")\ns = storage.load_part(\"" + *written +
+                   "\", m, \"rank-0\")\nprint(type(s).__name__, sorted(s), "
+                   "s[\"distrib_optim.pt\"][\"step\"])"),
+            "Files ['distrib_optim.pt', 'model_optim_rng.pt'] 3\nexit=0");
+  // A byte changed after the commit: neither file is stored.
+  testing::WriteThrough(fd, snap.size() / 2, "!");
+  request.step = 2;
+  auto refused = WriteCheckpoint(request);
+  ASSERT_FALSE(refused);
+  EXPECT_NE(refused.error().message.find("changed in memory since): not persisted"),
+            std::string::npos)
+      << refused.error().message;
+  EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "ftrun-step-2"));
+}
+
+TEST_F(TorchFileTest, FilesWhoseNamesAreNotPlainAreStoredInTheSnapshotsOwnLayout) {
+  ASSERT_EQ(Run("make.py", dir_.string()), "made\nexit=0");
+  std::string snap = Read("files.snap");
+  auto at = snap.find("distrib_optim.pt");
+  ASSERT_NE(at, std::string::npos);
+  snap.replace(at, 16, "distrib/optim.pt");  // same length: the header stays in place
+  SnapshotStore store(1, 64 << 20);
+  testing::Save(store, 0, 1, snap);
+  CheckpointRequest request;
+  request.root = dir_ / "ckpt";
+  request.step = 1;
+  request.parts.push_back(
+      {.group = "rank-0",
+       .files = {{.name = "model_optim_rng.pt", .header = "", .snapshot = store.Newest(0)}}});
+  auto written = WriteCheckpoint(request);
+  ASSERT_TRUE(written) << written.error().message;
+  const std::string part = *written + "/" + PartDirName("rank-0");
+  EXPECT_EQ(testing::NamesIn(part), "PART.json model_optim_rng.pt ");
+  EXPECT_EQ(ftrun::testing::ReadFile(part + "/model_optim_rng.pt"), snap);
 }
 
 TEST_F(TorchFileTest, BytesThatAreNotAConvertibleSnapshotAreAnErrorSayingWhy) {
