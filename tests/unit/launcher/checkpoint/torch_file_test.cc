@@ -115,6 +115,30 @@ class TorchFileTest : public ::testing::Test {
     }
   }
 
+  // A request to store the newest snapshot of local rank 0 of `store` at `step` as group's
+  // file `name` under dir_/ckpt.
+  CheckpointRequest Request(SnapshotStore& store, uint64_t step, const std::string& group,
+                            const std::string& name) {
+    CheckpointRequest request;
+    request.root = dir_ / "ckpt";
+    request.step = step;
+    request.parts.push_back(
+        {.group = group, .files = {{.name = name, .header = "", .snapshot = store.Newest(0)}}});
+    return request;
+  }
+  // A byte of the snapshot in `fd` changed after its commit (the conversion reads the bytes
+  // more than once): the recorded checksum no longer matches and `request` is not stored.
+  void ExpectRefusedOnceChanged(int fd, size_t at, CheckpointRequest request) {
+    testing::WriteThrough(fd, at, "!");
+    request.step += 1;
+    auto refused = WriteCheckpoint(request);
+    ASSERT_FALSE(refused);
+    EXPECT_NE(refused.error().message.find("changed in memory since): not persisted"),
+              std::string::npos)
+        << refused.error().message;
+    EXPECT_FALSE(fs::exists(dir_ / "ckpt" / ("ftrun-step-" + std::to_string(request.step))));
+  }
+
   fs::path dir_;
 };
 
@@ -153,25 +177,12 @@ TEST_F(TorchFileTest, TheAgentWritesASnapshotAsTorchSavesFileUnlessItChangedInMe
   const std::string snap = Read("plan.snap");
   SnapshotStore store(1, 64 << 20);
   const int fd = testing::Save(store, 0, 1, snap);
-  CheckpointRequest request;
-  request.root = dir_ / "ckpt";
-  request.step = 1;
-  request.parts.push_back(
-      {.group = "", .files = {{.name = "rank_0.pt", .header = "", .snapshot = store.Newest(0)}}});
+  const CheckpointRequest request = Request(store, 1, "", "rank_0.pt");
   auto written = WriteCheckpoint(request);
   ASSERT_TRUE(written) << written.error().message;
   EXPECT_EQ(Run("compare.py", *written + "/group-all/rank_0.pt " + (dir_ / "a.pt").string()),
             "equal\nexit=0");
-  // A byte changed after the commit (the conversion reads the bytes more than once): the
-  // recorded checksum no longer matches and the step is not stored.
-  testing::WriteThrough(fd, snap.size() / 2, "!");
-  request.step = 2;
-  auto refused = WriteCheckpoint(request);
-  ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message.find("changed in memory since): not persisted"),
-            std::string::npos)
-      << refused.error().message;
-  EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "ftrun-step-2"));
+  ExpectRefusedOnceChanged(fd, snap.size() / 2, request);
 }
 
 TEST_F(TorchFileTest, ASnapshotOfSeveralFilesIsStoredAsTorchSavesFileOfEach) {
@@ -182,12 +193,7 @@ TEST_F(TorchFileTest, ASnapshotOfSeveralFilesIsStoredAsTorchSavesFileOfEach) {
   EXPECT_EQ(single.error().message, "a snapshot of several files");
   SnapshotStore store(1, 64 << 20);
   const int fd = testing::Save(store, 0, 1, snap);
-  CheckpointRequest request;
-  request.root = dir_ / "ckpt";
-  request.step = 1;
-  request.parts.push_back(
-      {.group = "rank-0",
-       .files = {{.name = "model_optim_rng.pt", .header = "", .snapshot = store.Newest(0)}}});
+  const CheckpointRequest request = Request(store, 1, "rank-0", "model_optim_rng.pt");
   auto written = WriteCheckpoint(request);
   ASSERT_TRUE(written) << written.error().message;
   const std::string part = *written + "/" + PartDirName("rank-0") + "/";
@@ -203,15 +209,7 @@ TEST_F(TorchFileTest, ASnapshotOfSeveralFilesIsStoredAsTorchSavesFileOfEach) {
                    "\", m, \"rank-0\")\nprint(type(s).__name__, sorted(s), "
                    "s[\"distrib_optim.pt\"][\"step\"])"),
             "Files ['distrib_optim.pt', 'model_optim_rng.pt'] 3\nexit=0");
-  // A byte changed after the commit: neither file is stored.
-  testing::WriteThrough(fd, snap.size() / 2, "!");
-  request.step = 2;
-  auto refused = WriteCheckpoint(request);
-  ASSERT_FALSE(refused);
-  EXPECT_NE(refused.error().message.find("changed in memory since): not persisted"),
-            std::string::npos)
-      << refused.error().message;
-  EXPECT_FALSE(fs::exists(dir_ / "ckpt" / "ftrun-step-2"));
+  ExpectRefusedOnceChanged(fd, snap.size() / 2, request);  // neither file is stored
 }
 
 TEST_F(TorchFileTest, FilesWhoseNamesAreNotPlainAreStoredInTheSnapshotsOwnLayout) {
@@ -222,13 +220,7 @@ TEST_F(TorchFileTest, FilesWhoseNamesAreNotPlainAreStoredInTheSnapshotsOwnLayout
   snap.replace(at, 16, "distrib/optim.pt");  // same length: the header stays in place
   SnapshotStore store(1, 64 << 20);
   testing::Save(store, 0, 1, snap);
-  CheckpointRequest request;
-  request.root = dir_ / "ckpt";
-  request.step = 1;
-  request.parts.push_back(
-      {.group = "rank-0",
-       .files = {{.name = "model_optim_rng.pt", .header = "", .snapshot = store.Newest(0)}}});
-  auto written = WriteCheckpoint(request);
+  auto written = WriteCheckpoint(Request(store, 1, "rank-0", "model_optim_rng.pt"));
   ASSERT_TRUE(written) << written.error().message;
   const std::string part = *written + "/" + PartDirName("rank-0");
   EXPECT_EQ(testing::NamesIn(part), "PART.json model_optim_rng.pt ");
