@@ -224,6 +224,7 @@ class RendezvousState {
   };
 
   void Changed() { ++version_; }
+  // rendezvous_state_round.cc: forming a round (with FormingCandidates, PlacesClaimed).
   void StartForming(TimePoint now, bool reformation);
   void TryCompleteRound(TimePoint now);
   // How many of the joined nodes the next round takes: at most MAX, a multiple of node_unit.
