@@ -439,26 +439,34 @@ class _SnapshotPickler(pickle.Pickler):
         return obj.index if isinstance(obj, _Tensor) else None
 
 
-def snapshot(state, tensors, protocol=3, header_extra=None):
-    """tensors: (dtype, shape, element size) each; state holds _Tensor(i) where tensor i is."""
-    buf = io.BytesIO()
-    _SnapshotPickler(buf, protocol=protocol).dump(state)
-    pickled = buf.getvalue()
+def snapshot(state, tensors, protocol=3, header_extra=None, files=None):
+    """tensors: (dtype, shape, element size) each; state holds _Tensor(i) where tensor i is.
+    files: instead of state, {name: state} of a snapshot of several files."""
+    pickles = []
+    for name, value in (files or {None: state}).items():
+        buf = io.BytesIO()
+        _SnapshotPickler(buf, protocol=protocol).dump(value)
+        pickles.append((name, buf.getvalue()))
     align = lambda n: (n + 63) // 64 * 64  # noqa: E731
-    at = 1024
-    entries, offset = [], align(at + len(pickled))
+    at, placed = 1024, []
+    for name, pickled in pickles:
+        placed.append([name, at, len(pickled)])
+        at = align(at + len(pickled))
+    entries, offset = [], at
     for dtype, shape, size in tensors:
         entries.append([offset, dtype, shape])
         n = size
         for d in shape:
             n *= d
         offset = align(offset + n)
-    header = dict({"format": 1, "step": 3, "world_size": 1, "bytes": offset,
-                   "pickle": [at, len(pickled)], "tensors": entries}, **(header_extra or {}))
+    where = {"files": placed} if files else {"pickle": placed[0][1:]}
+    header = dict({"format": 1, "step": 3, "world_size": 1, "bytes": offset, **where,
+                   "tensors": entries}, **(header_extra or {}))
     text = json.dumps(header, separators=(",", ":")).encode()
     data = bytearray(offset)
     data[:16 + len(text)] = b"FTRUNSN1" + struct.pack("<Q", len(text)) + text
-    data[at:at + len(pickled)] = pickled
+    for (_, at, n), (_, pickled) in zip(placed, pickles):
+        data[at:at + n] = pickled
     for i, (start, _, _) in enumerate(entries):
         data[start:start + 4] = bytes([i, 1, 2, 3])
     return bytes(data)
@@ -477,6 +485,9 @@ TORCH_FILE = {
     "index_beyond_the_tensors": snapshot([_Tensor(1)], [("uint8", [2], 1)]),
     "tensor_outside": snapshot([_Tensor(0)], [("float64", [2], 8)],
                                header_extra={"tensors": [[1 << 40, "float64", [2]]]}),
+    "two_files": snapshot(None, _MODEL_TENSORS, files={
+        "model_optim_rng.pt": {"model": {"w": _Tensor(0), "b": _Tensor(1)}, "iteration": 3},
+        "distrib_optim.pt": {"param_state": {0: {"exp_avg": _Tensor(2)}}}}),
 }
 
 

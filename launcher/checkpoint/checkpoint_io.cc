@@ -275,7 +275,7 @@ Status WriteManifest(const std::string& dir, uint64_t step, int world_size,
 
 bool PlainFileName(const std::string& name) {
   return PrintableAscii(name) && !name.empty() && name != "." && name != ".." &&
-         name != "PART.json" && name.find('/') == std::string::npos;
+         !name.starts_with("PART.json") && name.find('/') == std::string::npos;
 }
 
 Status CheckNames(const CheckpointRequest& request) {

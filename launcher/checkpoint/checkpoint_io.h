@@ -40,8 +40,8 @@ std::string Json(const std::string& s);
 std::string PartEntry(const std::string& group, const Files& files);
 // Every group and file name printable ASCII, plain, and unique.
 Status CheckNames(const CheckpointRequest& request);
-// A file name as CheckNames accepts it: plain (no '/', not '.' or '..', not PART.json),
-// printable ASCII, not empty.
+// A file name as CheckNames accepts it: plain (no '/', not '.' or '..', not PART.json or a
+// name starting with it: PART.json's temporary name), printable ASCII, not empty.
 bool PlainFileName(const std::string& name);
 
 // checkpoint.py's write_part for files in memory: tmp/<PartDirName(group)>/ with the files

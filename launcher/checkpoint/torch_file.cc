@@ -8,6 +8,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <set>
 
 namespace ftrun::launcher {
 namespace {
@@ -246,7 +247,7 @@ Result<std::string> TorchPickle(std::span<const std::byte> pickle,
   const auto* p = reinterpret_cast<const unsigned char*>(pickle.data());
   const size_t n = pickle.size();
   std::string out;
-  out.reserve(n + tensors.size() * 160);
+  out.reserve(n + std::min(tensors.size(), n / 3) * 160);  // a tensor's id takes >= 3 bytes
   size_t last_start = std::string::npos;   // in `out`: the opcode before the current one
   std::vector<bool> used(tensors.size());  // a snapshot pickles each tensor once
   unsigned char last_op = 0;
@@ -335,6 +336,9 @@ Result<std::span<const std::byte>> PickleAt(const google::protobuf::Value* at, s
   return snapshot.subspan(*offset, *size);
 }
 
+// At most this many files in one snapshot (a rank's files; Megatron-LM saves two).
+constexpr size_t kMaxFiles = 64;
+
 Result<Parsed> Parse(std::span<const std::byte> snapshot) {
   const size_t prefix = kMagic.size() + 8;
   if (snapshot.size() < prefix || std::memcmp(snapshot.data(), kMagic.data(), kMagic.size())) {
@@ -352,16 +356,34 @@ Result<Parsed> Parse(std::span<const std::byte> snapshot) {
   const auto* listed = Field(header, "tensors");
   if (!listed) return Error{"the header has no tensors"};
   if (const auto* files = Field(header, "files")) {
+    if (files->list_value().values().empty()) return Error{"a snapshot of no files"};
+    if (static_cast<size_t>(files->list_value().values().size()) > kMaxFiles) {
+      return Error{"a snapshot of more than " + std::to_string(kMaxFiles) + " files"};
+    }
+    std::set<std::string> names;
     for (const auto& f : files->list_value().values()) {
       if (f.list_value().values().empty() ||
           f.list_value().values()[0].kind_case() != google::protobuf::Value::kStringValue) {
         return Error{"a file entry is not [name, offset, length]"};
       }
+      const std::string& name = f.list_value().values()[0].string_value();
+      if (name.empty() || !names.insert(name).second) {
+        return Error{"a file name that is empty or repeated"};
+      }
       auto pickle = PickleAt(&f, 1, snapshot);
       if (!pickle) return pickle.error();
-      parsed.pickles.emplace_back(f.list_value().values()[0].string_value(), *pickle);
+      parsed.pickles.emplace_back(name, *pickle);
     }
-    if (parsed.pickles.empty()) return Error{"a snapshot of no files"};
+    // Each byte in one pickle at most, as snapshot.py places them: no output larger than its
+    // input, whatever a forged header says.
+    std::vector<std::span<const std::byte>> spans;
+    for (const auto& p : parsed.pickles) spans.push_back(p.second);
+    std::sort(spans.begin(), spans.end(), [](auto a, auto b) { return a.data() < b.data(); });
+    for (size_t i = 1; i < spans.size(); ++i) {
+      if (spans[i].data() < spans[i - 1].data() + spans[i - 1].size()) {
+        return Error{"the files' pickles overlap"};
+      }
+    }
   } else {
     auto pickle = PickleAt(Field(header, "pickle"), 0, snapshot);
     if (!pickle) return pickle.error();
@@ -382,10 +404,15 @@ Result<std::vector<TorchFile>> TorchArchives(std::span<const std::byte> snapshot
   auto parsed = Parse(snapshot);
   if (!parsed) return parsed.error();
   std::vector<TorchFile> files;
+  std::vector<bool> taken(parsed->tensors.size());  // a tensor belongs to one file
   for (const auto& [name, pickle] : parsed->pickles) {
     std::vector<size_t> used;
     auto data = TorchPickle(pickle, parsed->tensors, &used);
     if (!data) return data.error();
+    for (size_t i : used) {
+      if (taken[i]) return Error{"a tensor named by two files"};
+      taken[i] = true;
+    }
     ZipArchive zip(force_zip64);
     zip.AddCopy("archive/data.pkl", std::move(*data));
     zip.AddCopy("archive/byteorder", "little");

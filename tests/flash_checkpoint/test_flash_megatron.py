@@ -13,7 +13,7 @@ save_checkpoint/load_checkpoint through ftrun's.
   rank 0's.
 * An iteration saved with tensor parallel 2 and loaded with 1: both ranks get mp_rank_00's file.
 * Without ftrun: DLRover's signatures, a round trip, Megatron-LM's own checkpoint, the
-  distributed optimizer's file, and an iteration in the form ftrun stored before 2026-11-29.
+  distributed optimizer's file, and an iteration in the form earlier versions of ftrun stored.
 
 Run as `python3 test_flash_megatron.py train <root> <config json>` (or `relayout <root>`) it is
 one rank.
@@ -162,7 +162,7 @@ class WithoutFtrunTest(unittest.TestCase):
         checkpointing.save_checkpoint(7, fresh, None, None)
         self.assertEqual(flash.load_checkpoint(model, None, None), 7)
         self.assertTrue(torch.equal(model[0].weight, want))
-        # An iteration ftrun stored before 2026-11-29: every rank's files by their path.
+        # An iteration as earlier versions of ftrun stored it: every rank's files by their path.
         older = os.path.join(self.root, "older")
         set_args(argparse.Namespace(save=older, load=older, tensor_model_parallel_size=1))
         cp = flash._checkpointer(older, "")

@@ -100,11 +100,25 @@ class SnapshotFormatTest(unittest.TestCase):
         with written(snapshot.Plan(state, 7, 3)) as (_, _, header):
             self.assertEqual([f[0] for f in header["files"]], list(state))
             self.assertNotIn("pickle", header)
-        for bad in ("a/b.pt", "", "..", "PART.json", "t\tab"):
+        for bad in ("a/b.pt", "", "..", "PART.json", "PART.json.tmp", "t\tab"):
             with self.assertRaises(ValueError, msg=bad):
-                snapshot.Plan(snapshot.Files({bad: {}}), 1, 1)
-        with self.assertRaises(ValueError):
-            snapshot.Plan(snapshot.Files(), 1, 1)
+                snapshot.Plan(snapshot.Files({bad: {}, "ok.pt": {}}), 1, 1)
+        for count in (0, 1, 65):  # one file is its state itself
+            with self.assertRaises(ValueError, msg=count):
+                snapshot.Plan(snapshot.Files((f"f{i}", {}) for i in range(count)), 1, 1)
+        # A forged list of files: a clear error.
+        for forged in ([["a", 0, 5], ["a", 0, 5]], [["a", -1, 5]], [["a", 10, 1 << 40]],
+                       [["a", 1.5, 2]], [["a", 1]], "files"):
+            with self.assertRaises(snapshot.SnapshotError, msg=forged), \
+                    written(snapshot.Plan(state, 7, 3)) as (_, m, header):
+                snapshot.read(m, dict(header, files=forged))
+
+    def test_a_ddp_checkpoint_is_one_state(self):
+        from ftrun.flash_checkpoint.ddp import DdpCheckpointer
+        import tempfile
+        cp = DdpCheckpointer(tempfile.mkdtemp(prefix="ftrun-files-ddp-"))
+        with self.assertRaisesRegex(ValueError, "ShardedCheckpointer"):
+            cp.save_checkpoint(1, snapshot.Files({"a.pt": {}, "b.pt": {}}))
 
     def test_a_damaged_snapshot_is_a_clear_error(self):
         plan = snapshot.Plan({"w": torch.ones(3)}, 1, 1)

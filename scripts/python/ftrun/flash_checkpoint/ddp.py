@@ -109,7 +109,7 @@ class DdpCheckpointer(Checkpointer):
         if self._local_rank != 0:
             return True  # one copy per node: local rank 0's
         persist = self._persist and self._rank == 0
-        taken = engine.save_to_memory(mem, step, engine.built(state_dict), "",
+        taken = engine.save_to_memory(mem, step, engine.one_state(engine.built(state_dict)), "",
                                       self._comm.world_size, self._target(step, path), persist)
         if persist and taken:
             self._stored.writing(step, mem)

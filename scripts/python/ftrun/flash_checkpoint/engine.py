@@ -22,7 +22,8 @@ from .storage import (RUN_STARTED, TRACKER_FILE_NAME, Once, WorldSizeError,  # n
                       _link, _steps,
                       _torch_save, _warned, _write_tracker, built, choose, discard_staged,
                       dlrover_written, loadable_steps, stored_in_this_run,
-                      load_file, load_part, only_file, save_one_copy, save_shards, shard_group,
+                      load_file, load_part, one_state, only_file, save_one_copy, save_shards,
+                      shard_group,
                       verify_shard, warn_once)
 
 

@@ -77,19 +77,26 @@ class SnapshotError(ValueError):
     """Bytes that are not a complete snapshot."""
 
 
+_MAX_FILES = 64  # torch_file.cc's kMaxFiles
+
+
 class Files(dict):
     """A state of several files: file name -> that file's state. A snapshot pickles each on
     its own, and the agent stores each as its own file of that name, in torch.save's format
-    (e.g. Megatron-LM's model_optim_rng.pt and distrib_optim.pt of one rank). Names are plain
-    (no '/', not '.', '..' or PART.json) printable ASCII; read() gives a Files back."""
+    (e.g. Megatron-LM's model_optim_rng.pt and distrib_optim.pt of one rank); a checkpoint's
+    part of several files loads back as a Files, from memory or storage. Two to 64 files,
+    named plainly (printable ASCII, no '/', not '.' or '..', not starting with PART.json);
+    only ShardedCheckpointer's shards may be one."""
 
     def check(self):
         for name in self:
-            if (not isinstance(name, str) or not name or name in (".", "..", "PART.json")
-                    or "/" in name or not all(" " <= c <= "~" for c in name)):
+            if (not isinstance(name, str) or not name or name in (".", "..")
+                    or name.startswith("PART.json") or "/" in name
+                    or not all(" " <= c <= "~" for c in name)):
                 raise ValueError(f"{name!r} is not a plain file name")
-        if not self:
-            raise ValueError("a state of no files")
+        if not 2 <= len(self) <= _MAX_FILES:
+            raise ValueError(f"a state of {len(self)} files: two to {_MAX_FILES} (one file is "
+                             "its state itself)")
 
 
 def _align(n: int) -> int:
@@ -259,6 +266,20 @@ def _pread_into(fd: int, dst: torch.Tensor, offset: int, n: int):
     view.release()
 
 
+def _files_of(header: dict) -> list:
+    """The header's [name, offset, length] of each file, checked: distinct names, pickles
+    inside the snapshot."""
+    try:
+        files = header["files"]
+        if (len({name for name, _, _ in files}) == len(files)
+                and all(type(at) is int and type(n) is int and 0 <= at <= at + n <= header["bytes"]
+                        for _, at, n in files)):
+            return files
+    except (TypeError, ValueError):
+        pass
+    raise SnapshotError("a damaged list of files in the snapshot's header")
+
+
 def read(buffer, header=None, fd=None):
     """The state stored in `buffer`, its tensors copied out (the buffer may go afterwards).
     With `fd` (the descriptor `buffer` maps), the tensors' bytes are read from it instead:
@@ -294,9 +315,10 @@ def read(buffer, header=None, fd=None):
     view = memoryview(buffer)
     try:
         if "files" in header:
+            files = _files_of(header)
             return Files((name, _Unpickler(io.BytesIO(bytes(view[at:at + length])),
                                            tensors).load())
-                         for name, at, length in header["files"])
+                         for name, at, length in files)
         at, length = header["pickle"]
         pickled = bytes(view[at:at + length])
     finally:

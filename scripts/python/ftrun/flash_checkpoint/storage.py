@@ -169,6 +169,15 @@ class Once:
         return value
 
 
+def one_state(state):
+    """`state`, unless it is a state of several files (snapshot.Files), which only the shards
+    of ShardedCheckpointer may be: a DDP checkpoint is one file."""
+    if isinstance(state, snapshot.Files):
+        raise ValueError("DdpCheckpointer stores one state, not a snapshot.Files (several "
+                         "files are for ShardedCheckpointer's shards)")
+    return state
+
+
 def save_one_copy(comm, root: str, step: int, name: str, state_dict, path: str):
     """DDP: rank 0 writes the one copy (replicas are equal; `state_dict` may be a function
     returning it, called on rank 0 only); every rank returns once it is complete, or raises if
@@ -176,7 +185,7 @@ def save_one_copy(comm, root: str, step: int, name: str, state_dict, path: str):
     error = None
     if comm.rank == 0:
         try:
-            state = built(state_dict)
+            state = one_state(built(state_dict))
             final = checkpoint.save(root, step, lambda s, d: _torch_save(state, d, name),
                                     world_size=comm.world_size, reason="periodic",
                                     replace_before=RUN_STARTED)

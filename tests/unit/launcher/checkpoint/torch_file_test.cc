@@ -214,17 +214,69 @@ TEST_F(TorchFileTest, ASnapshotOfSeveralFilesIsStoredAsTorchSavesFileOfEach) {
 
 TEST_F(TorchFileTest, FilesWhoseNamesAreNotPlainAreStoredInTheSnapshotsOwnLayout) {
   ASSERT_EQ(Run("make.py", dir_.string()), "made\nexit=0");
-  std::string snap = Read("files.snap");
-  auto at = snap.find("distrib_optim.pt");
-  ASSERT_NE(at, std::string::npos);
-  snap.replace(at, 16, "distrib/optim.pt");  // same length: the header stays in place
-  SnapshotStore store(1, 64 << 20);
-  testing::Save(store, 0, 1, snap);
-  auto written = WriteCheckpoint(Request(store, 1, "rank-0", "model_optim_rng.pt"));
-  ASSERT_TRUE(written) << written.error().message;
-  const std::string part = *written + "/" + PartDirName("rank-0");
-  EXPECT_EQ(testing::NamesIn(part), "PART.json model_optim_rng.pt ");
-  EXPECT_EQ(ftrun::testing::ReadFile(part + "/model_optim_rng.pt"), snap);
+  // Same length as distrib_optim.pt: the header stays in place.
+  for (const char* name : {"distrib/optim.pt", "PART.json.tmp123"}) {
+    SCOPED_TRACE(name);
+    std::string snap = Read("files.snap");
+    auto at = snap.find("distrib_optim.pt");
+    ASSERT_NE(at, std::string::npos);
+    snap.replace(at, 16, name);
+    ASSERT_TRUE(TorchArchives(AsBytes(snap)));  // convertible: the names make the difference
+    SnapshotStore store(1, 64 << 20);
+    testing::Save(store, 0, 1, snap);
+    auto written = WriteCheckpoint(Request(store, 1, "rank-0", "model_optim_rng.pt"));
+    ASSERT_TRUE(written) << written.error().message;
+    const std::string part = *written + "/" + PartDirName("rank-0");
+    EXPECT_EQ(testing::NamesIn(part), "PART.json model_optim_rng.pt ");
+    EXPECT_EQ(ftrun::testing::ReadFile(part + "/model_optim_rng.pt"), snap);
+    fs::remove_all(dir_ / "ckpt");
+  }
+}
+
+// A snapshot of 4 KiB whose header lists `files` (JSON) and one 4-byte tensor at 3072, with
+// each (offset, bytes) of `placed` written in.
+std::string FilesSnapshot(const std::string& files,
+                          const std::vector<std::pair<size_t, std::string>>& placed) {
+  const std::string header = R"({"format":1,"step":1,"world_size":1,"bytes":4096,"files":)" +
+                             files + R"(,"tensors":[[3072,"uint8",[4]]]})";
+  std::string snap = "FTRUNSN1" + std::string(8, '\0') + header;
+  for (int i = 0; i < 8; ++i) snap[8 + i] = static_cast<char>((header.size() >> (8 * i)) & 0xff);
+  snap.resize(4096, '\0');
+  for (const auto& [at, bytes] : placed) snap.replace(at, bytes.size(), bytes);
+  return snap;
+}
+
+TEST(TorchFilesTest, AForgedListOfFilesIsAnErrorNeverAnOutputLargerThanItsInput) {
+  const std::string names_tensor("\x80\x03K\x00Q.", 6);  // the tensor, as a persistent id
+  const std::string none("\x80\x03N.", 4);
+  auto error = [](const std::string& snap) {
+    auto files = TorchArchives(AsBytes(snap));
+    return files ? std::string("converted") : files.error().message;
+  };
+  EXPECT_EQ(error(FilesSnapshot(R"([["a",2048,6],["b",2050,4]])", {{2048, names_tensor}})),
+            "the files' pickles overlap");
+  EXPECT_EQ(error(FilesSnapshot(R"([["a",2048,6],["b",2112,6]])",
+                                {{2048, names_tensor}, {2112, names_tensor}})),
+            "a tensor named by two files");
+  EXPECT_EQ(
+      error(FilesSnapshot(R"([["a",2048,6],["a",2112,4]])", {{2048, names_tensor}, {2112, none}})),
+      "a file name that is empty or repeated");
+  EXPECT_EQ(error(FilesSnapshot(R"([["",2048,4]])", {{2048, none}})),
+            "a file name that is empty or repeated");
+  EXPECT_EQ(error(FilesSnapshot("[]", {})), "a snapshot of no files");
+  std::string many = "[";
+  for (int i = 0; i < 65; ++i) many += (i ? "," : "") + ("[\"f" + std::to_string(i) + "\",2048,4]");
+  EXPECT_EQ(error(FilesSnapshot(many + "]", {{2048, none}})), "a snapshot of more than 64 files");
+  EXPECT_EQ(error(FilesSnapshot(R"([["a",2048,6],["b",2112,3000]])", {{2048, names_tensor}})),
+            "the pickle lies outside the snapshot");
+  // Well formed: each file's archive holds the tensors its pickle names, and no other.
+  auto files = TorchArchives(AsBytes(
+      FilesSnapshot(R"([["a",2048,6],["b",2112,4]])", {{2048, names_tensor}, {2112, none}})));
+  ASSERT_TRUE(files) << files.error().message;
+  ASSERT_EQ(files->size(), 2u);
+  EXPECT_EQ((*files)[0].name, "a");
+  EXPECT_EQ((*files)[1].name, "b");
+  EXPECT_GT((*files)[0].archive.size(), (*files)[1].archive.size() + 4);
 }
 
 TEST_F(TorchFileTest, BytesThatAreNotAConvertibleSnapshotAreAnErrorSayingWhy) {
