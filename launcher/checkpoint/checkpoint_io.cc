@@ -382,6 +382,17 @@ Status LinkTo(const std::string& link, const std::string& target) {
   return {};
 }
 
+void LinkParts(const CheckpointRequest& request) {
+  if (request.link.empty()) return;
+  for (const auto& part : request.parts) {
+    if (part.link.empty()) continue;
+    if (auto s = LinkTo(part.link, request.link + "/" + PartDirName(part.group)); !s) {
+      LauncherLog()->warn("flash checkpoint: {} does not lead to shard {} of step {}: {}",
+                          part.link, part.group, request.step, s.error().message);
+    }
+  }
+}
+
 }  // namespace checkpoint_io
 
 std::string PartDirName(const std::string& group) {

@@ -84,6 +84,7 @@ Result<std::string> WriteCheckpoint(const CheckpointRequest& request) {
                             " does not point at it");
     }
   }
+  LinkParts(request);
   return Ok(final_dir);
 }
 

@@ -53,6 +53,10 @@ struct CheckpointFile {
 struct CheckpointPart {
   std::string group;
   std::vector<CheckpointFile> files;
+  // Made a symbolic link to this part's directory in the stored step, through the request's
+  // `link` (so written even before the step is complete: it resolves once the step is); ""
+  // for none. A failure is logged, not an error: the checkpoint is whole without it.
+  std::string link = {};
 };
 
 struct CheckpointRequest {

@@ -106,6 +106,7 @@ void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
       .path = r.path(),
       .name = r.name().empty() ? kDefaultFileName : r.name(),
       .tracker = r.tracker(),
+      .part_link = r.part_link(),
       .world_size = static_cast<int>(std::clamp<int64_t>(r.world_size(), 1, 1 << 24))};
   Status committed =
       r.step() < 0 || (r.has_begun() && r.begun() < 0) || (r.has_bytes() && r.bytes() <= 0)

@@ -44,7 +44,7 @@ void FlashService::MaybePersist(const SnapshotView& view, const std::string& rea
                             .tracker = target.tracker,
                             .link = target.path};
   if (!IsShardGroup(view.meta.group)) {
-    request.parts.push_back({view.meta.group, {{target.name, "", view, {}}}});
+    request.parts.push_back({view.meta.group, {{target.name, "", view, {}}}, target.part_link});
   } else {
     if (target.world_size > store_.local_ranks()) {
       // Not every shard can be on this node: the ranks write a DISK save themselves, and
@@ -61,7 +61,8 @@ void FlashService::MaybePersist(const SnapshotView& view, const std::string& rea
             view.step, group);
         return;
       }
-      request.parts.push_back({group, {{shard->meta.target.name, "", *shard, {}}}});
+      request.parts.push_back(
+          {group, {{shard->meta.target.name, "", *shard, {}}}, shard->meta.target.part_link});
     }
   }
   LauncherLog()->info("flash checkpoint: persisting step={} to {} ({})", view.step, target.root,
@@ -110,8 +111,9 @@ void FlashService::PersistSharedForExit() {
                                   .link = target.path,
                                   .shared = true};
     }
-    if (!Holds(request, view.meta.group))
-      request.parts.push_back({view.meta.group, {{target.name, "", view, {}}}});
+    if (!Holds(request, view.meta.group)) {
+      request.parts.push_back({view.meta.group, {{target.name, "", view, {}}}, target.part_link});
+    }
   }
   for (auto& [at, request] : steps) {
     // Copies of other nodes' shards of the same step help when their agents cannot write.

@@ -69,11 +69,12 @@ uint32_t SnapshotChecksum(std::span<const std::byte> data, uint32_t crc = 0);
 
 // Where a snapshot goes when it is persisted (root empty: nowhere).
 struct SnapshotTarget {
-  std::string root;     // the checkpoint directory
-  std::string path;     // made a link to the stored copy ("" : none)
-  std::string name;     // the copy's file name inside its group's directory
-  std::string tracker;  // file under root recording the newest step ("" : none)
-  int world_size = 1;   // ranks of the job that saved it
+  std::string root;       // the checkpoint directory
+  std::string path;       // made a link to the stored copy ("" : none)
+  std::string name;       // the copy's file name inside its group's directory
+  std::string tracker;    // file under root recording the newest step ("" : none)
+  std::string part_link;  // made a link to the copy's own directory in the stored step ("": none)
+  int world_size = 1;     // ranks of the job that saved it
 };
 
 // A snapshot's copy (SnapshotMeta::group): "" the one copy of a DDP job, ShardGroup(r) rank r's

@@ -12,6 +12,8 @@ save_checkpoint/load_checkpoint through ftrun's.
   load_checkpoint alone. Data parallel 2 too: the rank that saved no file gets data-parallel
   rank 0's.
 * An iteration saved with tensor parallel 2 and loaded with 1: both ranks get mp_rank_00's file.
+* The iteration the agent stores when the job fails has Megatron-LM's paths: its own loader
+  resumes from it.
 * Without ftrun: DLRover's signatures, a round trip, Megatron-LM's own checkpoint, the
   distributed optimizer's file, and an iteration in the form earlier versions of ftrun stored.
 
@@ -254,7 +256,7 @@ class WithoutFtrunTest(unittest.TestCase):
 class MegatronFlashCheckpointTest(unittest.TestCase):
     clean = {}
 
-    def run_job(self, root, config, restarts=0, what="train"):
+    def run_job(self, root, config, restarts=0, what="train", ok=True):
         env = dict(os.environ, PYTHONPATH=STANDIN)
         env.pop("FTRUN_CONTROL_SOCKET", None)
         done = subprocess.run(
@@ -263,7 +265,7 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
              os.path.join(root, "logs"), "--no-python", "/usr/bin/python3", __file__, what,
              root] + ([json.dumps(config)] if what == "train" else []),
             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=150)
-        self.assertEqual(done.returncode, 0, done.stdout[-4000:])
+        self.assertEqual(done.returncode == 0, ok, done.stdout[-4000:])
         return done.stdout
 
     def fault_free(self, tp):
@@ -287,6 +289,17 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
         left = os.listdir(self.ckpt) if os.path.isdir(self.ckpt) else []
         self.assertEqual([n for n in left if n.startswith("iter_")], [],
                          "MEMORY saves leave no directory of Megatron-LM's behind")
+
+    def test_the_iteration_the_agent_stores_when_the_job_fails_has_megatrons_paths(self):
+        """MEMORY saves only, then a rank dies with no restart left: the agent stores the
+        newest iteration with each rank's iter_<N>/mp_rank_XX link, so Megatron-LM's own
+        loader resumes from it."""
+        out = self.run_job(self.root, {"tp": 2, "kill_at": 9, "kill_rank": 1}, ok=False)
+        self.check_megatron_layout(8, 2, False)
+        out = self.run_job(self.root, {"tp": 2, "megatrons_loader": True})
+        for r in range(2):
+            self.assertEqual(starts(self.root, r), [0, 8], out[-3000:])
+        assert_same_weights(self, finals(self.root, 2), self.fault_free(2))
 
     def check_megatron_layout(self, iteration, tp, distopt):
         import torch

@@ -23,8 +23,9 @@ distributed optimizer) are there. They are Megatron-LM's own files: each state d
 Megatron-LM saved it, model_optim_rng.pt's with one key added ("ftrun_path": its path under
 iter_<N>), in torch.save's format (unless a dtype has no torch storage type: then ftrun's
 snapshot layout), which Megatron-LM's loader, torch.load(path, weights_only=False) (as
-Megatron-LM's own files need) and conversion tools read. An iteration the agent stored when the
-job failed has no mp_rank_XX links: Megatron-LM's loader alone does not find it. See
+Megatron-LM's own files need) and conversion tools read. The iteration the agents store when
+the job fails has the same names (each save's target names its mp_rank_XX: the agent makes
+that link), except for a shard stored from its replica by another node's agent. See
 ftrun-flash-checkpoint(7) for what is tested.
 """
 import contextlib
@@ -84,6 +85,14 @@ class MegatronCheckpointer(ShardedCheckpointer):
 
     def saved_by_dlrover(self):
         return None  # _load() hands a checkpoint of Megatron-LM's layout to its own loader
+
+    _rank_dir = (None, "")  # (iteration, iter_<N>/mp_rank_XX of its save)
+
+    def part_link(self, step: int) -> str:
+        # iter_<N>/mp_rank_XX of the rank's files of that iteration, so that the step the
+        # agent stores when the job fails has Megatron-LM's paths too.
+        at, rank_dir = self._rank_dir
+        return rank_dir if at == step else ""
 
 
 _checkpointers = {}
@@ -179,6 +188,8 @@ def _save(iteration, model, optimizer, opt_param_scheduler, num_floating_point_o
     for rel in files:  # the directories Megatron-LM made for files it did not write
         with contextlib.suppress(OSError):
             os.rmdir(os.path.join(iter_dir, os.path.dirname(rel)))
+    subs = {rel.split(os.sep)[0] for rel in files if os.sep in rel}
+    cp._rank_dir = (int(iteration), os.path.join(iter_dir, *subs) if len(subs) == 1 else "")
     taken = cp.save_checkpoint(iteration, _shard(iteration, files),
                                os.path.join(iter_dir, STEP_LINK),
                                storage_type)

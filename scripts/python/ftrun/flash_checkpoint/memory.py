@@ -44,6 +44,11 @@ _MAX_PATH = _RECORD_BYTES - _RECORD.size
 _CONTROLS = re.compile(rb"[\x00-\x1f\x7f]")  # what the agent refuses in a recorded path
 
 
+# Target fields that change from save to save (the step is in them): not in the commit's
+# cached prefix.
+_VARYING = ("path", "part_link")
+
+
 class _Loan:
     """Both of this rank's buffers, lent by the agent for saves that tell it nothing: each
     save goes into the buffer not holding the newest one and is recorded in the mailbox's
@@ -212,7 +217,8 @@ class AgentMemory:
     @staticmethod
     def _constant_fields(world_size: int, target: dict):
         fields = target.copy()  # a dict compares at C speed (its order does not matter)
-        fields.pop("path", None)
+        for varying in _VARYING:
+            fields.pop(varying, None)
         return world_size, fields
 
     def _new_layout(self, group: str, state, step: int, world_size: int):
@@ -229,12 +235,13 @@ class AgentMemory:
         if self._commit_key != key:
             fixed = {"type": "snapshot_commit", "persist": persist, "world_size": world_size,
                      "bytes": size, "answer": False}
-            fixed.update((k, v) for k, v in target.items() if k != "path")
+            fixed.update((k, v) for k, v in target.items() if k not in _VARYING)
             self._commit_key = key
             self._commit_prefix = json.dumps(fixed, separators=(",", ":"))[:-1]
         text = f'{self._commit_prefix},"step":{step}'
-        if "path" in target:
-            text += ',"path":' + json.dumps(target["path"])
+        for varying in _VARYING:
+            if varying in target:
+                text += f',"{varying}":' + json.dumps(target[varying])
         if begun != step:
             text += f',"begun":{begun}'
         return Encoded("snapshot_commit", text)

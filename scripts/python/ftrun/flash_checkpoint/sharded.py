@@ -65,8 +65,17 @@ class ShardedCheckpointer(Checkpointer):
         """Where the agent persists this rank's shard of `step`."""
         root = engine.absolute(self.checkpoint_dir)
         path = os.path.abspath(path) if path else self._step_dir(int(step), root)
-        return {"root": root, "path": path,
-                "name": self.shard_file_name(), "tracker": self.tracker_name}
+        target = {"root": root, "path": path, "name": self.shard_file_name(),
+                  "tracker": self.tracker_name}
+        part_link = self.part_link(int(step))
+        if part_link:
+            target["part_link"] = os.path.abspath(part_link)
+        return target
+
+    def part_link(self, step: int) -> str:
+        """A path the agent makes a link to this rank's shard directory in the stored step
+        (through the step's path), or "" (megatron.py: iter_<N>/mp_rank_XX)."""
+        return ""
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
         """Saves this rank's shard as part of the checkpoint of `step`. Every rank calls it.

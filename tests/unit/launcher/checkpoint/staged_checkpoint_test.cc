@@ -62,6 +62,25 @@ class StagedCheckpointTest : public ::testing::Test {
   SnapshotStore store_{4, 64 << 20};
 };
 
+TEST_F(StagedCheckpointTest, EachWritersPartLinksLeadToItsShardOnceTheStepIsComplete) {
+  // Megatron-LM's iter_<N>/mp_rank_XX: each shard's own link, made by the writer that holds it.
+  auto with_links = [&](std::vector<int> ranks) {
+    CheckpointRequest request = Holding(ranks);
+    for (auto& part : request.parts) part.link = dir_ / ("rank-dir-" + part.group.substr(5));
+    return request;
+  };
+  ASSERT_TRUE(StageShards(with_links({0, 1})));
+  EXPECT_TRUE(fs::is_symlink(dir_ / "rank-dir-1"));  // made already, resolving once complete
+  EXPECT_FALSE(fs::exists(dir_ / "rank-dir-1"));
+  auto done = StageShards(with_links({2, 3}));
+  ASSERT_TRUE(done) << done.error().message;
+  for (int rank = 0; rank < 4; ++rank) {
+    const std::string r = std::to_string(rank);
+    EXPECT_EQ(ReadFile(dir_ / ("rank-dir-" + r) + "/rank_" + r + ".pt"),
+              "shard " + r + " of step 7");
+  }
+}
+
 TEST_F(StagedCheckpointTest, TwoWritersCompleteTheStepTogetherAndOnlyThenTheTrackerNamesIt) {
   auto first = StageShards(Holding({0, 1}));
   ASSERT_TRUE(first) << first.error().message;
