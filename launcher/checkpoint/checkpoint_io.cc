@@ -382,11 +382,19 @@ Status LinkTo(const std::string& link, const std::string& target) {
   return {};
 }
 
-void LinkParts(const CheckpointRequest& request) {
-  if (request.link.empty()) return;
+bool AbsoluteWithoutControls(const std::string& path) {
+  if (path.empty() || path[0] != '/') return false;
+  return std::none_of(path.begin(), path.end(), [](char c) {
+    const auto u = static_cast<unsigned char>(c);
+    return u < 0x20 || u == 0x7f;
+  });
+}
+
+void LinkParts(const CheckpointRequest& request, const std::string& step_dir) {
+  if (step_dir.empty()) return;
   for (const auto& part : request.parts) {
     if (part.link.empty()) continue;
-    if (auto s = LinkTo(part.link, request.link + "/" + PartDirName(part.group)); !s) {
+    if (auto s = LinkTo(part.link, step_dir + "/" + PartDirName(part.group)); !s) {
       LauncherLog()->warn("flash checkpoint: {} does not lead to shard {} of step {}: {}",
                           part.link, part.group, request.step, s.error().message);
     }

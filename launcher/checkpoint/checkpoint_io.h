@@ -64,8 +64,10 @@ std::string UniqueSuffix();
 // Points `link` at `target` atomically (a relative symbolic link, as engine.py's _link). A
 // real file or directory already at `link` is left alone, with a warning.
 Status LinkTo(const std::string& link, const std::string& target);
-// Each part's own link (CheckpointPart::link) to its directory through the request's link,
-// when both are asked for; a failure is logged at warning.
-void LinkParts(const CheckpointRequest& request);
+// Each part's own link (CheckpointPart::link) to its directory under `step_dir` (the stored
+// step, or the request's link to it); a failure is logged at warning.
+void LinkParts(const CheckpointRequest& request, const std::string& step_dir);
+// A path a worker names for the agent to write: absolute, no control characters.
+bool AbsoluteWithoutControls(const std::string& path);
 
 }  // namespace ftrun::launcher::checkpoint_io

@@ -84,7 +84,8 @@ Result<std::string> WriteCheckpoint(const CheckpointRequest& request) {
                             " does not point at it");
     }
   }
-  LinkParts(request);
+  // To the step itself: the request's link may lead to its one file.
+  LinkParts(request, final_dir);
   return Ok(final_dir);
 }
 

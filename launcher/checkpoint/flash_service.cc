@@ -8,6 +8,7 @@
 #include "common/json_message.h"
 #include "common/log.h"
 #include "ftrun/v1/control.pb.h"
+#include "launcher/checkpoint/checkpoint_io.h"
 
 namespace ftrun::launcher {
 
@@ -106,8 +107,14 @@ void FlashService::Commit(int local_rank, const v1::ControlSnapshotCommit& r) {
       .path = r.path(),
       .name = r.name().empty() ? kDefaultFileName : r.name(),
       .tracker = r.tracker(),
-      .part_link = r.part_link(),
+      .part_link = checkpoint_io::AbsoluteWithoutControls(r.part_link()) ? r.part_link() : "",
       .world_size = static_cast<int>(std::clamp<int64_t>(r.world_size(), 1, 1 << 24))};
+  if (meta.target.part_link != r.part_link()) {
+    LauncherLog()->warn(
+        "flash checkpoint: local_rank={} step={}: its part_link is not an absolute path "
+        "without control characters: no link made",
+        local_rank, r.step());
+  }
   Status committed =
       r.step() < 0 || (r.has_begun() && r.begun() < 0) || (r.has_bytes() && r.bytes() <= 0)
           ? Status{Error{"a negative step or size"}}

@@ -10,7 +10,8 @@ bool FlashService::MaybeLend(int local_rank, const v1::ControlSnapshotBegin& r,
   if (!r.loan() || !lending_ || !r.group().empty() || persisting_[local_rank]) return false;
   int newest_fd = -1;  // borrowed from the store; the view would pin the buffer
   if (auto newest = store_.Newest(local_rank);
-      newest && newest->meta.group == r.group() && !newest->meta.target.root.empty()) {
+      newest && newest->meta.group == r.group() && !newest->meta.target.root.empty() &&
+      newest->meta.target.part_link.empty()) {  // a lent save's record carries no part_link
     newest_fd = newest->fd();
   }
   if (newest_fd < 0) return false;

@@ -6,6 +6,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "launcher/checkpoint/checkpoint_io.h"
+
 namespace ftrun::launcher {
 namespace {
 
@@ -13,14 +15,6 @@ constexpr size_t kPage = 4096;
 constexpr size_t kRecords = kPage + 64;
 constexpr size_t kLoanWord = 8;  // page 0's [8]
 static_assert(kRecords + 2 * LeaseMailbox::kRecordBytes <= LeaseMailbox::kBytes);
-
-bool IsAbsoluteWithoutControls(const std::string& path) {
-  if (path.empty() || path[0] != '/') return false;
-  return std::none_of(path.begin(), path.end(), [](char c) {
-    const auto u = static_cast<unsigned char>(c);
-    return u < 0x20 || u == 0x7f;
-  });
-}
 
 }  // namespace
 
@@ -88,7 +82,7 @@ Result<std::optional<SnapshotStore::Recorded>> LeaseMailbox::Newest() const {
       .bytes = static_cast<size_t>(fields[3]),
       .path = std::string(reinterpret_cast<const char*>(buffer_->data() + at + 40),
                           static_cast<size_t>(fields[4]))};
-  if (!r.path.empty() && !IsAbsoluteWithoutControls(r.path)) {
+  if (!r.path.empty() && !checkpoint_io::AbsoluteWithoutControls(r.path)) {
     return refuse("a path that is not absolute or holds control characters");
   }
   return std::optional<SnapshotStore::Recorded>(std::move(r));

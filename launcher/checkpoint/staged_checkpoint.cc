@@ -199,7 +199,8 @@ Result<std::string> StageShards(const CheckpointRequest& request) {
       return s.error();
     }
   }
-  LinkParts(request);  // whoever completes the step: they resolve once it is
+  // Through the step's link, which whoever completes the step makes: they resolve once it is.
+  LinkParts(request, request.link);
   // Complete parts this run staged (listed, not counted up to the world size a worker
   // claimed): an earlier run's state of another rank must not complete this run's step.
   std::set<std::string> staged;

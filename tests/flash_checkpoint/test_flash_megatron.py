@@ -256,11 +256,12 @@ class WithoutFtrunTest(unittest.TestCase):
 class MegatronFlashCheckpointTest(unittest.TestCase):
     clean = {}
 
-    def run_job(self, root, config, restarts=0, what="train", ok=True):
+    def run_job(self, root, config, restarts=0, what="train", ok=True, nproc=2):
         env = dict(os.environ, PYTHONPATH=STANDIN)
         env.pop("FTRUN_CONTROL_SOCKET", None)
         done = subprocess.run(
-            [FTRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts),
+            [FTRUN, "--standalone", "--nproc-per-node", str(nproc), "--max-restarts",
+             str(restarts),
              "--restart-backoff", "0", "--monitor-interval", "0.05", "--log-dir",
              os.path.join(root, "logs"), "--no-python", "/usr/bin/python3", __file__, what,
              root] + ([json.dumps(config)] if what == "train" else []),
@@ -300,6 +301,18 @@ class MegatronFlashCheckpointTest(unittest.TestCase):
         for r in range(2):
             self.assertEqual(starts(self.root, r), [0, 8], out[-3000:])
         assert_same_weights(self, finals(self.root, 2), self.fault_free(2))
+
+    def test_a_one_rank_jobs_iterations_have_megatrons_paths(self):
+        """One rank: the step's own link leads to its one file, so the mp_rank_00 links go to
+        the stored step itself (a DISK save's and the one stored when the job fails)."""
+        self.run_job(self.root, {"tp": 1, "disk_at": [4], "kill_at": 9, "kill_rank": 0},
+                     ok=False, nproc=1)
+        self.assertEqual(read(os.path.join(self.ckpt, "latest_checkpointed_iteration.txt")), "8")
+        import torch
+        for iteration in (4, 8):
+            path = os.path.join(self.ckpt, f"iter_{iteration:07d}", "mp_rank_00",
+                                "model_optim_rng.pt")
+            self.assertEqual(torch.load(path, weights_only=False)["iteration"], iteration)
 
     def check_megatron_layout(self, iteration, tp, distopt):
         import torch

@@ -194,7 +194,7 @@ def _save(iteration, model, optimizer, opt_param_scheduler, num_floating_point_o
                                os.path.join(iter_dir, STEP_LINK),
                                storage_type)
     if storage_type == StorageType.DISK and taken:
-        _link_rank_dirs(cp, iter_dir, files)
+        _link_rank_dirs(cp, iter_dir, files, iteration)
     elif storage_type == StorageType.MEMORY:
         with contextlib.suppress(OSError):
             os.rmdir(iter_dir)  # empty unless another rank or a DISK save put something there
@@ -244,11 +244,12 @@ def _files(shard):
     return shard["iteration"], dict(shard[FILES])
 
 
-def _link_rank_dirs(cp: MegatronCheckpointer, iter_dir: str, files: dict):
-    """iter_<N>/mp_rank_XX -> ftrun-checkpoint/<this rank's part>: Megatron-LM's path of the
-    rank's files leads to its shard (once the checkpoint is stored: the link in between is made
-    then)."""
-    part = checkpoint.part_dir_name(engine.shard_group(cp._rank))
+def _link_rank_dirs(cp: MegatronCheckpointer, iter_dir: str, files: dict, iteration: int):
+    """iter_<N>/mp_rank_XX -> ../ftrun-step-<N>/<this rank's part>: Megatron-LM's path of the
+    rank's files leads to its shard once the checkpoint is stored (straight to the step: the
+    step's own link leads to its one file when the job has one rank)."""
+    part = os.path.join("..", f"ftrun-step-{int(iteration)}",
+                        checkpoint.part_dir_name(engine.shard_group(cp._rank)))
     for sub in sorted({rel.split(os.sep)[0] for rel in files if os.sep in rel}):
         path = os.path.join(iter_dir, sub)
         if os.path.lexists(path) and not os.path.islink(path):
@@ -259,7 +260,7 @@ def _link_rank_dirs(cp: MegatronCheckpointer, iter_dir: str, files: dict):
         tmp = os.path.join(iter_dir, f".{sub}.link-{os.getpid()}")
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        os.symlink(os.path.join(STEP_LINK, part), tmp)
+        os.symlink(part, tmp)
         os.replace(tmp, path)
 
 

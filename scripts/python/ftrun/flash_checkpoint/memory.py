@@ -190,6 +190,7 @@ class AgentMemory:
             buffer = loan.buffers[loan.next]
             m = self._mailbox
             if (group != "" or persist or len(buffer) < size or path is None
+                    or "part_link" in target  # a record carries none
                     or self._constant_fields(world_size, target) != loan.key
                     or _WORD.unpack_from(m, _LOAN_AT)[0] != loan.id):  # the agent ended it
                 self._loan = None

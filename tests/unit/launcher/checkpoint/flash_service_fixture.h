@@ -38,6 +38,7 @@ struct Target {
   int64_t world_size = 1;
   bool persist = false;
   std::string name = "";  // the shard's file name ("" : the default)
+  std::string part_link = "";
 };
 
 // Holds every log record of another thread (the persister's: a debug line once it has written
@@ -153,6 +154,7 @@ class FlashServiceTest : public ::testing::Test {
     r.set_path(to.path);
     r.set_tracker(to.tracker);
     r.set_name(to.name);
+    r.set_part_link(to.part_link);
     r.set_world_size(to.world_size);
     r.set_persist(to.persist);
     service().Commit(lr, r);

@@ -77,6 +77,25 @@ TEST_F(FlashPersistTest, ShardsArePersistedTogetherOnceAllAreHere) {
   EXPECT_FALSE(fs::exists(to.root + "/ftrun-step-6"));
 }
 
+TEST_F(FlashPersistTest, AShardsOwnLinkLeadsToItsDirectoryInTheStoredStep) {
+  // One shard, one file: the step's link leads to the file, the shard's to its directory.
+  Target to = TargetIn("linked");
+  to.persist = true;
+  to.part_link = dir_ / "mp_rank_00";
+  Save(0, 5, "shard zero", "rank-0", to);
+  ASSERT_TRUE(Persisted());
+  EXPECT_EQ(ReadFile(to.path), "shard zero");
+  EXPECT_EQ(ReadFile(to.part_link + "/state.bin"), "shard zero");
+  // A link that is not an absolute path: the snapshot is kept and stored, no link is made.
+  to = TargetIn("relative");
+  to.persist = true;
+  to.part_link = "mp_rank_00";
+  Save(0, 6, "shard zero again", "rank-0", to);
+  ASSERT_TRUE(Persisted());
+  EXPECT_EQ(ReadFile(to.path), "shard zero again");
+  EXPECT_FALSE(fs::exists("mp_rank_00"));
+}
+
 TEST_F(FlashPersistTest, AShardOfAWorldLargerThanThisNodeIsNotWaitedForNorLookedFor) {
   Target to = TargetIn("huge");
   to.world_size = 1 << 30;  // a broken or hostile worker: must not make the loop count to it
