@@ -61,6 +61,7 @@ Status WriteTracker(const std::string& root, const std::string& name, uint64_t s
 // ("<pid>-<random>-<n>": agents in containers of several nodes often share a pid, and their
 // counters advance alike).
 std::string UniqueSuffix();
+// checkpoint_links.cc: the links.
 // Points `link` at `target` atomically (a relative symbolic link, as engine.py's _link). A
 // real file or directory already at `link` is left alone, with a warning.
 Status LinkTo(const std::string& link, const std::string& target);
