@@ -122,7 +122,8 @@ void FlashService::PersistSharedForExit() {
       if (Holds(request, group)) continue;
       for (const auto& replica : replicas_->Complete(group)) {
         if (replica.step != request.step) continue;
-        request.parts.push_back({group, {{ShardFileName(replica), "", {}, replica}}});
+        request.parts.push_back(
+            {group, {{ShardFileName(replica), "", {}, replica}}, replica.part_link});
         break;
       }
     }

@@ -92,6 +92,7 @@ void ReplicaPusher::Offer(SnapshotView view) {
   }
   Pending p{.group = view.meta.group,
             .name = view.meta.target.name,
+            .part_link = view.meta.target.part_link,
             .step = view.step,
             .bytes = view.bytes,
             .fd = std::shared_ptr<int>(new int(fd),
@@ -179,6 +180,7 @@ ReplicaPusher::Outcome ReplicaPusher::Push(const std::string& target, const std:
   header.set_bytes(p.bytes);
   header.set_from(opts_.from);
   header.set_name(p.name);
+  header.set_part_link(p.part_link);
   bool direct = !opts_.tls.enabled() && opts_.direct;
   if (direct) {
     std::lock_guard lock(mu_);

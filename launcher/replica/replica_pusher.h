@@ -77,7 +77,8 @@ class ReplicaPusher {
   // A snapshot to copy, without pinning its buffer.
   struct Pending {
     std::string group;
-    std::string name;  // the file name the shard's rank gave it
+    std::string name;       // the file name the shard's rank gave it
+    std::string part_link;  // the shard's own link its rank gave it
     uint64_t step = 0;
     size_t bytes = 0;
     std::shared_ptr<int> fd;  // our own descriptor of the memfd (closed with the last copy)

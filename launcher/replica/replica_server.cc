@@ -24,6 +24,7 @@ namespace {
 
 constexpr int kMaxThreads = 8;
 constexpr size_t kMaxName = 256;
+constexpr size_t kMaxLink = 4096;  // PATH_MAX
 
 bool ValidGroup(const std::string& g) {
   const size_t digits = kShardGroupPrefix.size();
@@ -37,6 +38,10 @@ bool ValidGroup(const std::string& g) {
 // A shard's file name as its rank gave it (empty from a sender before the field).
 bool ValidFileName(const std::string& n) {
   return n.empty() || (n.size() <= kMaxName && checkpoint_io::PlainFileName(n));
+}
+
+bool ValidLink(const std::string& l) {
+  return l.empty() || (l.size() <= kMaxLink && checkpoint_io::AbsoluteWithoutControls(l));
 }
 
 // What was decided about a copy's header: the buffer to write it into, or the refusal.
@@ -206,7 +211,8 @@ class ReplicaServer::Service final : public grpc::Service {
   Admission Admit(grpc::ServerContext* ctx, const std::string& peer,
                   const v1::ReplicaHeader& header) {
     if (!ValidGroup(header.group()) || header.bytes() == 0 || header.from().size() > kMaxName ||
-        header.key().size() > rendezvous::kMaxSecretBytes || !ValidFileName(header.name())) {
+        header.key().size() > rendezvous::kMaxSecretBytes || !ValidFileName(header.name()) ||
+        !ValidLink(header.part_link())) {
       return Admission{
           .write = std::nullopt,
           .refusal = Refused(peer, grpc::StatusCode::INVALID_ARGUMENT,
@@ -227,7 +233,7 @@ class ReplicaServer::Service final : public grpc::Service {
             for (uint64_t id : o->data_->Revoke(header.group())) o->store_.Abort(id);
           }
           auto w = o->store_.Begin(header.group(), header.step(), header.bytes(), header.from(),
-                                   header.name());
+                                   header.name(), header.part_link());
           if (w) {
             state->write = std::move(*w);
           } else {

@@ -27,7 +27,8 @@ ReplicaStore::ReplicaStore(uint64_t budget_bytes) : budget_(budget_bytes) {}
 ReplicaStore::~ReplicaStore() = default;
 
 Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step, size_t bytes,
-                                         const std::string& from, const std::string& name) {
+                                         const std::string& from, const std::string& name,
+                                         const std::string& part_link) {
   const std::string what =
       "replica of " + group + " at step " + std::to_string(step) + " from " + from;
   if (bytes == 0) return Error{what + ": a replica needs at least one byte"};
@@ -64,6 +65,7 @@ Result<ReplicaWrite> ReplicaStore::Begin(const std::string& group, uint64_t step
   slot.bytes = bytes;
   slot.from = from;
   slot.name = name;
+  slot.part_link = part_link;
   g.writing = next_id_++;
   return ReplicaWrite{.id = *g.writing,
                       .group = group,
@@ -120,6 +122,7 @@ std::vector<ReplicaView> ReplicaStore::Complete(const std::string& group) const 
                        .bytes = s.bytes,
                        .from = s.from,
                        .name = s.name,
+                       .part_link = s.part_link,
                        .crc32c = s.crc32c,
                        .buffer = s.buffer};
   };

@@ -57,9 +57,10 @@ struct ReplicaView {
   std::string group;
   uint64_t step = 0;
   size_t bytes = 0;
-  std::string from;     // the sender's host
-  std::string name;     // the file name the shard's rank gave it ("" from an older sender)
-  uint32_t crc32c = 0;  // the CRC-32C its bytes arrived with (the sender's, checked)
+  std::string from;       // the sender's host
+  std::string name;       // the file name the shard's rank gave it ("" from an older sender)
+  std::string part_link;  // the shard's own link its rank gave it ("": none)
+  uint32_t crc32c = 0;    // the CRC-32C its bytes arrived with (the sender's, checked)
   std::shared_ptr<const ReplicaBuffer> buffer;
   std::span<const std::byte> data() const;
   int fd() const;
@@ -74,9 +75,10 @@ class ReplicaStore {
 
   // Starts receiving the copy of `step` of `group` (`bytes` > 0). Errors (nothing changed): a
   // copy of the group in flight, the budget, the write buffer being read, the kernel.
-  // `name`: the file name the shard's rank gave it (ReplicaView::name).
+  // `name`, `part_link`: what the shard's rank gave it (ReplicaView::name, part_link).
   Result<ReplicaWrite> Begin(const std::string& group, uint64_t step, size_t bytes,
-                             const std::string& from, const std::string& name = {});
+                             const std::string& from, const std::string& name = {},
+                             const std::string& part_link = {});
   // The copy `id` has arrived whole: `sent` is the sender's checksum, `received` the one of
   // the bytes written. Equal: it becomes the group's newest replica. Otherwise it is dropped
   // (the previous replica kept) and the error names both checksums.
@@ -98,6 +100,7 @@ class ReplicaStore {
     size_t bytes = 0;
     std::string from;
     std::string name;
+    std::string part_link;
     uint32_t crc32c = 0;
     bool complete = false;
   };

@@ -25,7 +25,7 @@ iter_<N>), in torch.save's format (unless a dtype has no torch storage type: the
 snapshot layout), which Megatron-LM's loader, torch.load(path, weights_only=False) (as
 Megatron-LM's own files need) and conversion tools read. The iteration the agents store when
 the job fails has the same names (each save's target names its mp_rank_XX: the agent makes
-that link), except for a shard stored from its replica by another node's agent. See
+that link, or another node's agent storing the shard from its replica). See
 ftrun-flash-checkpoint(7) for what is tested.
 """
 import contextlib

@@ -80,8 +80,9 @@ TEST_F(FlashSharedTest, ReplicasOfTheOtherNodesShardsLetOneAgentStoreTheStepAlon
   for (int rank : {2, 3}) {
     std::string bytes = "replica " + std::to_string(rank);
     // Rank 2 named its shard file (sent with the copy); rank 3's came from an older sender.
-    auto write = replicas.Begin("rank-" + std::to_string(rank), 8, bytes.size(), "node-b",
-                                rank == 2 ? "model_optim_rng.pt" : "");
+    auto write =
+        replicas.Begin("rank-" + std::to_string(rank), 8, bytes.size(), "node-b",
+                       rank == 2 ? "model_optim_rng.pt" : "", rank == 2 ? dir_ / "mp_rank_02" : "");
     ASSERT_TRUE(write) << write.error().message;
     std::copy_n(reinterpret_cast<const std::byte*>(bytes.data()), bytes.size(),
                 write->data().begin());
@@ -96,6 +97,8 @@ TEST_F(FlashSharedTest, ReplicasOfTheOtherNodesShardsLetOneAgentStoreTheStepAlon
   const std::string step = to.root + "/ftrun-step-8/";
   EXPECT_EQ(ReadFile(step + PartDirName("rank-2") + "/model_optim_rng.pt"), "replica 2")
       << "named as its own rank named it, not after this node's shards";
+  EXPECT_EQ(ReadFile(dir_ / "mp_rank_02" + "/model_optim_rng.pt"), "replica 2")
+      << "with the link its own rank named";
   EXPECT_EQ(ReadFile(step + PartDirName("rank-3") + "/state.bin"), "replica 3")
       << "a copy without its name: the default name";
   EXPECT_EQ(ReadFile(to.root + "/latest.txt"), "8");

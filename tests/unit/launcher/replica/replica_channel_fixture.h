@@ -141,7 +141,7 @@ class ReplicaChannelTest : public ::testing::Test {
 // A raw client: what a stranger (or a broken sender) can send.
 inline grpc::Status RawPush(int port, const std::string& key, const std::string& data, bool finish,
                             uint64_t bytes = 0, std::optional<uint32_t> crc = std::nullopt,
-                            const std::string& name = "") {
+                            const std::string& name = "", const std::string& part_link = "") {
   auto stub = v1::Replica::NewStub(
       grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials()));
   grpc::ClientContext ctx;
@@ -154,6 +154,7 @@ inline grpc::Status RawPush(int port, const std::string& key, const std::string&
   chunk.mutable_header()->set_step(99);
   chunk.mutable_header()->set_bytes(bytes ? bytes : data.size());
   chunk.mutable_header()->set_name(name);
+  chunk.mutable_header()->set_part_link(part_link);
   chunk.set_data(data);
   chunk.set_last(finish);
   chunk.set_crc32c(crc.value_or(Crc32c(ftrun::launcher::testing::AsBytes(data))));

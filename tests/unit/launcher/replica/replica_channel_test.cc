@@ -22,6 +22,7 @@ TEST_P(ReplicaChannelPathTest, AShardSnapshotIsCopiedToTheNextNode) {
   const std::string content = Pattern(9 * kMiB + 123, 'x');  // three chunks
   auto view = Snapshot(4, content);
   view.meta.target.name = "model_optim_rng.pt";  // the file name the rank gave its shard
+  view.meta.target.part_link = "/ckpt/iter_0000004/mp_rank_00";  // and its own link
   OnLoop([&] {
     a_->Committed(view);
     return true;
@@ -30,6 +31,7 @@ TEST_P(ReplicaChannelPathTest, AShardSnapshotIsCopiedToTheNextNode) {
   auto replica = *Newest(*b_, "rank-0");
   EXPECT_EQ(replica.from, "node-a");
   EXPECT_EQ(replica.name, "model_optim_rng.pt");
+  EXPECT_EQ(replica.part_link, "/ckpt/iter_0000004/mp_rank_00");
   ASSERT_EQ(replica.bytes, content.size());
   EXPECT_EQ(std::memcmp(replica.data().data(), content.data(), content.size()), 0);
   ASSERT_TRUE(WaitFor([&] { return !Copies().empty(); }, 10s));
@@ -160,6 +162,12 @@ TEST_P(ReplicaChannelPathTest, ACopyNamingItsShardFileOutsideItsDirectoryIsRefus
     EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << name;
     EXPECT_NE(refused.error_message().find("file name"), std::string::npos)
         << refused.error_message();
+  }
+  // Its own link too: absolute, no control characters, at most 4096 bytes.
+  for (const std::string& link :
+       std::vector<std::string>{"relative/mp_rank_00", "/a\nb", "/" + std::string(4096, 'x')}) {
+    auto refused = RawPush(port, kKey, "evil", true, 0, std::nullopt, "shard.pt", link);
+    EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << link;
   }
   EXPECT_FALSE(Newest(*b_, "rank-0"));
   EXPECT_TRUE(RawPush(port, kKey, "good", true, 0, std::nullopt, "shard.pt").ok());
