@@ -193,7 +193,12 @@ TEST_F(FaultSave, WholeNodeLostThenBackSavesAndResumes) {
   auto r0 = n0->Wait(180s), r1 = n1->Wait(180s);
   ASSERT_EQ(r0.exit_code, 0) << r0.out << r0.err;
   ASSERT_EQ(r1.exit_code, 0) << r1.err;
-  EXPECT_NE(r0.err.find("lost (disconnected)"), std::string::npos) << r0.err;
+  // Found lost by its dropped watch or, when no watch of that node was in flight (the
+  // partition check's stop can answer it before the transport reports the node gone), by its
+  // silence, as multinode_test's loss: either way it was found and replaced, the step kept.
+  EXPECT_TRUE(r0.err.find("lost (disconnected)") != std::string::npos ||
+              r0.err.find("lost (silent for") != std::string::npos)
+      << r0.err;
   EXPECT_EQ(r0.out.find("resuming at step 0\n"), r0.out.rfind("resuming at step 0\n"))
       << "the second round resumed from the fault-time save, not from scratch: " << r0.out;
   ExpectSameWeightsAsTheUninterruptedRun();
