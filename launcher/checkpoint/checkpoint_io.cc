@@ -117,22 +117,19 @@ Content Contents(const CheckpointFile& file) {
 }
 
 // A snapshot's bytes written as torch.save's files (torch_file.h), so that torch.load reads
-// them: one file, or one per file of a snapshot of several (their names checked here); other
-// bytes, or a snapshot that cannot be converted (said at debug level: it is then written as it
-// is, which ftrun's loaders read too), as they are: nullopt.
+// them: one file, or one per file of a snapshot of several (TorchArchives checks that their
+// names are distinct and not empty, here that they are plain); other bytes, or a snapshot that
+// cannot be converted (said at debug level: it is then written as it is, which ftrun's loaders
+// read too), as they are: nullopt.
 std::optional<std::vector<TorchFile>> AsTorchFiles(const Content& content) {
   if (content.bytes.empty()) return std::nullopt;
   auto torch = TorchArchives(content.bytes);
-  if (torch) {
-    std::set<std::string> names;
-    bool plain = true;
-    for (const auto& f : *torch) {
-      plain = plain && (f.name.empty() ? torch->size() == 1
-                                       : PlainFileName(f.name) && names.insert(f.name).second);
-    }
-    if (plain) return std::move(*torch);
-    torch = Error{"its file names are not plain and distinct"};
+  if (torch && std::all_of(torch->begin(), torch->end(), [](const TorchFile& f) {
+        return f.name.empty() || PlainFileName(f.name);
+      })) {
+    return std::move(*torch);
   }
+  if (torch) torch = Error{"its file names are not plain"};
   if (content.bytes.size() >= 8 && std::memcmp(content.bytes.data(), "FTRUNSN1", 8) == 0) {
     LauncherLog()->debug("flash checkpoint: {} is written in its own format: {}", content.what,
                          torch.error().message);

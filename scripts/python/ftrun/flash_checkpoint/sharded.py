@@ -73,8 +73,8 @@ class ShardedCheckpointer(Checkpointer):
         return target
 
     def part_link(self, step: int) -> str:
-        """A path the agent makes a link to this rank's shard directory in the stored step
-        (through the step's path), or "" (megatron.py: iter_<N>/mp_rank_XX)."""
+        """A path the agent makes a link to this rank's shard directory in the stored step, or
+        "" (megatron.py: iter_<N>/mp_rank_XX)."""
         return ""
 
     def save_checkpoint(self, step, state_dict, path="", storage_type=StorageType.DISK):
