@@ -212,16 +212,16 @@ def worker(root):
 
 class RecordablePathTest(unittest.TestCase):
     def test_a_save_under_a_loan_records_only_a_path_the_agent_takes(self):
-        from ftrun.flash_checkpoint import memory
-        self.assertEqual(memory._recordable(""), b"")
-        self.assertEqual(memory._recordable("/ckpt/7/rank_0.pt"), b"/ckpt/7/rank_0.pt")
-        self.assertEqual(memory._recordable("/ckpt/é"), "/ckpt/é".encode())
-        long_ok = "/" + "p" * (memory._MAX_PATH - 1)
-        self.assertEqual(memory._recordable(long_ok), long_ok.encode())
+        from ftrun.flash_checkpoint import lease_mailbox
+        self.assertEqual(lease_mailbox.recordable(""), b"")
+        self.assertEqual(lease_mailbox.recordable("/ckpt/7/rank_0.pt"), b"/ckpt/7/rank_0.pt")
+        self.assertEqual(lease_mailbox.recordable("/ckpt/é"), "/ckpt/é".encode())
+        long_ok = "/" + "p" * (lease_mailbox._MAX_PATH - 1)
+        self.assertEqual(lease_mailbox.recordable(long_ok), long_ok.encode())
         for refused in ("ckpt/7", "/ckpt/a\nb", "/ckpt/\x7f", long_ok + "p", "/ckpt/é\x01",
-                        "/" + "é" * (memory._MAX_PATH // 2), "é/ckpt",
+                        "/" + "é" * (lease_mailbox._MAX_PATH // 2), "é/ckpt",
                         "/ckpt/" + b"\xff".decode("utf-8", "surrogateescape")):
-            self.assertIsNone(memory._recordable(refused), repr(refused))
+            self.assertIsNone(lease_mailbox.recordable(refused), repr(refused))
 
 
 def loan_worker(root):

@@ -17,12 +17,14 @@ ftrun.flash_checkpoint.storage (retention.py applies them):
     from ftrun.flash_checkpoint.sharded import ShardedCheckpointer   # a shard per rank
 
 Under an ftrun agent, saves go to memory the agent owns (memory.py: memfd buffers handed over
-the control channel; snapshot.py: their byte layout), survive the death of the training
+the control channel; lease_mailbox.py: the page every-step saves use instead of messages;
+snapshot.py and layout.py: their byte layout), survive the death of the training
 process, and are restored from there (engine.restore_from_memory: the newest step the ranks
 agree on); DISK saves and a job that fails for good are written to storage by the agent.
 Elsewhere (plain python, torchrun) both kinds are synchronous disk saves in the project's one
 checkpoint format (scripts/python/ftrun/checkpoint.py: temporary directory, fsync, rename,
-MANIFEST.json with sizes and CRC-32s) under `checkpoint_dir`; loads take the newest complete
+MANIFEST.json with sizes and CRC-32s; storage.py writes, loading.py reads) under
+`checkpoint_dir`; loads take the newest complete
 checkpoint the whole job can restore and skip a partial or corrupt one with a warning.
 
 With several nodes each node's snapshots are also copied to another node's agent

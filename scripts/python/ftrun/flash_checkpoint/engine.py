@@ -18,13 +18,11 @@ from .memory import AgentMemory, MemoryRefused
 from .retention import Stored  # noqa: F401 (the checkpointers know it as engine's)
 from .sources import agreed, inventory, shard_sources
 # Re-exported: the checkpointers and tests know these as engine's.
-from .storage import (RUN_STARTED, TRACKER_FILE_NAME, Once, WorldSizeError,  # noqa: F401
-                      _link, _steps,
+from .loading import WorldSizeError, load_file, load_part, only_file, verify_shard  # noqa: F401
+from .storage import (RUN_STARTED, TRACKER_FILE_NAME, Once, _link, _steps,  # noqa: F401
                       _torch_save, _warned, _write_tracker, built, choose, discard_staged,
-                      dlrover_written, loadable_steps, stored_in_this_run,
-                      load_file, load_part, one_state, only_file, save_one_copy, save_shards,
-                      shard_group,
-                      verify_shard, warn_once)
+                      dlrover_written, loadable_steps, one_state, save_one_copy, save_shards,
+                      shard_group, stored_in_this_run, warn_once)
 
 
 class StorageType(Enum):

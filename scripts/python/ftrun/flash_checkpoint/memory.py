@@ -17,81 +17,19 @@ it back (lease_mailbox.h; ftrun-control(7), snapshot_mailbox).
 import json
 import mmap
 import os
-import re
-import struct
 import sys
 import threading
 import time
 
 from ..checkpoint import CheckpointError
 from ..control import Encoded
-from . import snapshot
+from . import lease_mailbox, snapshot
 from .layout import Layout
-
-
-_WORD = struct.Struct("<q")  # the lease mailbox: the id of the request answered
-# then granted, step, the buffer's inode and size, whether both buffers are lent, the other
-# buffer's inode and size
-_ANSWER = struct.Struct("<7q")
-_LOAN_AT = 64  # page 0: the id of the loan in force (0: none), cleared when the agent ends it
-# A loan's save records (page 1 of the mailbox, lease_mailbox.h): the number of the newest
-# save at _RECORDS, the record of save n at _RECORDS + 64 + (n % 2) * _RECORD_BYTES: n, step,
-# inode, size, the path's length, then the path.
-_RECORDS = 4096
-_RECORD_BYTES = 2016
-_RECORD = struct.Struct("<5q")
-_MAX_PATH = _RECORD_BYTES - _RECORD.size
-_CONTROLS = re.compile(rb"[\x00-\x1f\x7f]")  # what the agent refuses in a recorded path
 
 
 # Target fields that change from save to save (the step is in them): not in the commit's
 # cached prefix.
 _VARYING = ("path", "part_link")
-
-
-class _Loan:
-    """Both of this rank's buffers, lent by the agent for saves that tell it nothing: each
-    save goes into the buffer not holding the newest one and is recorded in the mailbox's
-    second page (lease_mailbox.h)."""
-    __slots__ = ("buffers", "inodes", "next", "saves", "key", "id")
-
-    def __init__(self, buffers, inodes, key, loan_id):
-        self.buffers, self.inodes, self.key, self.id = buffers, inodes, key, loan_id
-        self.next = 0  # the leased buffer first: the other holds the newest snapshot
-        self.saves = 0
-
-
-class _MailboxAnswer:
-    """The next save's lease, answered in the lease mailbox under request id `rid`: nothing
-    to wait for or drop (no message, no descriptor comes). A loan that comes with it is void
-    once this process has asked the agent anything about snapshots after it (the agent ended
-    the loan then): `epoch` is AgentMemory's count of such requests when it was asked for.
-    `key`: the constant fields of the commit sent with the request, which the agent gives the
-    saves made under that loan."""
-    __slots__ = ("rid", "epoch", "key")
-
-    def __init__(self, rid: int, epoch: int, key):
-        self.rid = rid
-        self.epoch = epoch
-        self.key = key
-
-    def drop(self):
-        pass
-
-
-def _recordable(path: str):
-    """`path` as a loan's record holds it (bytes), or None when the agent would refuse it
-    (not absolute, control characters, too long, not encodable): that save gives the loan up
-    and commits with a message instead."""
-    if path.isascii() and path.isprintable():  # the usual path, checked without the regex
-        return path.encode() if not path or (path[0] == "/" and len(path) <= _MAX_PATH) else None
-    try:
-        data = path.encode()
-    except UnicodeEncodeError:
-        return None
-    if data and (data[:1] != b"/" or len(data) > _MAX_PATH or _CONTROLS.search(data)):
-        return None
-    return data
 
 
 class MemoryRefused(CheckpointError):
@@ -113,7 +51,7 @@ class AgentMemory:
         # the agent: one device; the lease mailbox names a buffer by its inode too)
         self._maps = {}
         self._said = set()
-        # The next save's lease: (PendingAnswer, or _MailboxAnswer when it is answered in the
+        # The next save's lease: (PendingAnswer, or lease_mailbox.MailboxAnswer when it is answered in the
         # mailbox, step, group, bytes).
         self._ahead = None
         self._mailbox = None  # the agent's lease mailbox (lease_mailbox.h), both pages
@@ -121,7 +59,7 @@ class AgentMemory:
         self.mailbox_leases = 0  # saves whose lease came through the mailbox (tests)
         self._layouts = {}  # group -> Layout of its last save (reused while it fits)
         self._commit_key, self._commit_prefix = None, ""
-        self._loan = None  # _Loan while the agent lends this rank both buffers
+        self._loan = None  # lease_mailbox.Loan while the agent lends this rank both buffers
         self._loan_lock = threading.Lock()
         self._epoch = 0  # requests about snapshots sent (each ends a loan in the agent)
         self.loan_saves = 0  # saves made under a loan (tests)
@@ -186,21 +124,18 @@ class AgentMemory:
             loan = self._loan
             if loan is None:
                 return False
-            path = _recordable(target.get("path", ""))
+            path = lease_mailbox.recordable(target.get("path", ""))
             buffer = loan.buffers[loan.next]
             m = self._mailbox
             if (group != "" or persist or len(buffer) < size or path is None
                     or "part_link" in target  # a record carries none
                     or self._constant_fields(world_size, target) != loan.key
-                    or _WORD.unpack_from(m, _LOAN_AT)[0] != loan.id):  # the agent ended it
+                    or lease_mailbox.loan_in_force(m) != loan.id):  # the agent ended it
                 self._loan = None
                 return False
             write(buffer)
             n = loan.saves + 1
-            at = _RECORDS + 64 + (n % 2) * _RECORD_BYTES
-            _RECORD.pack_into(m, at, n, step, loan.inodes[loan.next], size, len(path))
-            m[at + _RECORD.size:at + _RECORD.size + len(path)] = path
-            _WORD.pack_into(m, _RECORDS, n)  # last: the record is whole
+            lease_mailbox.record(m, n, step, loan.inodes[loan.next], size, path)
             loan.saves, loan.next = n, 1 - loan.next
             self.loan_saves += 1
             return True
@@ -280,7 +215,7 @@ class AgentMemory:
         if mailbox is not None:
             with self._loan_lock:  # see request()
                 rid = self.controller.post(begin, before=commit)
-                self._ahead = (_MailboxAnswer(rid, self._epoch, self._commit_key[2]), step,
+                self._ahead = (lease_mailbox.MailboxAnswer(rid, self._epoch, self._commit_key[2]), step,
                                group, size)
             return
         self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
@@ -298,7 +233,7 @@ class AgentMemory:
         if lease_group != group or lease_size < size:
             pending.drop()
             return None
-        if isinstance(pending, _MailboxAnswer):
+        if isinstance(pending, lease_mailbox.MailboxAnswer):
             return self._mailbox_lease(pending, step, size)
         try:
             answer, fd = pending.wait(60.0)
@@ -313,15 +248,14 @@ class AgentMemory:
             os.close(fd)
         return None
 
-    def _mailbox_lease(self, pending: _MailboxAnswer, step: int, size: int):
+    def _mailbox_lease(self, pending: lease_mailbox.MailboxAnswer, step: int, size: int):
         """The lease of request `pending` as the mailbox holds it: granted, and a buffer this
         process has mapped whole; else None (not answered yet, refused, or a new buffer). A
         loan that comes with it is taken (self._loan) when both buffers are mapped here."""
-        m = self._mailbox
-        if _WORD.unpack_from(m, 0)[0] != pending.rid:  # the id is written last: read it first
+        answer = lease_mailbox.answer(self._mailbox, pending.rid)
+        if answer is None:
             return None
-        granted, leased_step, inode, buffer_size, lent, other, other_size = \
-            _ANSWER.unpack_from(m, 8)
+        granted, leased_step, inode, buffer_size, lent, other, other_size = answer
         buffer = self._maps.get(inode)
         if (not granted or leased_step != step or buffer is None or len(buffer) < size
                 or len(buffer) != buffer_size):
@@ -331,7 +265,7 @@ class AgentMemory:
         if lent_buffer is not None and len(lent_buffer) == other_size:
             with self._loan_lock:
                 if pending.epoch == self._epoch:  # else the agent ended it already
-                    self._loan = _Loan((buffer, lent_buffer), (inode, other), pending.key,
+                    self._loan = lease_mailbox.Loan((buffer, lent_buffer), (inode, other), pending.key,
                                        pending.rid)
         return buffer, step
 
