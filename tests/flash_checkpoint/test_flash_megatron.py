@@ -15,7 +15,8 @@ save_checkpoint/load_checkpoint through ftrun's.
 * The iteration the agent stores when the job fails has Megatron-LM's paths: its own loader
   resumes from it.
 * Without ftrun: DLRover's signatures, a round trip, Megatron-LM's own checkpoint, the
-  distributed optimizer's file, and an iteration in the form earlier versions of ftrun stored.
+  distributed optimizer's file, an iteration in the form earlier versions of ftrun stored,
+  and the links an earlier run made for a step it never stored removed at the next load.
 
 Run as `python3 test_flash_megatron.py train <root> <config json>` (or `relayout <root>`) it is
 one rank.
@@ -176,6 +177,48 @@ class WithoutFtrunTest(unittest.TestCase):
         self.assertEqual(flash.load_checkpoint(model, None, None), 6)
         self.assertTrue(torch.equal(model[0].weight, want + 2.0))
 
+
+    def test_links_an_earlier_run_made_for_a_step_it_never_stored_go_at_the_next_load(self):
+        import argparse
+        import time
+
+        import torch
+        from megatron import set_args
+        from ftrun.flash_checkpoint import megatron as flash
+        ckpt = os.path.join(self.root, "ckpt")
+        set_args(argparse.Namespace(save=ckpt, load=ckpt, tensor_model_parallel_size=1))
+        model = [torch.nn.Linear(4, 2)]
+        self.assertTrue(flash.save_checkpoint(4, model, None, None))  # DISK
+
+        def link(iter_dir, name, target, age):
+            os.makedirs(iter_dir, exist_ok=True)
+            path = os.path.join(iter_dir, name)
+            os.symlink(target, path)
+            then = time.time() - age
+            os.utime(path, (then, then), follow_symlinks=False)
+            return path
+
+        hour = 3600
+        # An earlier run's agents linked step 9 and never stored it; this run's link step 10
+        # while its last shard is on its way; beside the stored step 4, an earlier run's
+        # dangling link.
+        gone = os.path.join(ckpt, "iter_0000009")
+        link(gone, "mp_rank_00", "../ftrun-step-9/part-0", hour)
+        link(gone, "ftrun-checkpoint", "../ftrun-step-9", hour)
+        os.utime(gone, (time.time() - hour,) * 2)
+        pending = link(os.path.join(ckpt, "iter_0000010"), "mp_rank_00",
+                       "../ftrun-step-10/part-0", 0)
+        beside = link(os.path.join(ckpt, "iter_0000004"), "mp_rank_05",
+                      "../ftrun-step-4/part-5", hour)
+        flash._checkpointers.clear()  # as a new job would start
+        fresh = [torch.nn.Linear(4, 2)]
+        self.assertEqual(flash.load_checkpoint(fresh, None, None), 4)
+        self.assertTrue(torch.equal(fresh[0].weight, model[0].weight))
+        self.assertFalse(os.path.lexists(gone), os.listdir(ckpt))
+        self.assertFalse(os.path.lexists(beside))
+        self.assertTrue(os.path.islink(pending), "this run's link was removed")
+        self.assertTrue(os.path.isfile(os.path.join(ckpt, "iter_0000004", "mp_rank_00",
+                                                    "model_optim_rng.pt")))
 
     def test_the_distributed_optimizers_file_is_written_and_read_as_its_own(self):
         import argparse

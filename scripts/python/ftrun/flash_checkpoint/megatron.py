@@ -31,6 +31,7 @@ ftrun-flash-checkpoint(7) for what is tested.
 import contextlib
 import inspect
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -86,6 +87,11 @@ class MegatronCheckpointer(ShardedCheckpointer):
     def saved_by_dlrover(self):
         return None  # _load() hands a checkpoint of Megatron-LM's layout to its own loader
 
+    def load_checkpoint(self, resume_path=""):
+        if self._rank == 0:
+            _discard_dangling_links(os.path.abspath(self.checkpoint_dir))
+        return super().load_checkpoint(resume_path)
+
     _rank_dir = (None, "")  # (iteration, iter_<N>/mp_rank_XX of its save)
 
     def part_link(self, step: int) -> str:
@@ -116,6 +122,40 @@ def _checkpointer(checkpoint_dir: str, comm_backend: str,
 
 def _iter_dir(root: str, iteration: int) -> str:
     return os.path.join(root, "iter_{:07d}".format(int(iteration)))
+
+
+def _discard_dangling_links(root: str):
+    """Removes the iter_<N> links (ftrun-checkpoint, mp_rank_XX) that agents of an earlier run
+    made for a step they never stored whole (discard_staged removed its shards), and iter_<N>
+    when that leaves it empty: Megatron-LM's tracker never names those iterations, but their
+    paths led nowhere. A link made since this run began is kept: this run's agents link a
+    step before its last shard arrives."""
+    try:
+        names = os.listdir(root)
+    except OSError:
+        return
+    for name in names:
+        if not re.fullmatch(r"iter_\d{7}", name):
+            continue
+        iter_dir = os.path.join(root, name)
+        try:
+            earlier = os.lstat(iter_dir).st_mtime < engine.RUN_STARTED
+            entries = os.listdir(iter_dir)
+        except OSError:
+            continue
+        removed = 0
+        for entry in entries:
+            path = os.path.join(iter_dir, entry)
+            with contextlib.suppress(OSError):
+                if (os.path.islink(path) and not os.path.exists(path)
+                        and os.lstat(path).st_mtime < engine.RUN_STARTED):
+                    os.unlink(path)
+                    removed += 1
+                    print(f"ftrun: removed {path}: a link to a step that an earlier run did "
+                          "not store whole", file=sys.stderr, flush=True)
+        if removed and earlier:  # nothing of this run's went into it
+            with contextlib.suppress(OSError):
+                os.rmdir(iter_dir)  # only when empty
 
 
 def _under(path, directory: str):
