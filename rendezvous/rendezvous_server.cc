@@ -206,8 +206,13 @@ void RendezvousServer::OnWatchCancelled(uint64_t watch_id) {
 void RendezvousServer::Answer(Call& call) {
   const std::string& node = call.header().node_id();
   ToWire(state_.View(node), call.watch().response->mutable_view());
+  NoteAnswered(node);
   MarkInformed(node);
   call.reactor->Finish(grpc::Status::OK);
+}
+
+void RendezvousServer::NoteAnswered(const std::string& node_id) {
+  if (!watch_of_node_.count(node_id)) state_.Answered(node_id, Clock::now());
 }
 
 void RendezvousServer::MarkInformed(const std::string& node_id) {
@@ -284,7 +289,11 @@ void RendezvousServer::ArmTimer() {
   if (!next) return;
   timer_.expires_at(*next);
   timer_.async_wait([this](const boost::system::error_code& ec) {
-    if (!ec) OnTimer();
+    // Behind the calls already queued: a node whose call waits there is not silent.
+    if (!ec)
+      boost::asio::post(io_, [this] {
+        if (!shutting_down_) OnTimer();
+      });
   });
 }
 

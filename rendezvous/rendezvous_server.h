@@ -4,7 +4,8 @@
 // Thread: gRPC threads only copy requests and post them to the loop (the io_context passed
 // in); every state change, answer and timer runs on the loop. Pending Watch calls (long
 // polls) are answered when the node's view changes, or after their wait. A Watch cancelled
-// by the transport (the agent died) makes the node "disconnected" (lost after a grace).
+// by the transport (the agent died) makes the node "disconnected" (lost after a grace), as
+// does an answered one the node does not follow with a call (RendezvousState::Answered).
 //
 // Who may call (ftrun(1), SECURITY): with a token, only callers that carry it; a node that
 // joined speaks only with the secret it joined with (per-node credentials, also without a
@@ -105,6 +106,8 @@ class RendezvousServer {
   size_t MaxNodes() const;
   void ForgetCredentials();  // of nodes the job no longer knows
   void Answer(Call& call);
+  // A call of the node was answered: with no watch of it pending, it has no call in flight.
+  void NoteAnswered(const std::string& node_id);
   void AfterEvent();
   void NotifyWatchers();
   void ArmTimer();

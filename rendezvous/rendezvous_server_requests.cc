@@ -155,6 +155,7 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
     ++watches_per_peer_[pending->peer_host];
     watch_of_node_[node] = watch->id;
     watches_[watch->id] = std::move(pending);
+    state_.Seen(node, now);  // AdmitWatch's answer to an older watch counted it answered
     return ArmTimer();
   }
   // Status was answered or rejected above: this is a Report.
@@ -165,6 +166,7 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
     }
     TakeStacks(node, report.request);
     ToWire(state_.View(node), report.response->mutable_view());
+    NoteAnswered(node);
     return call.reactor->Finish(grpc::Status::OK);
   }
   if (state_.Rebuilding()) {
@@ -179,6 +181,7 @@ void RendezvousServer::Process(const std::shared_ptr<Call>& call_ptr) {
     return reject(StatusCode::INVALID_ARGUMENT, s.error().message);
   }
   ToWire(state_.View(node), report.response->mutable_view());
+  NoteAnswered(node);
   MarkInformed(node);
   call.reactor->Finish(grpc::Status::OK);
   AfterEvent();

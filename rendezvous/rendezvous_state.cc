@@ -87,7 +87,7 @@ std::optional<JoinRefusal> RendezvousState::Join(const NodeInfo& info, TimePoint
     if (rebuild_) TakeClaim(info, now);
     return std::nullopt;
   }
-  nodes_[info.node_id] = Node{joined, now, std::nullopt, next_join_seq_++};
+  nodes_[info.node_id] = Node{joined, now, std::nullopt, next_join_seq_++, std::nullopt};
   events_.emplace_back(NodeEvent{NodeEventKind::kJoined, info.node_id, info.host, ""});
   const bool claimed = TakeClaim(info, now);
   if (!claimed && !rebuild_ && phase_ == Phase::kForming && !formed_any_ &&
@@ -122,11 +122,17 @@ void RendezvousState::Seen(const std::string& node_id, TimePoint now) {
   if (it == nodes_.end()) return;
   it->second.last_seen = now;
   it->second.disconnected_at.reset();
+  it->second.answered_at.reset();
 }
 
 void RendezvousState::Disconnected(const std::string& node_id, TimePoint now) {
   auto it = nodes_.find(node_id);
   if (it != nodes_.end()) it->second.disconnected_at = now;
+}
+
+void RendezvousState::Answered(const std::string& node_id, TimePoint now) {
+  auto it = nodes_.find(node_id);
+  if (it != nodes_.end()) it->second.answered_at = now;
 }
 
 void RendezvousState::Leave(const std::string& node_id, TimePoint now) {
@@ -210,11 +216,16 @@ void RendezvousState::SweepLiveness(TimePoint now) {
   const bool failure_stop = failure_stop_ != FailureStop::kNone;
   std::vector<std::pair<std::string, std::string>> lost;
   for (const auto& [id, n] : nodes_) {
-    const Duration grace = failure_stop && InRound(id)
-                               ? std::min(spec_.disconnect_grace, kFailureDisconnectGrace)
-                               : spec_.disconnect_grace;
+    const bool failing = failure_stop && InRound(id);
+    const Duration grace = failing ? std::min(spec_.disconnect_grace, kFailureDisconnectGrace)
+                                   : spec_.disconnect_grace;
+    const Duration rewatch =
+        failing ? kFailureRewatchGrace : std::max(spec_.disconnect_grace, kRewatchGrace);
     if (n.disconnected_at && now - *n.disconnected_at >= grace) {
       lost.emplace_back(id, "disconnected");
+    } else if (n.answered_at && now - *n.answered_at >= rewatch) {
+      lost.emplace_back(
+          id, "disconnected: no call within " + SecondsText(rewatch) + " of its last answer");
     } else if (now - n.last_seen >= spec_.liveness_timeout) {
       lost.emplace_back(id, "silent for " + SecondsText(spec_.liveness_timeout));
     }

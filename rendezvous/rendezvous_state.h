@@ -16,7 +16,11 @@
 //   reported it gone; lost nodes are forgotten (they may join again). A member whose transport
 //   is gone while the round stops for worker failures is lost after kFailureDisconnectGrace
 //   already: the failures are the evidence (a dead node breaks its peers' collectives), and
-//   every moment waited is recovery time.
+//   every moment waited is recovery time. A node answered (Answered) and not heard from
+//   since is lost after max(disconnect_grace, kRewatchGrace), a member in a round stopping
+//   for worker failures after kFailureRewatchGrace: a live agent watches again at once, and
+//   one that died with no call in flight (just after an answer) leaves no transport to
+//   report it gone.
 // * The job succeeds when every member of the running round reported success.
 // * Flash checkpoint: a round's assignment carries the step its workers restore from memory,
 //   decided once as it forms from the members' inventories (NodeInfo::flash, refreshed by
@@ -159,6 +163,9 @@ class RendezvousState {
   void Seen(const std::string& node_id, TimePoint now);
   // The node's transport went away; it is lost unless it calls within disconnect_grace.
   void Disconnected(const std::string& node_id, TimePoint now);
+  // A call of the node was answered and it has none in flight (no watch pending): until it
+  // calls again (Seen), the liveness rules above count the time.
+  void Answered(const std::string& node_id, TimePoint now);
   void Leave(const std::string& node_id, TimePoint now);
 
   // Reports for `round`; stale rounds and unknown nodes are ignored.
@@ -202,6 +209,11 @@ class RendezvousState {
   // Applies deadlines (last call, join timeout, liveness).
   void Tick(TimePoint now);
   static constexpr Duration kFailureDisconnectGrace{0.2};
+  // How long an answered node has to call again: generous, as a slow agent, a loaded server
+  // loop or a link retransmitting cost seconds (still a third of the default silence); in
+  // a round stopping for worker failures (the evidence, as above) one second.
+  static constexpr Duration kRewatchGrace{5};
+  static constexpr Duration kFailureRewatchGrace{1};
   // When Tick should run next (there is always one while the job is not finished).
   std::optional<TimePoint> NextDeadline() const;
 
@@ -221,6 +233,7 @@ class RendezvousState {
     TimePoint last_seen;
     std::optional<TimePoint> disconnected_at;
     uint64_t join_seq = 0;
+    std::optional<TimePoint> answered_at;  // its watch was answered; no call since
   };
 
   void Changed() { ++version_; }

@@ -1,5 +1,6 @@
 #include "launcher/coordinator/remote_coordinator.h"
 
+#include <algorithm>
 #include <boost/asio/post.hpp>
 
 #include "common/log.h"
@@ -137,10 +138,14 @@ void RemoteCoordinator::OnWatched(const RpcOutcome& out) {
   if (shutting_down_ || follower_->finished()) return;
   if (out.ok()) {
     Contact();
-    if (out.view.version > known_version_ || out.view.phase != follower_->last_view().phase) {
-      Apply(out.view);
-    }
-    return Watch();
+    const bool news =
+        out.view.version > known_version_ || out.view.phase != follower_->last_view().phase;
+    // Watching again first: applying a view may take a while (starting the workers), and the
+    // server counts a node that does not call again after an answer as gone.
+    known_version_ = std::max(known_version_, out.view.version);
+    Watch();
+    if (news) Apply(out.view);
+    return;
   }
   if (out.unknown_node()) {
     Contact();

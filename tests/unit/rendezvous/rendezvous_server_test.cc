@@ -315,6 +315,30 @@ TEST_F(ServerTest, ManyConcurrentAgentsFormOneRound) {
   EXPECT_EQ(ranks.size(), static_cast<size_t>(kNodes));
 }
 
+// A node that dies just after its watch was answered leaves no call for the transport to
+// cancel: it is found by not watching again, long before the liveness timeout's silence.
+TEST_F(ServerTest, ANodeThatDoesNotWatchAgainAfterAnAnswerIsLost) {
+  JobSpec spec = Spec(1, 2);
+  spec.liveness_timeout = 60s;
+  Start(spec);
+  auto stub = Stub();
+  ASSERT_TRUE(Join(*stub, JoinReq("a")).ok());
+  ASSERT_TRUE(Join(*stub, JoinReq("b")).ok());
+  v1::WatchResponse w = Watch(*stub, "a", 0);
+  ASSERT_EQ(w.view().phase(), v1::PHASE_RUNNING);
+  ASSERT_EQ(Watch(*stub, "b", 0).view().phase(), v1::PHASE_RUNNING);  // b's last call
+  // a keeps watching, as a live agent does; b never calls again.
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (w.view().phase() == v1::PHASE_RUNNING && std::chrono::steady_clock::now() < deadline) {
+    w = Watch(*stub, "a", w.view().version());
+  }
+  EXPECT_EQ(w.view().phase(), v1::PHASE_STOPPING);
+  EXPECT_NE(w.view().reason().find("b.host lost (disconnected: no call within 5s of its last "
+                                   "answer)"),
+            std::string::npos)
+      << w.view().reason();
+}
+
 TEST_F(ServerTest, CancelledWatchMakesTheNodeLost) {
   Start(Spec(1, 2));
   auto stub = Stub();

@@ -203,9 +203,9 @@ TEST_F(TorchFileTest, ASnapshotOfSeveralFilesIsStoredAsTorchSavesFileOfEach) {
   EXPECT_EQ(Run("compare.py", part + "distrib_optim.pt " + (dir_ / "c.pt").string()),
             "equal\nexit=0");
   // The loaders verify both and read them back as the state of several files.
-  EXPECT_EQ(Python("from ftrun import checkpoint\nfrom ftrun.flash_checkpoint import storage\n"
+  EXPECT_EQ(Python("from ftrun import checkpoint\nfrom ftrun.flash_checkpoint import loading\n"
                    "m = checkpoint.verify(\"" +
-                   *written + "\")\ns = storage.load_part(\"" + *written +
+                   *written + "\")\ns = loading.load_part(\"" + *written +
                    "\", m, \"rank-0\")\nprint(type(s).__name__, sorted(s), "
                    "s[\"distrib_optim.pt\"][\"step\"])"),
             "Files ['distrib_optim.pt', 'model_optim_rng.pt'] 3\nexit=0");
