@@ -327,6 +327,7 @@ void Agent::OnGroupExited() {
     case AfterStop::kReportStopped:
       Enter(AgentState::kWaiting, "the workers stopped");
       after_stop_ = AfterStop::kNothing;
+      if (config_.flash_persist_at_breakpoint) flash_.PersistAtBreakpoint();
       // The next round cannot start before this report, so a round that keeps the attempt
       // number (a membership change) starts from an empty /worker/attempt_<n> prefix.
       if (opts_.store) {

@@ -35,13 +35,15 @@
 //
 // Persisting (flash_service_persist.cc): one snapshot per checkpoint for a copy ""; a shard is
 // persisted once the shards of every rank (its world size) of that step are here, all in one
-// checkpoint. When the job fails and its shards span nodes (world size above the local ranks),
-// every agent stages the shards it holds of every step (its own, and replicas of other nodes'
-// shards of the same step) with StageShards (staged_checkpoint.h): a step becomes a checkpoint once
-// the agents have stored all its shards between them. A replica's shard is stored under the
-// file name its own rank gave it with its save (the copy carries it, replica.proto). A step already
-// written is not written again. While a snapshot is being persisted its buffer is pinned: a save
-// that would need it is refused with busy=true (a MEMORY save is skipped, a DISK save retries).
+// checkpoint. A restart under dlrover-run's --save-at-breakpoint writes what the job's failure
+// writes (PersistAtBreakpoint). When the job fails and its shards span nodes (world size above the
+// local ranks), every agent stages the shards it holds of every step (its own, and replicas of
+// other nodes' shards of the same step) with StageShards (staged_checkpoint.h): a step becomes a
+// checkpoint once the agents have stored all its shards between them. A replica's shard is stored
+// under the file name its own rank gave it with its save (the copy carries it, replica.proto). A
+// step already written is not written again. While a snapshot is being persisted its buffer is
+// pinned: a save that would need it is refused with busy=true (a MEMORY save is skipped, a DISK
+// save retries).
 //
 // Thread: loop only. Ownership: owns the store and the persister; `send` (the control
 // channel's Send) must outlive it. Errors: every request is answered; failures are answers
@@ -110,6 +112,11 @@ class FlashService {
   // (every complete step held here, newest first). `done` runs on the loop once everything
   // queued is written (or failed); the loop is kept running until then.
   void PersistForExit(std::function<void()> done);
+  // This node's workers stopped for a restart and the job goes on (dlrover-run's
+  // --save-at-breakpoint): the same writes as PersistForExit's, in the background; the next
+  // round's ranks restore from memory meanwhile (a save that needs a buffer being written
+  // waits for it, or is skipped: see above).
+  void PersistAtBreakpoint();
 
   // Copies of other nodes' shards this agent keeps (flash checkpoint replicas; null: none):
   // "snapshot_steps" and "snapshot_get" also answer out of them, so a rank whose own node
@@ -149,9 +156,12 @@ class FlashService {
                  int lease_fd);
   // Queues the checkpoint of `view`'s copy at its step, if it is complete and not stored yet.
   void MaybePersist(const SnapshotView& view, const std::string& reason);
+  // The newest complete snapshot of every copy that has a target, and PersistShared: what the
+  // job's failure (or a breakpoint) writes. `reason` goes into the logs and the requests.
+  void PersistNewest(const std::string& reason);
   // Stages the shards held here (own and replicas) of every step of a job whose shards span
   // nodes, so that the agents together store each step whose shards they hold between them.
-  void PersistSharedForExit();
+  void PersistShared(const std::string& reason);
   // Queues `request` with the persister; `key` records its step as stored (until it fails).
   void Enqueue(const std::string& key, CheckpointRequest request);
   // `shared`: shards of a multi-node step, which other agents may complete.

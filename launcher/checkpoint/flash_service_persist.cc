@@ -48,7 +48,7 @@ void FlashService::MaybePersist(const SnapshotView& view, const std::string& rea
   } else {
     if (target.world_size > store_.local_ranks()) {
       // Not every shard can be on this node: the ranks write a DISK save themselves, and
-      // when the job fails the agents stage what they hold (PersistSharedForExit).
+      // when the job fails the agents stage what they hold (PersistShared).
       return;
     }
     for (int rank = 0; rank < target.world_size; ++rank) {
@@ -83,7 +83,7 @@ void FlashService::Enqueue(const std::string& key, CheckpointRequest request) {
   });
 }
 
-void FlashService::PersistSharedForExit() {
+void FlashService::PersistShared(const std::string& reason) {
   // Every step held here of a job whose shards span nodes, newest first: the agents of the
   // other nodes may not hold the newest one whole (a rank died before its commit), so the
   // step before it is staged too, and whichever step gets all its shards is stored.
@@ -105,7 +105,7 @@ void FlashService::PersistSharedForExit() {
       request = CheckpointRequest{.root = target.root,
                                   .step = view.step,
                                   .world_size = target.world_size,
-                                  .reason = "failure",
+                                  .reason = reason,
                                   .parts = {},
                                   .tracker = target.tracker,
                                   .link = target.path,
@@ -132,8 +132,8 @@ void FlashService::PersistSharedForExit() {
     std::string groups;
     for (const auto& part : request.parts) groups += (groups.empty() ? "" : ",") + part.group;
     LauncherLog()->info(
-        "flash checkpoint: persisting shards {} of step={} (world size {}) to {} (failure)", groups,
-        request.step, request.world_size, request.root);
+        "flash checkpoint: persisting shards {} of step={} (world size {}) to {} ({})", groups,
+        request.step, request.world_size, request.root, request.reason);
     Enqueue(key, std::move(request));
   }
 }
@@ -164,15 +164,29 @@ void FlashService::Persisted(const std::string& key, const std::string& root, ui
   for (auto& done : idle) done();
 }
 
-void FlashService::PersistForExit(std::function<void()> done) {
+void FlashService::PersistNewest(const std::string& reason) {
   // The workers are gone, or were sent SIGKILL (an excluded node): a record a dying worker
   // writes after this is a save lost, never one overwritten (the buffer taken back here is
   // written again only after a further save).
   for (int lr = 0; lr < store_.local_ranks(); ++lr) {
     Reclaim(lr);
-    if (auto view = store_.Newest(lr)) MaybePersist(*view, "failure");
+    if (auto view = store_.Newest(lr)) MaybePersist(*view, reason);
   }
-  PersistSharedForExit();
+  PersistShared(reason);
+}
+
+void FlashService::PersistAtBreakpoint() {
+  const int before = in_flight_;
+  PersistNewest("breakpoint");
+  if (in_flight_ > before) {
+    LauncherLog()->info(
+        "flash checkpoint: the workers stopped; writing the newest memory snapshots "
+        "(--save-at-breakpoint)");
+  }
+}
+
+void FlashService::PersistForExit(std::function<void()> done) {
+  PersistNewest("failure");
   if (in_flight_ == 0) {
     boost::asio::post(io_, std::move(done));
     return;

@@ -32,6 +32,9 @@ void PrintDryRunSummary(const LaunchConfig& c, const std::string& nproc_note, st
       << fmt::format(", save timeout {:g}s, hang timeout ", c.save_timeout.count())
       << (c.hang_timeout.count() > 0 ? fmt::format("{:g}s", c.hang_timeout.count()) : "off")
       << "\n";
+  if (c.flash_persist_at_breakpoint) {
+    out << "  at breakpoints: the newest memory snapshots are written to storage\n";
+  }
   if (c.survivor_grace.count() > 0) {
     out << fmt::format("  survivor grace: {:g}s (MindIO TTP saves before the stop)\n",
                        c.survivor_grace.count());

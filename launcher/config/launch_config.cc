@@ -307,6 +307,7 @@ Result<LaunchConfig> BuildLaunchConfig(const TorchrunArgs& a, const EnvMap& env)
   auto loan = EnvSwitch(env, "FTRUN_FLASH_LOAN", true);
   if (!loan) return loan.error();
   c.flash_loan = *loan;
+  c.flash_persist_at_breakpoint = a.save_at_breakpoint;
   {
     const auto env_replicas = Lookup(env, "FTRUN_FLASH_REPLICAS");
     const bool given = !a.flash_replicas.empty();

@@ -59,6 +59,10 @@ struct LaunchConfig {
   // FTRUN_FLASH_LOAN (0/1): whether every-step saves may take a loan of both buffers
   // (FlashService). 0 keeps a message per save (comparing the two; bench.py).
   bool flash_loan = true;
+  // Whenever this node's workers stop for a restart (a failure, a membership change), write
+  // the newest memory snapshots to storage, as when the job fails (dlrover-run's
+  // --save-at-breakpoint).
+  bool flash_persist_at_breakpoint = false;
   // After a failure the surviving workers run on this long, to save (MindIO TTP) and exit by
   // themselves, before they are stopped; 0: stop them at once. Set by the msrun personality.
   std::chrono::duration<double> survivor_grace{0};

@@ -28,6 +28,9 @@ struct SupervisionOptions {
   // Copies of each shard snapshot, its own included (1: none); empty: FTRUN_FLASH_REPLICAS,
   // else 2.
   std::string flash_replicas;
+  // dlrover-run's --save-at-breakpoint: whenever this node's workers stop for a restart, the
+  // newest memory snapshots are written to storage too, not only when the job fails.
+  bool save_at_breakpoint = false;
   // Rendezvous: key1=value1,... and this node's address for the others.
   std::string rdzv_conf;
   std::string local_addr;

@@ -10,6 +10,7 @@ state for the fault with one line (register_fault_save).
 * The job then failing for good (no restart left): the agent's exit persist writes the
   fault-time snapshot, and a new job resumes from disk at that step.
 * A script whose saves are DISK: the fault-time snapshot is also written to storage at once.
+  So it is under dlrover-run's --save-at-breakpoint, with MEMORY saves.
 * Shards (ShardedCheckpointer) with rank 1 hung instead: the agent's hang detector asks both
   ranks (their helper threads) for their shard of the step they finished; both resume from
   memory right after it.
@@ -92,10 +93,11 @@ def train(root, config):
     write_final(root, rank, model)
 
 
-def run_job(root, config, restarts=1, extra=()):
-    """ftrun with two ranks of train(); the CompletedProcess."""
+def run_job(root, config, restarts=1, extra=(), command=()):
+    """ftrun (`command`: a personality, as ("dlrover-run",)) with two ranks of train(); the
+    CompletedProcess."""
     os.makedirs(root, exist_ok=True)
-    cmd = [FTRUN, "--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts),
+    cmd = [FTRUN, *command, "--standalone", "--nproc-per-node", "2", "--max-restarts", str(restarts),
            "--restart-backoff", "0", "--monitor-interval", "0.05",
            "--log-dir", os.path.join(root, "logs"), *extra, "--no-python", "/usr/bin/python3",
            __file__, "train", root, json.dumps(dict({"steps": STEPS}, **config))]
@@ -173,6 +175,26 @@ class FaultTimeSaveToMemoryTest(unittest.TestCase):
         self.assertIn(f"flash checkpoint: step={KILL_AT - 1} stored at ", done.stdout)
         self.assertTrue(os.path.isfile(os.path.join(self.root, "ckpt", str(KILL_AT - 1),
                                                     "rank_0.pt")), done.stdout)
+        self.assert_resumed_after_the_fault_step(self.root, done.stdout)
+
+    def test_dlrover_runs_save_at_breakpoint_also_writes_the_fault_step_to_storage(self):
+        # DLRover's breakpoint save: the memory checkpoint goes to storage when workers fail,
+        # while the job goes on (here restoring from memory, as without the option).
+        done = run_job(self.root, {"kill_at": KILL_AT}, command=("dlrover-run",),
+                       extra=("--save-at-breakpoint",))
+        self.assertEqual(done.returncode, 0, done.stdout)
+        self.assertIn(f"fault-time save of step {KILL_AT - 1} to the agent's memory done",
+                      done.stdout)
+        self.assertIn("flash checkpoint: the workers stopped; writing the newest memory "
+                      "snapshots (--save-at-breakpoint)", done.stdout)
+        self.assertIn(f"flash checkpoint: step={KILL_AT - 1} stored at ", done.stdout)
+        self.assertIn(f"ftrun: restored step {KILL_AT - 1} from memory", done.stdout)
+        ckpt = os.path.join(self.root, "ckpt")
+        with open(os.path.join(ckpt, "dlrover_latest.txt")) as f:
+            self.assertEqual(int(f.read()), KILL_AT - 1)
+        import torch
+        stored = torch.load(os.path.join(ckpt, str(KILL_AT - 1), "rank_0.pt"))
+        self.assertEqual(stored["step"], KILL_AT - 1)
         self.assert_resumed_after_the_fault_step(self.root, done.stdout)
 
     def test_shards_of_a_hung_job_are_saved_by_every_rank_into_memory(self):

@@ -68,10 +68,10 @@ Result<DlroverArgs> DlroverToTorchrun(DlroverArgs a, const EnvMap& env, const Ho
     }
   }
   if (a.save_at_breakpoint) {
+    // DLRover's breakpoint save writes the memory checkpoint to storage when workers fail:
+    // ftrun's agent does that with the snapshots of ftrun.flash_checkpoint, which the
+    // fault-time save fills first where a rank survives to save.
     a.fault_save = "on";
-    warnings.push_back(
-        "--save-at-breakpoint: ftrun's fault-time save does this for workers using the ftrun "
-        "helper (see ftrun-control(7)); DLRover's flash-checkpoint shared memory is not read");
   }
   if (a.auto_tunning) {
     warnings.push_back(

@@ -22,7 +22,9 @@ namespace ftrun::launcher {
 //   several nodes         -> the c10d rendezvous at DLROVER_MASTER_ADDR (an `ftrun master`, or
 //                            the node there hosts it), unless --rdzv-endpoint is given;
 //   ELASTIC_JOB_NAME      -> the run id (TORCHELASTIC_RUN_ID), as dlrover-run;
-//   --save-at-breakpoint  -> --fault-save on.
+//   --save-at-breakpoint  -> --fault-save on, and the agent writes the newest memory
+//                            snapshots to storage whenever its workers stop for a restart
+//                            (LaunchConfig::flash_persist_at_breakpoint).
 // Warnings (options that need DLRover's master) are appended to `warnings`.
 Result<DlroverArgs> DlroverToTorchrun(DlroverArgs args, const EnvMap& env, const HostFacts& host,
                                       std::vector<std::string>& warnings);

@@ -14,7 +14,6 @@ struct DlroverArgs : TorchrunArgs {
   int node_unit = 1;
   bool auto_config = false;
   bool auto_tunning = false;
-  bool save_at_breakpoint = false;
   std::string accelerator = "nvidia.com/gpu";
   int training_port = 60000;
   bool numa_affinity = false;
