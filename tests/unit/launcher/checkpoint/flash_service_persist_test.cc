@@ -129,6 +129,26 @@ TEST_F(FlashPersistTest, AFailedJobWritesItsNewestSnapshotsOnce) {
   EXPECT_EQ(done, 2);
 }
 
+// dlrover-run's --save-at-breakpoint: the same writes at each restart, the job going on.
+TEST_F(FlashPersistTest, ABreakpointWritesTheNewestSnapshotsOnceAndTheJobGoesOn) {
+  Target to = TargetIn("breakpoint");
+  Save(0, 3, "three", "", to);
+  service().PersistAtBreakpoint();
+  EXPECT_EQ(service().persists_in_flight(), 1);
+  ASSERT_TRUE(Persisted());
+  EXPECT_EQ(ReadFile(to.root + "/ftrun-step-3/group-all/state.bin"), "three");
+  service().PersistAtBreakpoint();  // nothing newer: nothing written
+  EXPECT_EQ(service().persists_in_flight(), 0);
+  Save(0, 5, "five", "", to);  // the next round saves on
+  service().PersistAtBreakpoint();
+  ASSERT_TRUE(Persisted());
+  EXPECT_EQ(ReadFile(to.root + "/ftrun-step-5/group-all/state.bin"), "five");
+  bool done = false;
+  service().PersistForExit([&] { done = true; });  // the failure after it: already stored
+  EXPECT_EQ(service().persists_in_flight(), 0);
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+}
+
 TEST_F(FlashPersistTest, AStepPersistedAtCommitIsNotWrittenAgainAtExit) {
   Target to = TargetIn("twice");
   to.persist = true;
