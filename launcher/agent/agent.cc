@@ -309,6 +309,8 @@ void Agent::EndSurvivorGrace() {
 }
 
 void Agent::OnGroupExited() {
+  // The one copy of a data-parallel job is written at a breakpoint by one node only.
+  const bool one_copy = !group_ || group_->assignment().group_rank == 0;
   if (group_) {
     // The hang detector reads the group it watches: it must stop before the group goes (on
     // success no StopGroup ran, and the verdict may take a round trip to the server).
@@ -327,7 +329,7 @@ void Agent::OnGroupExited() {
     case AfterStop::kReportStopped:
       Enter(AgentState::kWaiting, "the workers stopped");
       after_stop_ = AfterStop::kNothing;
-      if (config_.flash_persist_at_breakpoint) flash_.PersistAtBreakpoint();
+      if (config_.flash_persist_at_breakpoint) flash_.PersistAtBreakpoint(one_copy);
       // The next round cannot start before this report, so a round that keeps the attempt
       // number (a membership change) starts from an empty /worker/attempt_<n> prefix.
       if (opts_.store) {

@@ -7,9 +7,10 @@
 // worker with the answer; a lease asked for ahead of the next save is answered in the rank's
 // lease mailbox instead, lease_mailbox.h) -> the worker copies its state in -> "snapshot_commit" ->
 // the snapshot is the newest of its copy; with `persist` it is also queued for storage now,
-// otherwise only if the job ends in failure (PersistForExit). A restore: "snapshot_steps"
-// (which steps of a copy are complete here, and the step the rendezvous decided the round
-// restores: SetRestoreStep) -> "snapshot_get" hands the buffer over for reading.
+// otherwise only if the job ends in failure (PersistForExit) or, under dlrover-run's
+// --save-at-breakpoint, when the workers stop for a restart (PersistAtBreakpoint). A restore:
+// "snapshot_steps" (which steps of a copy are complete here, and the step the rendezvous decided
+// the round restores: SetRestoreStep) -> "snapshot_get" hands the buffer over for reading.
 //
 // Every-step saves of the one copy: a lease asked for ahead with `loan` may come with a loan
 // of both of the rank's buffers (lease_mailbox.h, SnapshotStore::Lend): the worker's next saves
@@ -35,8 +36,7 @@
 //
 // Persisting (flash_service_persist.cc): one snapshot per checkpoint for a copy ""; a shard is
 // persisted once the shards of every rank (its world size) of that step are here, all in one
-// checkpoint. A restart under dlrover-run's --save-at-breakpoint writes what the job's failure
-// writes (PersistAtBreakpoint). When the job fails and its shards span nodes (world size above the
+// checkpoint. When the job fails and its shards span nodes (world size above the
 // local ranks), every agent stages the shards it holds of every step (its own, and replicas of
 // other nodes' shards of the same step) with StageShards (staged_checkpoint.h): a step becomes a
 // checkpoint once the agents have stored all its shards between them. A replica's shard is stored
@@ -113,10 +113,13 @@ class FlashService {
   // queued is written (or failed); the loop is kept running until then.
   void PersistForExit(std::function<void()> done);
   // This node's workers stopped for a restart and the job goes on (dlrover-run's
-  // --save-at-breakpoint): the same writes as PersistForExit's, in the background; the next
-  // round's ranks restore from memory meanwhile (a save that needs a buffer being written
-  // waits for it, or is skipped: see above).
-  void PersistAtBreakpoint();
+  // --save-at-breakpoint): PersistForExit's writes of what this agent can store whole, in
+  // the background, the one copy only when `one_copy` (one node of a job writes it: the
+  // node of group rank 0, as DISK saves). Not staged with other agents: shards spanning
+  // nodes (their steps may differ between nodes at a breakpoint; the round restores the one
+  // they share) are written when the job fails. Skipped while earlier writes are in flight,
+  // as DLRover's saver does, so that repeated restarts never queue writes or pin buffers.
+  void PersistAtBreakpoint(bool one_copy);
 
   // Copies of other nodes' shards this agent keeps (flash checkpoint replicas; null: none):
   // "snapshot_steps" and "snapshot_get" also answer out of them, so a rank whose own node
@@ -156,9 +159,10 @@ class FlashService {
                  int lease_fd);
   // Queues the checkpoint of `view`'s copy at its step, if it is complete and not stored yet.
   void MaybePersist(const SnapshotView& view, const std::string& reason);
-  // The newest complete snapshot of every copy that has a target, and PersistShared: what the
-  // job's failure (or a breakpoint) writes. `reason` goes into the logs and the requests.
-  void PersistNewest(const std::string& reason);
+  // Queues the newest complete snapshot of every local rank's copy that has a target (the
+  // one copy only when `one_copy`); false when no rank holds any. `reason` goes into the
+  // logs and the requests.
+  bool PersistNewest(const std::string& reason, bool one_copy);
   // Stages the shards held here (own and replicas) of every step of a job whose shards span
   // nodes, so that the agents together store each step whose shards they hold between them.
   void PersistShared(const std::string& reason);
@@ -193,6 +197,7 @@ class FlashService {
   std::map<int, std::unique_ptr<LeaseMailbox>> mailboxes_;  // by local rank
   std::map<int, bool> persisting_;  // whether the rank's last commit asked to be persisted
   bool lending_ = true;
+  bool said_no_snapshots_ = false;  // PersistAtBreakpoint said so once
   std::function<void(int, uint64_t)> on_reclaimed_;
   int in_flight_ = 0;
   const ReplicaStore* replicas_ = nullptr;

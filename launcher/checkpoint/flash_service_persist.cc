@@ -164,29 +164,45 @@ void FlashService::Persisted(const std::string& key, const std::string& root, ui
   for (auto& done : idle) done();
 }
 
-void FlashService::PersistNewest(const std::string& reason) {
+bool FlashService::PersistNewest(const std::string& reason, bool one_copy) {
   // The workers are gone, or were sent SIGKILL (an excluded node): a record a dying worker
   // writes after this is a save lost, never one overwritten (the buffer taken back here is
   // written again only after a further save).
+  bool any = false;
   for (int lr = 0; lr < store_.local_ranks(); ++lr) {
     Reclaim(lr);
-    if (auto view = store_.Newest(lr)) MaybePersist(*view, reason);
+    auto view = store_.Newest(lr);
+    if (!view) continue;
+    any = true;
+    if (one_copy || IsShardGroup(view->meta.group)) MaybePersist(*view, reason);
   }
-  PersistShared(reason);
+  return any;
 }
 
-void FlashService::PersistAtBreakpoint() {
-  const int before = in_flight_;
-  PersistNewest("breakpoint");
-  if (in_flight_ > before) {
+void FlashService::PersistAtBreakpoint(bool one_copy) {
+  if (in_flight_ > 0) {  // as DLRover's saver, busy writing, skips the breakpoint
+    LauncherLog()->info(
+        "flash checkpoint: the workers stopped while earlier snapshots are being written; "
+        "this breakpoint's are not (--save-at-breakpoint)");
+    return;
+  }
+  const bool any = PersistNewest("breakpoint", one_copy);
+  if (in_flight_ > 0) {
     LauncherLog()->info(
         "flash checkpoint: the workers stopped; writing the newest memory snapshots "
         "(--save-at-breakpoint)");
+  } else if (!any && !said_no_snapshots_) {
+    said_no_snapshots_ = true;
+    LauncherLog()->info(
+        "flash checkpoint: the workers stopped and no rank saved a memory snapshot here "
+        "(--save-at-breakpoint writes those of ftrun.flash_checkpoint; DLRover's own flash "
+        "checkpoint keeps its state where ftrun does not read it)");
   }
 }
 
 void FlashService::PersistForExit(std::function<void()> done) {
-  PersistNewest("failure");
+  PersistNewest("failure", /*one_copy=*/true);
+  PersistShared("failure");
   if (in_flight_ == 0) {
     boost::asio::post(io_, std::move(done));
     return;

@@ -21,8 +21,8 @@ inline void AddDlroverOptions(TorchrunParser& p, DlroverArgs& a) {
   p.Flag("auto-tunning", a.auto_tunning,
          "DLRover master's parallelism tuning (not available without it; warns)", g);
   p.Flag("save-at-breakpoint", a.save_at_breakpoint,
-         "On a failure, save the last checkpoint (the fault-time save) and write the newest "
-         "flash-checkpoint memory snapshots to storage",
+         "Save the last checkpoint on a failure (the fault-time save), and write the newest "
+         "flash-checkpoint memory snapshots to storage at every restart",
          g);
   p.Opt("accelerator", a.accelerator,
         "nvidia.com/gpu, ascend-npu, mthreads.com/gpu or metax-tech.com/gpu", g, "TYPE")

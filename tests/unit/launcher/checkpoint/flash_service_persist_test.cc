@@ -133,20 +133,58 @@ TEST_F(FlashPersistTest, AFailedJobWritesItsNewestSnapshotsOnce) {
 TEST_F(FlashPersistTest, ABreakpointWritesTheNewestSnapshotsOnceAndTheJobGoesOn) {
   Target to = TargetIn("breakpoint");
   Save(0, 3, "three", "", to);
-  service().PersistAtBreakpoint();
+  service().PersistAtBreakpoint(/*one_copy=*/true);
   EXPECT_EQ(service().persists_in_flight(), 1);
   ASSERT_TRUE(Persisted());
   EXPECT_EQ(ReadFile(to.root + "/ftrun-step-3/group-all/state.bin"), "three");
-  service().PersistAtBreakpoint();  // nothing newer: nothing written
+  service().PersistAtBreakpoint(true);  // nothing newer: nothing written
   EXPECT_EQ(service().persists_in_flight(), 0);
   Save(0, 5, "five", "", to);  // the next round saves on
-  service().PersistAtBreakpoint();
+  service().PersistAtBreakpoint(true);
   ASSERT_TRUE(Persisted());
   EXPECT_EQ(ReadFile(to.root + "/ftrun-step-5/group-all/state.bin"), "five");
   bool done = false;
   service().PersistForExit([&] { done = true; });  // the failure after it: already stored
   EXPECT_EQ(service().persists_in_flight(), 0);
   ASSERT_TRUE(RunUntil([&] { return done; }));
+}
+
+// One node of a job writes the one copy (the others hold the same); shards that span nodes
+// are left to the job's failure (their steps may differ between nodes at a breakpoint).
+TEST_F(FlashPersistTest, ABreakpointWritesWhatThisNodeAloneStoresWhole) {
+  Target copy = TargetIn("copy");
+  Save(0, 3, "three", "", copy);
+  Target spanning = TargetIn("spanning");
+  spanning.world_size = 4;  // two local ranks here
+  Save(1, 3, "rank 1 at 3", "rank-1", spanning);
+  service().PersistAtBreakpoint(/*one_copy=*/false);
+  EXPECT_EQ(service().persists_in_flight(), 0);
+  EXPECT_FALSE(fs::exists(copy.root));
+  EXPECT_FALSE(fs::exists(spanning.root));
+  bool done = false;
+  service().PersistForExit([&] { done = true; });  // the job's failure writes both
+  ASSERT_TRUE(RunUntil([&] { return done; }));
+  EXPECT_EQ(ReadFile(copy.root + "/ftrun-step-3/group-all/state.bin"), "three");
+  EXPECT_TRUE(fs::exists(spanning.root + "/.ftrun-step-3.parts")) << "staged";
+}
+
+// As DLRover's saver, busy writing, skips a breakpoint: restarts never queue writes.
+TEST_F(FlashPersistTest, ABreakpointWhileEarlierSnapshotsAreBeingWrittenWritesNothing) {
+  GateSink& gate = Gate();
+  Target disk = TargetIn("disk");
+  disk.persist = true;
+  Save(0, 6, "six", "", disk);
+  ASSERT_TRUE(gate.WaitReached());  // being written
+  Target other = TargetIn("other");
+  Save(1, 7, "seven", "", other);  // a copy this node could store
+  service().PersistAtBreakpoint(true);
+  EXPECT_EQ(service().persists_in_flight(), 1);
+  gate.Open();
+  ASSERT_TRUE(Persisted());
+  EXPECT_FALSE(fs::exists(other.root));
+  service().PersistAtBreakpoint(true);  // the next breakpoint, nothing in flight: written
+  ASSERT_TRUE(Persisted());
+  EXPECT_EQ(ReadFile(other.root + "/ftrun-step-7/group-all/state.bin"), "seven");
 }
 
 TEST_F(FlashPersistTest, AStepPersistedAtCommitIsNotWrittenAgainAtExit) {
