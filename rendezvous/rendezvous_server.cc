@@ -289,11 +289,11 @@ void RendezvousServer::ArmTimer() {
   if (!next) return;
   timer_.expires_at(*next);
   timer_.async_wait([this](const boost::system::error_code& ec) {
+    if (ec) return;
     // Behind the calls already queued: a node whose call waits there is not silent.
-    if (!ec)
-      boost::asio::post(io_, [this] {
-        if (!shutting_down_) OnTimer();
-      });
+    boost::asio::post(io_, [this] {
+      if (!shutting_down_) OnTimer();
+    });
   });
 }
 

@@ -233,7 +233,7 @@ class RendezvousState {
     TimePoint last_seen;
     std::optional<TimePoint> disconnected_at;
     uint64_t join_seq = 0;
-    std::optional<TimePoint> answered_at;  // its watch was answered; no call since
+    std::optional<TimePoint> answered_at;  // a call of it answered, none pending (Answered)
   };
 
   void Changed() { ++version_; }

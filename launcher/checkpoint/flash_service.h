@@ -36,14 +36,13 @@
 //
 // Persisting (flash_service_persist.cc): one snapshot per checkpoint for a copy ""; a shard is
 // persisted once the shards of every rank (its world size) of that step are here, all in one
-// checkpoint. When the job fails and its shards span nodes (world size above the
-// local ranks), every agent stages the shards it holds of every step (its own, and replicas of
-// other nodes' shards of the same step) with StageShards (staged_checkpoint.h): a step becomes a
-// checkpoint once the agents have stored all its shards between them. A replica's shard is stored
-// under the file name its own rank gave it with its save (the copy carries it, replica.proto). A
-// step already written is not written again. While a snapshot is being persisted its buffer is
-// pinned: a save that would need it is refused with busy=true (a MEMORY save is skipped, a DISK
-// save retries).
+// checkpoint. When the job fails and its shards span nodes (world size above the local ranks),
+// every agent stages the shards it holds of every step (its own, and replicas of other nodes'
+// shards of the same step) with StageShards (staged_checkpoint.h): a step becomes a checkpoint once
+// the agents have stored all its shards between them. A replica's shard is stored under the
+// file name its own rank gave it with its save (the copy carries it, replica.proto). A step already
+// written is not written again. While a snapshot is being persisted its buffer is pinned: a save
+// that would need it is refused with busy=true (a MEMORY save is skipped, a DISK save retries).
 //
 // Thread: loop only. Ownership: owns the store and the persister; `send` (the control
 // channel's Send) must outlive it. Errors: every request is answered; failures are answers

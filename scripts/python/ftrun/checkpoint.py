@@ -94,11 +94,11 @@ def checksum_problem(path: str, meta: dict):
     return None
 
 
-def written_before(path: str, when: float) -> bool:
+def written_before(path: str, when: float, follow_symlinks: bool = True) -> bool:
     """Whether the file at path was last written before `when` (seconds since the epoch);
-    False when it is missing."""
+    False when it is missing. follow_symlinks=False: a link's own time."""
     try:
-        return os.stat(path).st_mtime < when
+        return os.stat(path, follow_symlinks=follow_symlinks).st_mtime < when
     except OSError:
         return False
 

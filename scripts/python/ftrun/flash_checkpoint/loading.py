@@ -16,7 +16,6 @@ class WorldSizeError(CheckpointError):
     """A sharded checkpoint saved by a different number of ranks (resharding is not done)."""
 
 
-
 def load_file(path: str):
     """A state file: saved by torch.save, or a memory snapshot the agent persisted."""
     with open(path, "rb") as f:
@@ -74,4 +73,3 @@ def verify_shard(path: str, group: str, world_size: int) -> dict:
         if problem:
             raise checkpoint.CheckpointDamaged(f"{part['dir']}/{rel} {problem}")
     return manifest
-

@@ -138,8 +138,8 @@ def _discard_dangling_links(root: str):
         if not re.fullmatch(r"iter_\d{7}", name):
             continue
         iter_dir = os.path.join(root, name)
+        earlier = checkpoint.written_before(iter_dir, engine.RUN_STARTED)
         try:
-            earlier = os.lstat(iter_dir).st_mtime < engine.RUN_STARTED
             entries = os.listdir(iter_dir)
         except OSError:
             continue
@@ -148,7 +148,8 @@ def _discard_dangling_links(root: str):
             path = os.path.join(iter_dir, entry)
             with contextlib.suppress(OSError):
                 if (os.path.islink(path) and not os.path.exists(path)
-                        and os.lstat(path).st_mtime < engine.RUN_STARTED):
+                        and checkpoint.written_before(path, engine.RUN_STARTED,
+                                                      follow_symlinks=False)):
                     os.unlink(path)
                     removed += 1
                     print(f"ftrun: removed {path}: a link to a step that an earlier run did "

@@ -215,8 +215,8 @@ class AgentMemory:
         if mailbox is not None:
             with self._loan_lock:  # see request()
                 rid = self.controller.post(begin, before=commit)
-                self._ahead = (lease_mailbox.MailboxAnswer(rid, self._epoch, self._commit_key[2]), step,
-                               group, size)
+                answer = lease_mailbox.MailboxAnswer(rid, self._epoch, self._commit_key[2])
+                self._ahead = (answer, step, group, size)
             return
         self._ahead = (self.controller.request_async(begin, before=commit), step, group, size)
         if self.controller.closed:  # as post() says it: the commit did not reach the agent
